@@ -1,0 +1,37 @@
+# Every target does its own set-up on a fresh clone: a virtualenv with the
+# project and its dev extra, the pinned reference npm packages in a user cache.
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
+REFERENCE := $(CACHE)/reference
+export DSH_REFERENCE_DIR := $(REFERENCE)
+
+.PHONY: test setup reference bench clean
+
+test: setup reference
+	$(VPY) -m pytest
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# The reference implementation (npm, Node 20+). Without node/npm the
+# differential tests skip and say why.
+reference:
+	@if command -v npm >/dev/null 2>&1; then \
+	  if ! cmp -s tools/reference/package.json $(REFERENCE)/package.json || [ ! -f $(REFERENCE)/.installed ]; then \
+	    mkdir -p $(REFERENCE) && cp tools/reference/package.json tools/reference/.npmrc $(REFERENCE)/ && \
+	    (cd $(REFERENCE) && npm install --no-audit --no-fund --loglevel=error) && touch $(REFERENCE)/.installed; \
+	  fi; \
+	else echo "node/npm not found: differential tests against the reference will be skipped"; fi
+
+bench: setup reference
+	$(VPY) -m benchmarks.core
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,225 @@
+"""Event envelope, vocabulary and typed payloads of the dsh session log (spec §1–§2).
+
+An :class:`Event` is a frozen msgspec Struct over the exact envelope keys.
+``data`` holds the payload as the JSON value it was written with (frozen), so
+fields this build does not model — extra message-source fields, plugin
+payloads, unknown event types — are kept verbatim and re-encode to the same
+JSON value. The typed payload Structs below are *views*: :func:`payload`
+converts a core event's ``data`` into its Struct for code that wants
+attribute access; the log itself never depends on them.
+
+Evolution rules: a new payload field gets a default; an event type tag, once
+written to a log, is forever; the on-disk format version only changes through
+a named upgrade step (see :mod:`dsh_core.storage.legacy`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from .jsonvalue import encode_json, freeze
+
+__all__ = [
+    "Event",
+    "SURFACE_TYPES",
+    "KNOWN_TYPES",
+    "RETIRED_TYPES",
+    "ROW_TAGS",
+    "TurnStart",
+    "TurnEnd",
+    "StepStart",
+    "StepEnd",
+    "AssistantChunk",
+    "AssistantMessage",
+    "ToolCall",
+    "ToolResult",
+    "TodoWrite",
+    "RequestHeader",
+    "RequestContext",
+    "EndSeed",
+    "CorePayload",
+    "payload",
+    "event_from_json",
+]
+
+#: Event types whose events produce model-visible messages (spec §4).
+SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
+
+#: The vocabulary of dsh 0.1.1-rc.2: 13 core types plus the plugin types (§2.5).
+KNOWN_TYPES = frozenset({
+    "agent-preset/selected", "agent/inbox/spliced", "approval/asked",
+    "approval/decided", "approval/policy", "assistant/chunk", "assistant/message",
+    "command/done", "command/run", "compaction/end", "compaction/prune",
+    "compaction/start", "compaction/summary", "feedback/record", "goal/change",
+    "hook/invoked", "hook/result", "llm/retry", "llm/retry-started",
+    "permission/preset", "plan/mode", "request/context", "request/header",
+    "sandbox/mode", "schedule/change", "session/end-seed", "session/title",
+    "session/title-llm-request", "step/end", "step/start", "subagent/descriptor",
+    "team/member", "team/message/delivered", "team/message/queued", "team/task",
+    "todo/write", "tool-workflow/agent-end", "tool-workflow/agent-start",
+    "tool-workflow/run-end", "tool-workflow/run-start", "tool/call",
+    "tool/code-dispatch", "tool/code-dispatch-start", "tool/result", "turn/end",
+    "turn/start", "user/message", "web/deepseek-search-llm-request",
+})
+
+#: Types rejected on append, seed and load (spec §8.10).
+RETIRED_TYPES = frozenset({"request/header-delta", "mode/set"})
+
+#: Storage-only tags of packed chunk rows (spec §8.3); never session events.
+ROW_TAGS = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """One session event: exactly the envelope keys of spec §1.
+
+    ``surfaceOp`` is ``"append"`` or a replace object; both surface fields are
+    present only on surface types. ``ignorable`` is only ever ``True``.
+    """
+
+    type: str
+    seq: int
+    time: int
+    data: Any
+    sourceEventSeqs: Any = UNSET
+    surfaceOp: Any = UNSET
+    ignorable: bool | UnsetType = UNSET
+
+    def to_json(self) -> bytes:
+        """The event's JSONL line (without newline) in dsh's writer key order."""
+        return encode_json(self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "seq": self.seq, "time": self.time, "data": self.data}
+        if self.ignorable is not UNSET:
+            out["ignorable"] = self.ignorable
+        if self.sourceEventSeqs is not UNSET:
+            out["sourceEventSeqs"] = self.sourceEventSeqs
+        if self.surfaceOp is not UNSET:
+            out["surfaceOp"] = self.surfaceOp
+        return out
+
+
+def event_from_json(obj: dict[str, Any]) -> Event:
+    """Build a frozen :class:`Event` from a decoded, envelope-checked object."""
+    return Event(
+        type=obj["type"],
+        seq=obj["seq"],
+        time=obj["time"],
+        data=freeze(obj["data"]),
+        sourceEventSeqs=freeze(obj["sourceEventSeqs"]) if "sourceEventSeqs" in obj else UNSET,
+        surfaceOp=freeze(obj["surfaceOp"]) if "surfaceOp" in obj else UNSET,
+        ignorable=obj["ignorable"] if "ignorable" in obj else UNSET,
+    )
+
+
+# ------------------------------------------------------------- typed payloads
+# Views of the core payloads (spec §2.3). Messages, chunks, reasons and
+# headers are open unions in dsh, so they stay JSON values here.
+
+
+class _Payload(msgspec.Struct, frozen=True, omit_defaults=True):
+    pass
+
+
+class TurnStart(_Payload):
+    turn: int
+
+
+class TurnEnd(_Payload):
+    turn: int
+    reason: dict[str, Any]
+
+
+class StepStart(_Payload):
+    turn: int
+    step: int
+
+
+class StepEnd(_Payload):
+    turn: int
+    step: int
+
+
+class AssistantChunk(_Payload):
+    turn: int
+    step: int
+    chunk: dict[str, Any]
+
+
+class AssistantMessage(_Payload):
+    turn: int
+    step: int
+    message: dict[str, Any]
+    usage: dict[str, Any] | UnsetType = UNSET
+    interrupted: Literal[True] | UnsetType = UNSET
+
+
+class ToolCall(_Payload):
+    turn: int
+    step: int
+    callId: str
+    name: str
+    arguments: str
+
+
+class ToolResult(_Payload):
+    turn: int
+    step: int
+    message: dict[str, Any]
+    error: dict[str, Any] | UnsetType = UNSET
+    meta: Any = UNSET
+
+
+class TodoWrite(_Payload):
+    todos: list[dict[str, Any]]
+
+
+class RequestHeader(_Payload):
+    header: dict[str, Any]
+    reason: str
+
+
+class RequestContext(_Payload):
+    provider: str
+    model: str
+    contextWindow: int | UnsetType = UNSET
+
+
+class EndSeed(_Payload):
+    pass
+
+
+CorePayload = Union[
+    TurnStart, TurnEnd, StepStart, StepEnd, AssistantChunk, AssistantMessage,
+    ToolCall, ToolResult, TodoWrite, RequestHeader, RequestContext, EndSeed,
+]
+
+_PAYLOAD_TYPES: dict[str, type[_Payload]] = {
+    "turn/start": TurnStart,
+    "turn/end": TurnEnd,
+    "step/start": StepStart,
+    "step/end": StepEnd,
+    "assistant/chunk": AssistantChunk,
+    "assistant/message": AssistantMessage,
+    "tool/call": ToolCall,
+    "tool/result": ToolResult,
+    "todo/write": TodoWrite,
+    "request/header": RequestHeader,
+    "request/context": RequestContext,
+    "session/end-seed": EndSeed,
+}
+
+
+def payload(event: Event) -> CorePayload | dict[str, Any] | Any:
+    """A typed view of a core event's ``data``.
+
+    ``user/message`` data *is* a message and plugin/unknown payloads are
+    open, so those come back as their JSON value.
+    """
+    kind = _PAYLOAD_TYPES.get(event.type)
+    if kind is None:
+        return event.data
+    return msgspec.convert(event.data, kind, strict=True)

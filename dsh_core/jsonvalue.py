@@ -1,0 +1,345 @@
+"""Lossless JSON (spec §3): validation, immutable snapshots, dsh-compatible
+serialization, canonical JSON (RFC 8785 / JCS) and digests.
+
+Values are the plain Python JSON model: ``None``, ``bool``, ``int``, ``float``,
+``str``, ``list``/``tuple`` and ``dict`` with ``str`` keys. Stored values are
+frozen (:class:`FrozenDict`, ``tuple``) so nothing handed out can rewrite the log.
+
+Decoding follows ECMAScript's ``JSON.parse`` as dsh does: an integral float
+(``1.0``, ``-0.0``) is the same number as the integer, so it decodes to ``int``;
+other floats stay ``float``. Encoding follows ``JSON.stringify`` byte for byte
+(ECMAScript number form, integer-like keys first, lone surrogates escaped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+import msgspec
+
+from .errors import DecodeError, LosslessJsonError
+
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "FrozenDict",
+    "is_safe_int",
+    "check_lossless",
+    "snapshot",
+    "freeze",
+    "thaw",
+    "decode_json",
+    "encode_json",
+    "canonical_json",
+    "sha256_jcs",
+    "json_equal",
+    "es_number",
+]
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class FrozenDict(dict):
+    """A ``dict`` that refuses mutation; what the log hands out for objects."""
+
+    __slots__ = ()
+
+    def _immutable(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("session log values are immutable")
+
+    __setitem__ = __delitem__ = __ior__ = _immutable  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _immutable  # type: ignore[assignment]
+
+    def __copy__(self) -> "FrozenDict":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "FrozenDict":
+        return self
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(canonical_json(self))
+
+
+def is_safe_int(value: Any) -> bool:
+    """Whether ``value`` is an ``int`` (never ``bool``) within ±(2^53−1)."""
+    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+
+
+def _path(parts: list[str | int]) -> str:
+    out = "$"
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _copy_lossless(value: Any, where: str, frozen: bool) -> Any:
+    """Validate ``value`` as lossless JSON and return a detached copy.
+
+    Iterative, so deep nesting is bounded by memory rather than the stack.
+    Aliased sub-objects are accepted (copied twice); a cycle is rejected.
+    """
+    ancestors: set[int] = set()
+    path: list[str | int] = []
+
+    def fail(reason: str) -> LosslessJsonError:
+        prefix = f"{where}: " if where else ""
+        return LosslessJsonError(f"{prefix}{reason} at {_path(path)}")
+
+    def visit(current: Any, in_frozen: bool) -> Any:
+        kind = type(current)
+        if current is None or kind is str or kind is bool:
+            return current
+        if kind is int:
+            if -MAX_SAFE_INTEGER <= current <= MAX_SAFE_INTEGER:
+                return current
+            raise fail(f"integer {current} is outside ±(2^53-1)")
+        if kind is float:
+            if math.isnan(current) or math.isinf(current):
+                raise fail(f"non-finite number {current!r}")
+            if current == 0 and math.copysign(1.0, current) < 0:
+                raise fail("negative zero")
+            return int(current) if current.is_integer() and abs(current) <= MAX_SAFE_INTEGER else current
+        # A tuple is only an array inside a value this module froze (§3.2
+        # rejects caller-built tuples).
+        if kind is list or kind is dict or kind is FrozenDict or (kind is tuple and in_frozen):
+            marker = id(current)
+            if marker in ancestors:
+                raise fail("cycle")
+            ancestors.add(marker)
+            try:
+                if kind is dict or kind is FrozenDict:
+                    out: dict = {}
+                    for key, item in current.items():
+                        if type(key) is not str:
+                            raise fail(f"non-string key {key!r}")
+                        path.append(key)
+                        out[key] = visit(item, kind is FrozenDict)
+                        path.pop()
+                    return FrozenDict(out) if frozen else out
+                items = []
+                for index, item in enumerate(current):
+                    path.append(index)
+                    items.append(visit(item, kind is tuple))
+                    path.pop()
+                return tuple(items) if frozen else items
+            finally:
+                ancestors.discard(marker)
+        raise fail(f"{kind.__name__} is not a JSON value")
+
+    return visit(value, type(value) is FrozenDict)
+
+
+def check_lossless(value: Any, where: str = "") -> None:
+    """Raise :class:`LosslessJsonError` (naming ``where`` and the JSON path)
+    unless ``value`` survives a JSON round trip unchanged."""
+    _copy_lossless(value, where, frozen=False)
+
+
+def snapshot(value: Any, where: str = "") -> Any:
+    """Validate ``value`` as lossless JSON and return a detached, frozen copy."""
+    return _copy_lossless(value, where, frozen=True)
+
+
+def freeze(value: Any) -> Any:
+    """Return an immutable deep copy of a decoded JSON value (no validation)."""
+    kind = type(value)
+    if kind is dict:
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if kind is list:
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Return a mutable deep copy (``dict``/``list``) of a JSON value."""
+    if isinstance(value, dict):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------- decoding
+
+
+def _float_hook(text: str) -> float | int:
+    value = float(text)
+    if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+        return int(value)  # JSON.parse: 1.0 and -0.0 are the integers 1 and 0
+    return value
+
+
+_decoder = msgspec.json.Decoder(float_hook=_float_hook)
+
+
+def _json_fallback_float(text: str) -> float | int:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text} overflows a double")
+    return _float_hook(text)
+
+
+def decode_json(data: bytes | str) -> Any:
+    """Decode one JSON text the way ``JSON.parse`` does.
+
+    The fast path is msgspec; texts it refuses but ECMAScript accepts (lone
+    surrogate escapes, integers beyond 64 bits) go through the stdlib parser.
+    """
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        try:
+            text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+            return json.loads(text, parse_float=_json_fallback_float,
+                              parse_constant=_reject_constant)
+        except (ValueError, UnicodeDecodeError):
+            raise DecodeError(f"not a JSON value: {exc}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# --------------------------------------------------------------------- encoding
+
+
+def es_number(value: float) -> str:
+    """Format a finite float exactly as ECMAScript ``Number::toString`` does."""
+    if value == 0:
+        return "0"
+    if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
+        return str(int(value))
+    sign = "-" if value < 0 else ""
+    digits, _, exponent = repr(abs(value)).partition("e")
+    mantissa = digits.replace(".", "")
+    point = digits.index(".") if "." in digits else len(digits)
+    n = point + (int(exponent) if exponent else 0)
+    stripped = mantissa.lstrip("0")
+    n -= len(mantissa) - len(stripped)
+    mantissa = stripped.rstrip("0") or "0"
+    k = len(mantissa)
+    if k <= n <= 21:
+        return sign + mantissa + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + mantissa[:n] + "." + mantissa[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * (-n) + mantissa
+    exp = n - 1
+    exp_text = f"e+{exp}" if exp >= 0 else f"e-{-exp}"
+    if k == 1:
+        return sign + mantissa + exp_text
+    return sign + mantissa[0] + "." + mantissa[1:] + exp_text
+
+
+_ARRAY_INDEX = re.compile(r"^(?:0|[1-9][0-9]*)$")
+_SLOW_PATH = re.compile(rb'[0-9]e[-0-9]|[0-9]\.[0-9]|[{,]"[0-9]|[0-9]{17}')
+_encoder = msgspec.json.Encoder()
+
+
+def _is_array_index(key: str) -> bool:
+    return bool(_ARRAY_INDEX.match(key)) and int(key) < 2**32 - 1
+
+
+def _encode_string(text: str) -> str:
+    try:
+        return _encoder.encode(text).decode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates: JSON.stringify writes them as \udxxx escapes.
+        parts = []
+        for ch in text:
+            code = ord(ch)
+            if 0xD800 <= code <= 0xDFFF:
+                parts.append(f"\\u{code:04x}")
+            else:
+                parts.append(_encoder.encode(ch).decode("utf-8")[1:-1])
+        return '"' + "".join(parts) + '"'
+
+
+def _write(value: Any, out: list[str], canonical: bool) -> None:
+    kind = type(value)
+    if value is None:
+        out.append("null")
+    elif kind is bool:
+        out.append("true" if value else "false")
+    elif kind is int:
+        # Beyond 2^53 ECMAScript holds (and prints) the nearest double.
+        out.append(str(value) if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+                   else es_number(float(value)))
+    elif kind is float:
+        out.append(es_number(value))
+    elif kind is str:
+        out.append(_encode_string(value))
+    elif isinstance(value, dict):
+        keys = list(value.keys())
+        if canonical:
+            keys.sort(key=lambda k: k.encode("utf-16-be"))
+        else:
+            index_keys = sorted((k for k in keys if _is_array_index(k)), key=int)
+            if index_keys:
+                keys = index_keys + [k for k in keys if not _is_array_index(k)]
+        out.append("{")
+        for position, key in enumerate(keys):
+            if position:
+                out.append(",")
+            out.append(_encode_string(key))
+            out.append(":")
+            _write(value[key], out, canonical)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for position, item in enumerate(value):
+            if position:
+                out.append(",")
+            _write(item, out, canonical)
+        out.append("]")
+    elif isinstance(value, msgspec.Struct):
+        _write(msgspec.to_builtins(value), out, canonical)
+    else:
+        raise LosslessJsonError(f"{kind.__name__} is not a JSON value")
+
+
+def encode_json(value: Any) -> bytes:
+    """Serialize like ECMAScript ``JSON.stringify`` (the bytes dsh writes)."""
+    try:
+        fast = _encoder.encode(value)
+    except UnicodeEncodeError:
+        fast = None
+    if fast is not None and not _SLOW_PATH.search(fast):
+        return fast
+    out: list[str] = []
+    _write(value, out, canonical=False)
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 (JCS) canonical form: keys sorted by UTF-16 code units, no
+    whitespace, ECMAScript numbers, ``JSON.stringify`` string escapes."""
+    out: list[str] = []
+    _write(value, out, canonical=True)
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def sha256_jcs(value: Any) -> str:
+    """Hex SHA-256 of :func:`canonical_json` of ``value``."""
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Structural, type-aware JSON equality: ``1 == 1.0``, ``True != 1``,
+    key order irrelevant, arrays (``list`` or ``tuple``) element-wise."""
+    if type(a) is bool or type(b) is bool:
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or len(a) != len(b):
+            return False
+        return all(k in b and json_equal(v, b[k]) for k, v in a.items())
+    if isinstance(a, (list, tuple)):
+        if not isinstance(b, (list, tuple)) or len(a) != len(b):
+            return False
+        return all(json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)):
+        return isinstance(b, (int, float)) and a == b
+    return type(a) is type(b) and a == b

@@ -1,0 +1,95 @@
+"""Request reconstruction (spec §6.2) and the request digest.
+
+A model request is a pure function of a log prefix. :class:`BoundaryTracker`
+finds, event by event, where each request attempt's prefix ends: the first
+``assistant/chunk`` of a ``(turn, step)``, the first chunk after a ``finish``
+(a retry), or an ``assistant/message`` of a step that logged no chunk.
+:func:`build_request` assembles the request from the folded header and the
+derived messages of that prefix, and :func:`request_digest` is the
+attestation digest: SHA-256 of its RFC 8785 (JCS) canonical JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from .jsonvalue import canonical_json, sha256_jcs
+
+__all__ = ["Boundary", "BoundaryTracker", "build_request", "request_digest", "DIGEST_ALGORITHM"]
+
+DIGEST_ALGORITHM = "sha256-jcs"
+
+
+class Boundary(NamedTuple):
+    """Where one request attempt starts: the seq of its first response event."""
+
+    turn: Any
+    step: Any
+    attempt: int
+    seq: int
+
+
+def _key(turn: Any, step: Any) -> Any:
+    if type(turn) is int and type(step) is int:
+        return (turn, step)
+    return canonical_json([turn, step])  # anything else: key by its JSON
+
+
+class BoundaryTracker:
+    """Detects request boundaries; call :meth:`observe` *before* the event at
+    ``seq`` is folded, so the current fold is exactly the request's prefix."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self) -> None:
+        # (turn, step) -> [attempts so far, next chunk opens a new attempt]
+        self._steps: dict[Any, list[Any]] = {}
+
+    def observe(self, event_type: str, seq: int, data: Any) -> Boundary | None:
+        if event_type == "assistant/chunk":
+            turn, step = data.get("turn"), data.get("step")
+            state = self._steps.setdefault(_key(turn, step), [0, True])
+            boundary = None
+            if state[1]:
+                state[0] += 1
+                state[1] = False
+                boundary = Boundary(turn, step, state[0], seq)
+            chunk = data.get("chunk")
+            if isinstance(chunk, dict) and chunk.get("type") == "finish":
+                state[1] = True
+            return boundary
+        if event_type == "assistant/message" and isinstance(data, dict):
+            turn, step = data.get("turn"), data.get("step")
+            key = _key(turn, step)
+            if key not in self._steps:
+                self._steps[key] = [1, True]
+                return Boundary(turn, step, 1, seq)
+        return None
+
+    def observe_delta_run(self, turn: Any, step: Any, seq0: int) -> Boundary | None:
+        """A packed row: delta chunks only, so at most its first member opens
+        an attempt."""
+        return self.observe("assistant/chunk", seq0, {"turn": turn, "step": step})
+
+
+def build_request(header: Any, messages: list[Any], session_id: str) -> dict[str, Any]:
+    """The request a loop sends from a prefix (spec §6.2)::
+
+        {**header.config, "messages": [...], "system"?: str, "tools"?: [...],
+         "sessionId": id}
+
+    ``adapterDefaults`` is not a request field.
+    """
+    request: dict[str, Any] = dict(header["config"])
+    request["messages"] = messages
+    if "system" in header:
+        request["system"] = header["system"]
+    if "tools" in header:
+        request["tools"] = header["tools"]
+    request["sessionId"] = session_id
+    return request
+
+
+def request_digest(request: dict[str, Any]) -> str:
+    """Hex SHA-256 of the JCS canonical JSON of a request (``sha256-jcs``)."""
+    return sha256_jcs(request)

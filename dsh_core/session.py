@@ -1,0 +1,230 @@
+"""Session logs: the validated incremental fold and the live ``SessionLog``.
+
+:class:`SessionState` is the one place where an event is checked against the
+seed/load rules (envelope, retired vocabulary, request header, message shape,
+seq contiguity, surface) and folded into surface, derived history, request
+header and request context. The storage reader, the projector and
+:class:`SessionLog` all drive it; none keeps a second copy of these rules.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from typing import Any, Callable, Iterable
+
+from msgspec import UNSET
+
+from .derive import DerivedHistory, derive_event_message
+from .errors import EnvelopeError, ForkError
+from .events import SURFACE_TYPES, Event, event_from_json
+from .header import canonical_header
+from .jsonvalue import FrozenDict, freeze, snapshot, thaw
+from .session_header import SessionHeader
+from .shapes import check_envelope, check_message_shape, check_request_header, check_retired
+from .surface import Replacement, Surface
+
+__all__ = ["SessionState", "SessionLog", "now_ms"]
+
+
+def now_ms() -> int:
+    """Wall-clock Unix epoch milliseconds (dsh's ``time``)."""
+    return _time.time_ns() // 1_000_000
+
+
+class SessionState:
+    """Incremental, validated fold of one session's events.
+
+    Keeps only what later events and derivation need: surface nodes, the data
+    of surface events, the folded request header and context. Chunk events
+    are counted, never stored.
+    """
+
+    __slots__ = ("session_id", "next_seq", "surface", "history", "header", "context",
+                 "last_time", "_surface_events", "replacements")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.next_seq = 0
+        self.surface = Surface()
+        self._surface_events: dict[int, tuple[str, Any]] = {}
+        self.history = DerivedHistory(self._project)
+        self.header: FrozenDict | None = None
+        self.context: Any = None
+        self.last_time: int | None = None
+        self.replacements: list[Replacement] = []
+
+    def _project(self, seq: int) -> Any:
+        event_type, data = self._surface_events[seq]
+        message = derive_event_message(event_type, data)
+        return None if message is None else freeze(message)
+
+    def _data_at(self, seq: int) -> tuple[str, Any]:
+        return self._surface_events[seq]
+
+    def check_and_apply(self, event: dict[str, Any]) -> None:
+        """Validate one decoded event object at the next seq and fold it.
+
+        Order follows the reference's seed validation: envelope, message and
+        header shapes, retired vocabulary, seq contiguity, then surface rules.
+        Raises a :class:`~dsh_core.errors.ValidationError` and leaves the
+        state unchanged when the event is refused.
+        """
+        index = self.next_seq
+        check_envelope(event, index)
+        event_type = event["type"]
+        seq = event["seq"]
+        data = event["data"]
+        where = f'session {self.session_id!r} seq {seq} "{event_type}"'
+        if event_type == "request/header":
+            check_request_header(data, where)
+        elif event_type in SURFACE_TYPES:
+            check_message_shape(event_type, data, where)
+        check_retired(event_type, data, where)
+        if seq != index:
+            raise EnvelopeError(f"session {self.session_id!r}: event seq {seq} is not contiguous; expected {index}")
+        plan = self.surface.plan(event_type, seq, data, event.get("surfaceOp"), event.get("sourceEventSeqs"),
+                                 "surfaceOp" in event, "sourceEventSeqs" in event, self._data_at)
+        if plan is not None:
+            self._surface_events[seq] = (event_type, data)
+            replaced = self.surface.commit(plan)
+            if replaced is not None:
+                self.replacements.append(replaced)
+        elif event_type == "request/header":
+            self.header = canonical_header(data["header"])
+        elif event_type == "request/context":
+            self.context = data
+        self.next_seq = seq + 1
+        self.last_time = event["time"]
+
+    def apply_chunk_run(self, seq0: int, count: int, last_time: int) -> None:
+        """Fold ``count`` validated ``assistant/chunk`` events from ``seq0``
+        (a decoded packed row): chunks never touch surface or headers."""
+        if seq0 != self.next_seq:
+            raise EnvelopeError(f"session {self.session_id!r}: event seq {seq0} is not contiguous; expected {self.next_seq}")
+        self.next_seq = seq0 + count
+        self.last_time = last_time
+
+    def messages(self) -> list[Any]:
+        """The derived history now: a fresh list of shared frozen messages."""
+        return self.history.messages(self.surface.nodes, self.surface.replace_generation)
+
+    def message_count(self) -> int:
+        return len(self.history.current(self.surface.nodes, self.surface.replace_generation))
+
+
+class SessionLog:
+    """An append-only session log with the spec's append, seed and fork rules.
+
+    ``seed`` (replay, resume, fork) is validated event by event like a load;
+    a seeded log then gets a ``session/end-seed`` marker unless the seed ends
+    with one. ``clock`` returns epoch milliseconds (inject one in tests).
+    """
+
+    def __init__(self, session_id: str, seed: Iterable[Event | dict[str, Any]] | None = None, *,
+                 header: SessionHeader | None = None, clock: Callable[[], int] = now_ms) -> None:
+        self._clock = clock
+        self._state = SessionState(session_id)
+        self._events: list[Event] = []
+        self._snapshot: tuple[Event, ...] | None = None
+        self.header = header if header is not None else SessionHeader(id=session_id, createdAt=clock(), delegationDepth=0)
+        if self.header.id != session_id:
+            raise EnvelopeError(f"session header id {self.header.id!r} does not match session id {session_id!r}")
+        if seed is None:
+            return
+        for index, item in enumerate(seed):
+            obj = thaw(item.to_dict()) if isinstance(item, Event) else item
+            self._admit(snapshot(obj, f"seed event at index {index}"))
+        if not self._events or self._events[-1].type != "session/end-seed":
+            self.append("session/end-seed", {})
+
+    # ------------------------------------------------------------ appending
+
+    def _admit(self, obj: dict[str, Any]) -> Event:
+        self._state.check_and_apply(obj)
+        event = event_from_json(obj)
+        self._events.append(event)
+        self._snapshot = None
+        return event
+
+    def append(self, event_type: str, data: Any, *, surface_op: Any = UNSET,
+               source_event_seqs: Any = UNSET, ignorable: bool = False) -> Event:
+        """Append one event; returns the logged (detached, frozen) event.
+
+        ``data`` must be lossless JSON; surface types need ``surface_op``.
+        Nothing changes when the event is refused.
+        """
+        where = f'session {self._state.session_id!r} seq {self._state.next_seq} "{event_type}"'
+        obj: dict[str, Any] = {"type": event_type, "seq": self._state.next_seq, "time": self._clock(),
+                               "data": snapshot(data, where)}
+        if ignorable:
+            obj["ignorable"] = True
+        if source_event_seqs is not UNSET:
+            obj["sourceEventSeqs"] = snapshot(source_event_seqs, where)
+        if surface_op is not UNSET:
+            obj["surfaceOp"] = snapshot(surface_op, where)
+        return self._admit(obj)
+
+    # ------------------------------------------------------------- reading
+
+    @property
+    def session_id(self) -> str:
+        return self._state.session_id
+
+    @property
+    def seq(self) -> int:
+        """The seq the next appended event gets (the log length)."""
+        return self._state.next_seq
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """An immutable snapshot of the log; it does not grow later."""
+        if self._snapshot is None:
+            self._snapshot = tuple(self._events)
+        return self._snapshot
+
+    @property
+    def surface_nodes(self) -> tuple[int, ...]:
+        return tuple(self._state.surface.nodes)
+
+    @property
+    def replace_generation(self) -> int:
+        return self._state.surface.replace_generation
+
+    @property
+    def replacements(self) -> tuple[Replacement, ...]:
+        return tuple(self._state.replacements)
+
+    def derive_messages(self) -> list[Any]:
+        """The model history now: a fresh list of frozen messages."""
+        return self._state.messages()
+
+    def request_header(self) -> Any:
+        """The canonical request header in force, or ``None``."""
+        return self._state.header
+
+    def request_context(self) -> Any:
+        """The latest ``request/context`` payload, or ``None``."""
+        return self._state.context
+
+    def fork(self, child_id: str, boundary: int | None = None) -> "SessionLog":
+        """A child session seeded with events ``0..boundary`` (default: last).
+
+        Refused when the boundary is not an existing seq or lies inside an
+        open turn (the last turn marker at or before it is a ``turn/start``).
+        """
+        if not self._events:
+            raise ForkError(f"session {self.session_id!r} has no events to fork")
+        last = len(self._events) - 1
+        boundary = last if boundary is None else boundary
+        if type(boundary) is not int or not 0 <= boundary <= last:
+            raise ForkError(f"session {self.session_id!r}: fork boundary {boundary!r} is not an existing seq (0..{last})")
+        for event in reversed(self._events[:boundary + 1]):
+            if event.type == "turn/start":
+                raise ForkError(f"session {self.session_id!r}: fork boundary {boundary} lies inside open turn {event.data.get('turn')!r}")
+            if event.type == "turn/end":
+                break
+        seed = self._events[:boundary + 1]
+        child_header = SessionHeader(id=child_id, createdAt=self._clock(), cwd=self.header.cwd,
+                                     parentSession=self.session_id, seedLength=len(seed),
+                                     delegationDepth=0)
+        return SessionLog(child_id, seed, header=child_header, clock=self._clock)

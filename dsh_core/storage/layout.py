@@ -1,0 +1,96 @@
+"""dsh's session directory layout (spec §8.1).
+
+::
+
+    <root>/<project_key(cwd) | "_no-cwd">/<encode_segment(id)>/session.jsonl[.zstd]
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Literal
+
+from ..errors import CorruptionError, ValidationError
+
+__all__ = ["Compression", "encode_segment", "project_key", "session_dir", "log_path",
+           "log_name", "compression_of", "find_session_files"]
+
+Compression = Literal["zstd", "none"]
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+
+
+def _units(text: str) -> Iterator[int]:
+    raw = text.encode("utf-16-le", "surrogatepass")
+    for i in range(0, len(raw), 2):
+        yield raw[i] | (raw[i + 1] << 8)
+
+
+def encode_segment(raw: str) -> str:
+    """Injective escape of any string to one safe path segment: units in
+    ``[A-Za-z0-9._-]`` stay, every other UTF-16 unit becomes ``~XXXX``."""
+    if raw == "":
+        raise ValidationError("cannot encode an empty path segment")
+    if raw == ".":
+        return "~002E"
+    if raw == "..":
+        return "~002E~002E"
+    return "".join(chr(u) if chr(u) in _SAFE else f"~{u:04X}" for u in _units(raw))
+
+
+def project_key(cwd: str) -> str:
+    """Readable, lossy project directory name of a cwd (``/a/b`` → ``--a-b--``)."""
+    if cwd == "":
+        raise ValidationError("cannot encode an empty project path")
+    out: list[str] = []
+    separator_run = False
+    for unit in _units(cwd):
+        ch = chr(unit)
+        if ch in "/\\:":
+            if not separator_run:
+                out.append("-")
+            separator_run = True
+        else:
+            out.append(ch if ch in _SAFE else f"~{unit:04X}")
+            separator_run = False
+    readable = "".join(out).lstrip("-") or "root"
+    return f"--{readable[:251]}--"
+
+
+def log_name(compression: Compression) -> str:
+    return "session.jsonl.zstd" if compression == "zstd" else "session.jsonl"
+
+
+def session_dir(root: str | os.PathLike[str], cwd: str | None, session_id: str) -> Path:
+    project = "_no-cwd" if cwd is None else project_key(cwd)
+    return Path(root) / project / encode_segment(session_id)
+
+
+def log_path(root: str | os.PathLike[str], cwd: str | None, session_id: str, compression: Compression) -> Path:
+    return session_dir(root, cwd, session_id) / log_name(compression)
+
+
+def compression_of(path: str | os.PathLike[str]) -> Compression:
+    """``zstd`` for a ``.zstd`` file name, else ``none``."""
+    return "zstd" if str(path).endswith(".zstd") else "none"
+
+
+def find_session_files(root: str | os.PathLike[str]) -> list[Path]:
+    """Every session file of a sessions root in dsh's layout, sorted.
+
+    A session directory holding both encodings is refused: a root holds one
+    encoding per session (spec §8.1).
+    """
+    found: list[Path] = []
+    root = Path(root)
+    for project in sorted(p for p in root.iterdir() if p.is_dir()):
+        for directory in sorted(p for p in project.iterdir() if p.is_dir()):
+            raw, packed = directory / "session.jsonl", directory / "session.jsonl.zstd"
+            if raw.exists() and packed.exists():
+                raise CorruptionError(f"{directory}: holds both session.jsonl and session.jsonl.zstd")
+            if packed.exists():
+                found.append(packed)
+            elif raw.exists():
+                found.append(raw)
+    return found

@@ -1,0 +1,346 @@
+"""Loading a stored session (spec §8.6–§8.9b), streamed record by record.
+
+The reference loads in stages, and a refusal's category follows from the
+earliest stage that failed, not from the earliest seq:
+
+1. reader: header line, record decoding, seq contiguity, torn tails →
+   :class:`CorruptionError` (``corrupt-storage``);
+2. format version, checked on the raw header line first →
+   :class:`FormatUnsupportedError`;
+3. retired vocabulary, legacy upgrades (incl. ``turn/end`` shapes) and
+   message shapes → ``invalid-log``;
+4. unknown event types without ``ignorable: true`` → ``unsupported-format``;
+5. crash repair (closers for an open tail turn);
+6. seed validation (envelope, request headers, seq, surface) → ``invalid-log``.
+
+Here every stage runs as each record arrives: the first failure of each
+stage is remembered, later stages stop folding once one failed, and the
+result picks the earliest stage. Nothing but the fold (and the open-turn
+state for repair) is held, so memory follows the derived history, not the
+file size.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Protocol
+
+from ..errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, ValidationError
+from ..events import KNOWN_TYPES, ROW_TAGS, SURFACE_TYPES
+from ..jsonvalue import decode_json, encode_json
+from ..session import SessionState
+from ..session_header import SessionHeader, parse_header_line
+from ..shapes import check_message_shape, check_retired, message_of
+from .framing import READ_SIZE, decompress_frame, decompress_prefix, iter_frames
+from .layout import Compression, compression_of
+from .legacy import upgrade_event
+from .records import ChunkRow, decode_row
+from .repair import OpenTurnTracker
+
+__all__ = ["LoadObserver", "LoadResult", "load_session", "load_session_bytes"]
+
+
+class LoadObserver(Protocol):
+    """Follows a load as it folds (only while no stage has failed)."""
+
+    def before_event(self, event: dict[str, Any], state: SessionState) -> None: ...
+
+    def after_event(self, event: dict[str, Any], state: SessionState) -> None: ...
+
+    def chunk_run(self, row: ChunkRow, state: SessionState) -> None: ...
+
+
+@dataclass
+class LoadResult:
+    """What loading one stored session gave."""
+
+    source: str
+    compression: Compression
+    header: SessionHeader | None = None
+    error: DshError | None = None
+    state: SessionState | None = None
+    event_count: int = 0
+    stored_count: int = 0
+    closers: list[dict[str, Any]] = field(default_factory=list)
+    #: lines of a torn final zstd frame that joined the log (rewritten by repair)
+    recovered_lines: list[bytes] = field(default_factory=list)
+    committed_bytes: int = 0
+    file_bytes: int = 0
+    dropped_text: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.error is None
+
+    @property
+    def dropped_bytes(self) -> int:
+        return self.file_bytes - self.committed_bytes if self.accepted else 0
+
+    @property
+    def repaired(self) -> bool:
+        return self.accepted and (self.dropped_bytes > 0 or bool(self.closers))
+
+
+class _Pipeline:
+    """The staged load of one session, fed one storage line at a time."""
+
+    def __init__(self, where: str, observer: LoadObserver | None) -> None:
+        self.where = where
+        self.observer = observer
+        self.header: SessionHeader | None = None
+        self.state: SessionState | None = None
+        self.count = 0  # events the reader accepted (seq contiguity)
+        self.line_no = 0
+        self.issue: CorruptionError | None = None  # a defect that may still be a crash tail
+        self.fatal: DshError | None = None  # stage 1 (or a header refusal)
+        self.stage3: DshError | None = None
+        self.stage4: DshError | None = None
+        self.stage5: DshError | None = None
+        self.stage6: DshError | None = None
+        self.tracker = OpenTurnTracker()
+        self.message_ids: dict[Any, str] = {}
+
+    # ---------------------------------------------------------------- header
+
+    def header_line(self, line: bytes) -> None:
+        try:
+            parsed = decode_json(line)
+        except DecodeError:
+            raise CorruptionError(f"{self.where}: line 1 (session header) is not valid JSON") from None
+        self.header = parse_header_line(parsed, self.where)
+        self.state = SessionState(self.header.id)
+        try:
+            self.header.validate()
+        except ValidationError as exc:
+            self.stage6 = exc
+
+    # ---------------------------------------------------------------- stage 1
+
+    def event_line(self, line: bytes) -> bool:
+        """Feed one complete line; returns whether it joined the committed prefix."""
+        self.line_no += 1
+        line_no = self.line_no + 1  # the header is line 1
+        try:
+            value = decode_json(line)
+            row = decode_row(value) if isinstance(value, dict) and value.get("type") in ROW_TAGS else None
+        except DecodeError as exc:
+            if self.issue is None:
+                self.issue = CorruptionError(f"{self.where}: line {line_no}: unparsable committed record ({exc})")
+            return False
+        if value is None:
+            raise CorruptionError(f"{self.where}: line {line_no}: a record must not be null")
+        holds_turn_end = row is None and isinstance(value, dict) and value.get("type") == "turn/end"
+        if self.issue is not None:
+            if holds_turn_end:
+                raise self._fatal_defect()
+            return False
+        seq = row.seq0 if row is not None else (value.get("seq") if isinstance(value, dict) else None)
+        if type(seq) is not int or seq != self.count:
+            self.issue = CorruptionError(
+                f"{self.where}: line {line_no}: seq gap in committed region (expected {self.count}, got {_show(seq)})")
+            if holds_turn_end:
+                raise self._fatal_defect()
+            return False
+        if row is not None:
+            self.count += row.count
+            self._rows(row)
+        else:
+            self.count += 1
+            self._event(value)
+        return True
+
+    def _fatal_defect(self) -> CorruptionError:
+        issue = self.issue
+        assert issue is not None
+        return CorruptionError(f"{issue.message}, and a later turn/end shows it is not a crash tail")
+
+    # ------------------------------------------------------------ stages 3–6
+
+    def _rows(self, row: ChunkRow) -> None:
+        # Delta chunks: known type, no message, no repair state, no surface.
+        self.tracker.observe_chunks(row.seq0 + row.count - 1, row.last_time)
+        if self.stage3 or self.stage4 or self.stage5 or self.stage6:
+            return
+        try:
+            self.state.apply_chunk_run(row.seq0, row.count, row.last_time)
+        except ValidationError as exc:
+            self.stage6 = exc
+            return
+        if self.observer is not None:
+            self.observer.chunk_run(row, self.state)
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if self.stage3 is not None:
+            return
+        session_id = self.header.id
+        seq = event.get("seq")
+        where = f"{self.where}: session {session_id!r} seq {seq}"
+        try:  # stage 3
+            check_retired(event.get("type"), event.get("data"), where)
+            event = upgrade_event(event, session_id, self.message_ids)
+            event_type = event.get("type")
+            if event_type in SURFACE_TYPES:
+                check_message_shape(event_type, event.get("data"), f'{where} "{event_type}"')
+                message = message_of(event_type, event["data"])
+                self.message_ids[seq] = message["id"]
+        except ValidationError as exc:
+            self.stage3 = exc
+            return
+        if self.stage4 is None and event_type not in KNOWN_TYPES and event.get("ignorable") is not True:
+            self.stage4 = FormatUnsupportedError(
+                f"{where}: event type {_show(event_type)} is unknown to this build and not marked ignorable; "
+                "refusing to interpret the log (it was likely written by a newer harness)")
+        if self.stage4 is not None:
+            return
+        if self.stage5 is None:
+            try:
+                self.tracker.observe(event_type, seq, event.get("time"), event.get("data"))
+            except (TypeError, KeyError, AttributeError, IndexError):
+                self.stage5 = ValidationError(f'{where} "{event_type}": payload cannot be followed for crash repair')
+        if self.stage5 is not None or self.stage6 is not None:
+            return
+        self._fold(event)
+
+    def _fold(self, event: dict[str, Any]) -> None:
+        observer, state = self.observer, self.state
+        if observer is not None:
+            observer.before_event(event, state)
+        try:
+            state.check_and_apply(event)
+        except ValidationError as exc:
+            self.stage6 = exc
+            return
+        if observer is not None:
+            observer.after_event(event, state)
+
+    # ------------------------------------------------------------------ end
+
+    def finish(self, result: LoadResult) -> LoadResult:
+        result.header = self.header
+        result.stored_count = self.count
+        for error in (self.stage3, self.stage4, self.stage5):
+            if error is not None:
+                result.error = error
+                return result
+        closers = self.tracker.closers()
+        for closer in closers:
+            if self.stage6 is None:
+                self._fold(closer)
+        if self.stage6 is not None:
+            result.error = self.stage6
+            return result
+        result.closers = closers
+        result.state = self.state
+        result.event_count = self.count + len(closers)
+        return result
+
+
+def _show(value: Any) -> str:
+    try:
+        return encode_json(value).decode()
+    except Exception:  # noqa: BLE001 - only for an error message
+        return repr(value)
+
+
+def _read_raw(stream: BinaryIO, pipeline: _Pipeline, result: LoadResult) -> None:
+    offset = 0
+    fragment = b""
+    header_done = False
+    committed = 0
+    while True:
+        chunk = stream.read(READ_SIZE)
+        if not chunk:
+            break
+        lines = (fragment + chunk).split(b"\n") if fragment else chunk.split(b"\n")
+        fragment = lines.pop()
+        for line in lines:
+            offset += len(line) + 1
+            if not header_done:
+                pipeline.header_line(line)
+                header_done = True
+                committed = offset
+            elif pipeline.event_line(line):
+                committed = offset
+    if not header_done:
+        raise CorruptionError(f"{pipeline.where}: empty or header-less session log")
+    result.file_bytes = offset + len(fragment)
+    result.committed_bytes = committed
+    if committed < result.file_bytes:
+        stream.seek(committed)
+        result.dropped_text = stream.read().decode("utf-8", "replace")
+
+
+def _read_zstd(stream: BinaryIO, pipeline: _Pipeline, result: LoadResult) -> None:
+    where = pipeline.where
+    fragment = b""
+    end = 0
+    header_done = False
+    in_prefix = True  # every line so far joined the committed prefix
+    for frame in iter_frames(stream, where):
+        if not frame.complete:
+            if not header_done:
+                break
+            if fragment:
+                raise CorruptionError(f"{where}: corrupt Zstandard session log: complete frame contains a torn JSONL record")
+            plaintext = decompress_prefix(frame.data)
+            lines = plaintext.split(b"\n")
+            lines.pop()
+            joined = True
+            for line in lines:
+                joined = pipeline.event_line(line) and joined
+                if joined:
+                    result.recovered_lines.append(line)
+            kept = sum(len(line) + 1 for line in result.recovered_lines)
+            result.dropped_text = plaintext[kept:].decode("utf-8", "replace")
+            result.committed_bytes = frame.start
+            result.file_bytes = frame.start + len(frame.data)
+            return
+        plaintext = decompress_frame(frame.data, where)
+        end = frame.start + len(frame.data)
+        if not header_done:
+            if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
+                raise CorruptionError(f"{where}: corrupt Zstandard session log: first frame is not exactly one header line")
+            pipeline.header_line(plaintext[:-1])
+            header_done = True
+            continue
+        lines = (fragment + plaintext).split(b"\n")
+        fragment = lines.pop()
+        for line in lines:
+            if not pipeline.event_line(line):
+                in_prefix = False
+    if not header_done:
+        raise CorruptionError(f"{where}: empty or header-less Zstandard session log")
+    if fragment or not in_prefix:
+        raise CorruptionError(f"{where}: corrupt Zstandard session log: complete frame contains a torn or defective JSONL record")
+    result.committed_bytes = result.file_bytes = end
+
+
+def load_session(path: str | os.PathLike[str], observer: LoadObserver | None = None,
+                 compression: Compression | None = None) -> LoadResult:
+    """Load a stored session file (raw ``.jsonl`` or ``.jsonl.zstd``)."""
+    compression = compression or compression_of(path)
+    with open(path, "rb") as stream:
+        return _load(stream, str(path), compression, observer)
+
+
+def load_session_bytes(data: bytes, source: str = "<bytes>", compression: Compression = "none",
+                       observer: LoadObserver | None = None) -> LoadResult:
+    """Load a stored session from its bytes."""
+    return _load(io.BytesIO(data), source, compression, observer)
+
+
+def _load(stream: BinaryIO, source: str, compression: Compression, observer: LoadObserver | None) -> LoadResult:
+    result = LoadResult(source=source, compression=compression)
+    pipeline = _Pipeline(source, observer)
+    try:
+        if compression == "zstd":
+            _read_zstd(stream, pipeline, result)
+        else:
+            _read_raw(stream, pipeline, result)
+    except (CorruptionError, FormatUnsupportedError) as exc:
+        result.header = pipeline.header
+        result.error = exc
+        return result
+    return pipeline.finish(result)

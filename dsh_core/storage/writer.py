@@ -1,0 +1,121 @@
+"""Writing session files in dsh's format (spec §8.4, §8.5, §8.8 commit).
+
+A file is created by its first batch: header and batch go to a temp file,
+which is fsynced and published with a hard link (never overwriting an
+existing log), then the directory is fsynced. Later batches append one zstd
+frame (or their lines) and fsync; a failed append truncates the file back.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import EnvelopeError, PipelineError
+from ..events import Event
+from ..session_header import SessionHeader
+from ..shapes import check_retired
+from .framing import compress_frame
+from .layout import Compression
+from .reader import LoadResult
+from .records import encode_records
+
+__all__ = ["encode_batch", "SessionFileWriter", "commit_repair"]
+
+
+def _as_dict(event: Event | dict[str, Any]) -> dict[str, Any]:
+    return event.to_dict() if isinstance(event, Event) else event
+
+
+def encode_batch(events: Iterable[Event | dict[str, Any]], compression: Compression, pack: bool = True) -> bytes:
+    """The bytes one append batch adds: its JSONL lines, or one zstd frame of them."""
+    text = encode_records([_as_dict(e) for e in events], pack=pack)
+    return compress_frame(text) if compression == "zstd" else text
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SessionFileWriter:
+    """The one writer of a session file; appends whole batches durably."""
+
+    def __init__(self, path: str | os.PathLike[str], header: SessionHeader, compression: Compression,
+                 next_seq: int = 0, pack: bool = True) -> None:
+        self.path = Path(path)
+        self.header = header
+        self.compression = compression
+        self.next_seq = next_seq
+        self.pack = pack
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def append(self, events: list[Event | dict[str, Any]]) -> None:
+        """Append one batch (a no-op when empty). It must start at the next
+        seq and holds no retired event types; unknown types are written."""
+        if not events:
+            return
+        batch = [_as_dict(e) for e in events]
+        first = batch[0].get("seq")
+        if first != self.next_seq:
+            raise EnvelopeError(f"{self.path}: append seq mismatch: batch starts at {first!r}, expected {self.next_seq}")
+        for event in batch:
+            check_retired(event.get("type"), event.get("data"), f"{self.path}: seq {event.get('seq')}")
+        payload = encode_batch(batch, self.compression, self.pack)
+        if self.path.exists():
+            self._append_bytes(payload)
+        else:
+            self._create(payload)
+        self.next_seq = batch[-1]["seq"] + 1
+
+    def _create(self, payload: bytes) -> None:
+        header = self.header.to_line() + b"\n"
+        head = compress_frame(header) if self.compression == "zstd" else header
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(temp, "wb") as stream:
+            stream.write(head + payload)
+            stream.flush()
+            os.fsync(stream.fileno())
+        try:
+            os.link(temp, self.path)
+        except FileExistsError:
+            raise PipelineError(f"{self.path}: a session log already exists; refusing to overwrite it") from None
+        finally:
+            temp.unlink(missing_ok=True)
+        _fsync_dir(self.path.parent)
+
+    def _append_bytes(self, payload: bytes) -> None:
+        with open(self.path, "r+b") as stream:
+            size = stream.seek(0, os.SEEK_END)
+            try:
+                stream.write(payload)
+                stream.flush()
+                os.fsync(stream.fileno())
+            except BaseException:
+                stream.truncate(size)
+                raise
+
+
+def commit_repair(path: str | os.PathLike[str], result: LoadResult) -> None:
+    """Make a load's crash repair durable: truncate the torn or dropped tail,
+    then append the recovered records (zstd) and the closers as one batch."""
+    if not result.repaired:
+        return
+    records = b"".join(line + b"\n" for line in result.recovered_lines)
+    closers = encode_records(result.closers, pack=False)
+    with open(path, "r+b") as stream:
+        stream.truncate(result.committed_bytes)
+        stream.seek(result.committed_bytes)
+        text = records + closers
+        if text:
+            stream.write(compress_frame(text) if result.compression == "zstd" else text)
+        stream.flush()
+        os.fsync(stream.fileno())
