@@ -55,7 +55,7 @@ def check_retired(event_type: str, data: Any, where: str) -> None:
     ``mode/set``, header reason ``fallback``)."""
     if event_type in RETIRED_TYPES:
         raise RequestHeaderError(f"{where} uses the retired event type {event_type!r}")
-    if event_type == "request/header" and type(data) is dict and data.get("reason") == "fallback":
+    if event_type == "request/header" and isinstance(data, dict) and data.get("reason") == "fallback":
         raise RequestHeaderError(f'{where} uses the retired request/header reason "fallback"')
 
 

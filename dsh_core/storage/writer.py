@@ -43,7 +43,12 @@ def _fsync_dir(path: Path) -> None:
 
 
 class SessionFileWriter:
-    """The one writer of a session file; appends whole batches durably."""
+    """The one writer of a session file; appends whole batches durably.
+
+    With ``next_seq == 0`` the first batch creates the file (refusing to
+    replace an existing log); otherwise batches append to the existing file,
+    whose stored next seq the caller knows (e.g. from a load).
+    """
 
     def __init__(self, path: str | os.PathLike[str], header: SessionHeader, compression: Compression,
                  next_seq: int = 0, pack: bool = True) -> None:
@@ -52,10 +57,6 @@ class SessionFileWriter:
         self.compression = compression
         self.next_seq = next_seq
         self.pack = pack
-
-    @property
-    def exists(self) -> bool:
-        return self.path.exists()
 
     def append(self, events: list[Event | dict[str, Any]]) -> None:
         """Append one batch (a no-op when empty). It must start at the next
@@ -69,10 +70,10 @@ class SessionFileWriter:
         for event in batch:
             check_retired(event.get("type"), event.get("data"), f"{self.path}: seq {event.get('seq')}")
         payload = encode_batch(batch, self.compression, self.pack)
-        if self.path.exists():
-            self._append_bytes(payload)
-        else:
+        if self.next_seq == 0:  # dsh's first append creates the file
             self._create(payload)
+        else:
+            self._append_bytes(payload)
         self.next_seq = batch[-1]["seq"] + 1
 
     def _create(self, payload: bytes) -> None:

@@ -1,0 +1,54 @@
+"""The inspect command: summaries, JSON lines, exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from dsh_core.session_header import SessionHeader
+from dsh_core.storage.records import encode_records
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", *args], capture_output=True, text=True, check=False)
+
+
+def write_log(path: Path, *events: dict, tail: bytes = b"") -> Path:
+    header = SessionHeader(id="cli-1", createdAt=5, cwd="/w", delegationDepth=0).to_line() + b"\n"
+    path.write_bytes(header + encode_records(list(events)) + tail)
+    return path
+
+
+def test_summary_of_a_good_log(tmp_path):
+    log = write_log(tmp_path / "a.jsonl", {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}},
+                    {"type": "turn/end", "seq": 1, "time": 2, "data": {"turn": 1, "reason": {"kind": "completed"}}})
+    result = run("inspect", str(log))
+    assert result.returncode == 0, result.stderr
+    assert "session cli-1 (none), 2 events, 1 turns, 0 steps, 0 requests" in result.stdout
+    assert "turn ends: completed=1" in result.stdout
+
+
+def test_refused_log_names_file_line_and_exit_code(tmp_path):
+    log = write_log(tmp_path / "bad.jsonl", {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}},
+                    tail=b'{"type":"x","seq":5,"time":1,"data":{}}\n'
+                         b'{"type":"turn/end","seq":1,"time":1,"data":{"turn":1,"reason":{"kind":"completed"}}}\n')
+    result = run("inspect", str(log))
+    assert result.returncode == 1
+    assert "REFUSED [corrupt-storage] CorruptionError" in result.stdout
+    assert f"{log}: line 3: seq gap in committed region (expected 1, got 5)" in result.stdout
+    assert "Traceback" not in result.stderr
+    as_json = json.loads(run("inspect", "--json", str(log)).stdout)
+    assert as_json["accepted"] is False and as_json["error"]["category"] == "corrupt-storage"
+
+
+def test_missing_file_and_directory_input(tmp_path):
+    result = run("inspect", str(tmp_path / "nope.jsonl"))
+    assert result.returncode == 1 and "cannot read" in result.stderr and "Traceback" not in result.stderr
+    folder = tmp_path / "root" / "--w--" / "cli-1"
+    folder.mkdir(parents=True)
+    write_log(folder / "session.jsonl", {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}})
+    listed = run("inspect", "--json", str(tmp_path / "root"))
+    report = json.loads(listed.stdout)
+    assert report["accepted"] and report["repair"]["closerCount"] == 1
