@@ -147,10 +147,13 @@ def freeze(value: Any) -> Any:
     """Return an immutable deep copy of a decoded JSON value (no validation)."""
     kind = type(value)
     if kind is dict:
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
+        return FrozenDict({k: freeze(v) if type(v) in _CONTAINERS else v for k, v in value.items()})
     if kind is list:
-        return tuple(freeze(v) for v in value)
+        return tuple([freeze(v) if type(v) in _CONTAINERS else v for v in value])
     return value
+
+
+_CONTAINERS = frozenset({dict, list})
 
 
 def thaw(value: Any) -> Any:
@@ -165,24 +168,25 @@ def thaw(value: Any) -> Any:
 # --------------------------------------------------------------------- decoding
 
 
-def _float_hook(text: str) -> float | int:
+def float_hook(text: str) -> float | int:
+    """msgspec's float hook for ``JSON.parse`` semantics (integral → int)."""
     value = float(text)
     if value.is_integer() and abs(value) <= MAX_SAFE_INTEGER:
         return int(value)  # JSON.parse: 1.0 and -0.0 are the integers 1 and 0
     return value
 
 
-_decoder = msgspec.json.Decoder(float_hook=_float_hook)
+_decoder = msgspec.json.Decoder(float_hook=float_hook)
 
 
 def _json_fallback_float(text: str) -> float | int:
     value = float(text)
     if math.isinf(value):
         raise ValueError(f"number {text} overflows a double")
-    return _float_hook(text)
+    return float_hook(text)
 
 
-def decode_json(data: bytes | str) -> Any:
+def decode_json(data: bytes | str | msgspec.Raw) -> Any:
     """Decode one JSON text the way ``JSON.parse`` does.
 
     The fast path is msgspec; texts it refuses but ECMAScript accepts (lone
@@ -192,7 +196,7 @@ def decode_json(data: bytes | str) -> Any:
         return _decoder.decode(data)
     except msgspec.DecodeError as exc:
         try:
-            text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+            text = data if isinstance(data, str) else bytes(data).decode("utf-8")
             return json.loads(text, parse_float=_json_fallback_float,
                               parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError):

@@ -16,7 +16,7 @@ from msgspec import UNSET
 
 from .derive import DerivedHistory, derive_event_message
 from .errors import EnvelopeError, ForkError
-from .events import SURFACE_TYPES, Event, event_from_json
+from .events import RETIRED_TYPES, SURFACE_TYPES, Event, event_from_json
 from .header import canonical_header
 from .jsonvalue import FrozenDict, freeze, snapshot, thaw
 from .session_header import SessionHeader
@@ -24,6 +24,9 @@ from .shapes import check_envelope, check_message_shape, check_request_header, c
 from .surface import Replacement, Surface
 
 __all__ = ["SessionState", "SessionLog", "now_ms"]
+
+# Types whose payload shapes or vocabulary are checked beyond the envelope.
+_SHAPED_TYPES = SURFACE_TYPES | RETIRED_TYPES | {"request/header"}
 
 
 def now_ms() -> int:
@@ -40,7 +43,7 @@ class SessionState:
     """
 
     __slots__ = ("session_id", "next_seq", "surface", "history", "header", "context",
-                 "last_time", "_surface_events", "replacements")
+                 "last_time", "_surface_events")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -51,50 +54,64 @@ class SessionState:
         self.header: FrozenDict | None = None
         self.context: Any = None
         self.last_time: int | None = None
-        self.replacements: list[Replacement] = []
 
     def _project(self, seq: int) -> Any:
-        event_type, data = self._surface_events[seq]
-        message = derive_event_message(event_type, data)
-        return None if message is None else freeze(message)
+        return derive_event_message(*self._surface_events[seq])
 
     def _data_at(self, seq: int) -> tuple[str, Any]:
         return self._surface_events[seq]
 
-    def check_and_apply(self, event: dict[str, Any]) -> None:
+    def message_id_at(self, seq: Any) -> Any:
+        """The message id of the current surface node ``seq``, or ``None``."""
+        found = self._surface_events.get(seq)
+        if found is None:
+            return None
+        event_type, data = found
+        return (data if event_type == "user/message" else data["message"]).get("id")
+
+    def check_and_apply(self, event: dict[str, Any], *, messages_checked: bool = False) -> Replacement | None:
         """Validate one decoded event object at the next seq and fold it.
 
         Order follows the reference's seed validation: envelope, message and
         header shapes, retired vocabulary, seq contiguity, then surface rules.
-        Raises a :class:`~dsh_core.errors.ValidationError` and leaves the
-        state unchanged when the event is refused.
+        ``messages_checked`` skips the message-shape check for a caller (the
+        storage reader) that already made it. Raises a
+        :class:`~dsh_core.errors.ValidationError` and leaves the state
+        unchanged when the event is refused. Returns the replacement a
+        ``replace`` made, so callers can keep a history of them.
         """
         index = self.next_seq
         check_envelope(event, index)
         event_type = event["type"]
         seq = event["seq"]
         data = event["data"]
-        where = f'session {self.session_id!r} seq {seq} "{event_type}"'
-        if event_type == "request/header":
-            check_request_header(data, where)
-        elif event_type in SURFACE_TYPES:
-            check_message_shape(event_type, data, where)
-        check_retired(event_type, data, where)
+        if event_type in _SHAPED_TYPES:
+            where = f'session {self.session_id!r} seq {seq} "{event_type}"'
+            if event_type == "request/header":
+                check_request_header(data, where)
+            elif event_type in SURFACE_TYPES and not messages_checked:
+                check_message_shape(event_type, data, where)
+            check_retired(event_type, data, where)
         if seq != index:
             raise EnvelopeError(f"session {self.session_id!r}: event seq {seq} is not contiguous; expected {index}")
         plan = self.surface.plan(event_type, seq, data, event.get("surfaceOp"), event.get("sourceEventSeqs"),
                                  "surfaceOp" in event, "sourceEventSeqs" in event, self._data_at)
+        replaced = None
         if plan is not None:
-            self._surface_events[seq] = (event_type, data)
+            # Only current nodes are kept (frozen once, shared by derivation):
+            # a shadowed node can never return, so memory follows the history.
+            self._surface_events[seq] = (event_type, freeze(data))
             replaced = self.surface.commit(plan)
             if replaced is not None:
-                self.replacements.append(replaced)
+                for shadowed in replaced.shadowed_seqs:
+                    del self._surface_events[shadowed]
         elif event_type == "request/header":
             self.header = canonical_header(data["header"])
         elif event_type == "request/context":
             self.context = data
         self.next_seq = seq + 1
         self.last_time = event["time"]
+        return replaced
 
     def apply_chunk_run(self, seq0: int, count: int, last_time: int) -> None:
         """Fold ``count`` validated ``assistant/chunk`` events from ``seq0``
@@ -125,6 +142,7 @@ class SessionLog:
         self._clock = clock
         self._state = SessionState(session_id)
         self._events: list[Event] = []
+        self._replacements: list[Replacement] = []
         self._snapshot: tuple[Event, ...] | None = None
         self.header = header if header is not None else SessionHeader(id=session_id, createdAt=clock(), delegationDepth=0)
         if self.header.id != session_id:
@@ -140,7 +158,9 @@ class SessionLog:
     # ------------------------------------------------------------ appending
 
     def _admit(self, obj: dict[str, Any]) -> Event:
-        self._state.check_and_apply(obj)
+        replaced = self._state.check_and_apply(obj)
+        if replaced is not None:
+            self._replacements.append(replaced)
         event = event_from_json(obj)
         self._events.append(event)
         self._snapshot = None
@@ -192,7 +212,7 @@ class SessionLog:
 
     @property
     def replacements(self) -> tuple[Replacement, ...]:
-        return tuple(self._state.replacements)
+        return tuple(self._replacements)
 
     def derive_messages(self) -> list[Any]:
         """The model history now: a fresh list of frozen messages."""

@@ -33,9 +33,9 @@ def check_envelope(event: Any, index: int) -> None:
     ``seq ≥ 0`` and ``time``, a ``data`` key, ``ignorable`` only ``true``."""
     if not isinstance(event, dict):
         raise EnvelopeError(f"event at index {index} is not a JSON object")
-    for key in event:
-        if key not in ENVELOPE_KEYS:
-            raise EnvelopeError(f"event at index {index} has an invalid envelope: unexpected key {key!r}")
+    if not ENVELOPE_KEYS.issuperset(event.keys()):
+        key = next(key for key in event if key not in ENVELOPE_KEYS)
+        raise EnvelopeError(f"event at index {index} has an invalid envelope: unexpected key {key!r}")
     seq = event.get("seq")
     time = event.get("time")
     if type(event.get("type")) is not str:

@@ -61,23 +61,25 @@ def _surface_op(event_type: str, seq: int, surface_op: Any, sources: Any, has_op
 
 
 def _check_sources(event_type: str, seq: int, sources: Any, has_sources: bool, shadowed: list[int]) -> None:
-    present: set[int] = set()
+    present: set[int] | frozenset[int] = frozenset()
     if has_sources:
         if not isinstance(sources, (list, tuple)):
             raise SurfaceError(f"seq {seq}: sourceEventSeqs must be an array when present")
-        if not sources and event_type != "assistant/message":
-            raise SurfaceError(f"seq {seq}: sourceEventSeqs must not be empty except on assistant/message")
-        later = None
-        for source in sources:
-            if not _is_seq(source):
-                raise SurfaceError(f'seq {seq}: event "{event_type}" sourceEventSeqs must contain non-negative safe integers, got {source!r}')
-            present.add(source)
-            if later is None and source >= seq:
-                later = source
-        if len(present) != len(sources):
-            raise SurfaceError(f"seq {seq}: sourceEventSeqs must not contain duplicates")
-        if later is not None:
-            raise SurfaceError(f"seq {seq}: sourceEventSeqs must reference earlier events: {later} >= current seq {seq}")
+        if not sources:
+            if event_type != "assistant/message":
+                raise SurfaceError(f"seq {seq}: sourceEventSeqs must not be empty except on assistant/message")
+        else:
+            # Whole-list checks in C; the element walk only runs to name a culprit.
+            if set(map(type, sources)) != {int} or min(sources) < 0 or max(sources) > MAX_SAFE_INTEGER:
+                culprit = next(source for source in sources if not _is_seq(source))
+                raise SurfaceError(
+                    f'seq {seq}: event "{event_type}" sourceEventSeqs must contain non-negative safe integers, got {culprit!r}')
+            present = set(sources)
+            if len(present) != len(sources):
+                raise SurfaceError(f"seq {seq}: sourceEventSeqs must not contain duplicates")
+            if max(sources) >= seq:
+                later = next(source for source in sources if source >= seq)
+                raise SurfaceError(f"seq {seq}: sourceEventSeqs must reference earlier events: {later} >= current seq {seq}")
     missing = [node for node in shadowed if node not in present]
     if missing:
         raise SurfaceError(

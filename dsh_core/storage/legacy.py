@@ -9,12 +9,14 @@ raise :class:`LegacyShapeError`. ``turn/end`` shapes are validated here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import LegacyShapeError
 from ..jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = ["legacy_message_id", "upgrade_event"]
+
+MessageIdAt = Callable[[Any], "str | None"]
 
 _PLAIN_REASONS = frozenset({"completed", "blocked", "max-tokens", "interrupted"})
 
@@ -144,11 +146,11 @@ def _replacement_start(event: dict[str, Any]) -> Any:
     return None
 
 
-def upgrade_message(event: dict[str, Any], session_id: str, message_ids: dict[Any, str]) -> dict[str, Any]:
+def upgrade_message(event: dict[str, Any], session_id: str, message_id_at: MessageIdAt) -> dict[str, Any]:
     """Wrap a pre-identity message payload into the current message shape.
 
-    ``message_ids`` maps seq → message id of earlier (upgraded) events, so a
-    replacing legacy ``tool/result`` inherits the replaced message's id.
+    ``message_id_at(seq)`` gives the message id of an earlier surface event,
+    so a replacing legacy ``tool/result`` inherits the replaced message's id.
     """
     data = _record(event.get("data"))
     if data is None:
@@ -173,7 +175,7 @@ def upgrade_message(event: dict[str, Any], session_id: str, message_ids: dict[An
         call_id = data["callId"]
         rest = {k: v for k, v in data.items() if k not in ("callId", "content", "isError")}
         start = _replacement_start(event)
-        message_id = legacy_message_id(session_id, seq) if start is None else message_ids.get(start)
+        message_id = legacy_message_id(session_id, seq) if start is None else message_id_at(start)
         message: dict[str, Any] = {"role": "user",
                                    "content": [{"type": "tool-result", "toolCallId": call_id,
                                                 "content": data["content"], "isError": data["isError"]}],
@@ -185,7 +187,7 @@ def upgrade_message(event: dict[str, Any], session_id: str, message_ids: dict[An
     return event
 
 
-def upgrade_event(event: Any, session_id: str, message_ids: dict[Any, str]) -> Any:
+def upgrade_event(event: Any, session_id: str, message_id_at: MessageIdAt) -> Any:
     """All legacy upgrades of one stored event, in the reference's order."""
     if not isinstance(event, dict):
         return event
@@ -197,5 +199,5 @@ def upgrade_event(event: Any, session_id: str, message_ids: dict[Any, str]) -> A
     elif event_type == "steering/message":
         event = upgrade_steering(event, session_id)
     if event.get("type") in ("user/message", "assistant/message", "tool/result"):
-        event = upgrade_message(event, session_id, message_ids)
+        event = upgrade_message(event, session_id, message_id_at)
     return event

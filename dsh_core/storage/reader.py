@@ -25,14 +25,17 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from ..errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, ValidationError
-from ..events import KNOWN_TYPES, ROW_TAGS, SURFACE_TYPES
-from ..jsonvalue import decode_json, encode_json
+from ..events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES
+from ..jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json, float_hook
 from ..session import SessionState
 from ..session_header import SessionHeader, parse_header_line
-from ..shapes import check_message_shape, check_retired, message_of
+from ..shapes import check_message_shape, check_retired
 from .framing import READ_SIZE, decompress_frame, decompress_prefix, iter_frames
 from .layout import Compression, compression_of
 from .legacy import upgrade_event
@@ -83,6 +86,25 @@ class LoadResult:
         return self.accepted and (self.dropped_bytes > 0 or bool(self.closers))
 
 
+# Types a legacy upgrade or the message-shape check may touch (stage 3).
+_UPGRADED_TYPES = SURFACE_TYPES | {"turn/start", "turn/end", "steering/message", "request/header"}
+
+
+class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
+    """A line that is a plain event envelope (the common case)."""
+
+    type: str
+    seq: int
+    time: int
+    data: msgspec.Raw
+    surfaceOp: Any = UNSET
+    sourceEventSeqs: Any = UNSET
+    ignorable: Literal[True] | UnsetType = UNSET
+
+
+_decode_envelope = msgspec.json.Decoder(_Envelope, float_hook=float_hook).decode
+
+
 class _Pipeline:
     """The staged load of one session, fed one storage line at a time."""
 
@@ -100,7 +122,6 @@ class _Pipeline:
         self.stage5: DshError | None = None
         self.stage6: DshError | None = None
         self.tracker = OpenTurnTracker()
-        self.message_ids: dict[Any, str] = {}
 
     # ---------------------------------------------------------------- header
 
@@ -120,6 +141,21 @@ class _Pipeline:
 
     def event_line(self, line: bytes) -> bool:
         """Feed one complete line; returns whether it joined the committed prefix."""
+        if self.issue is None:
+            # Fast path: a plain event envelope decodes straight into a Struct
+            # (payload kept as raw JSON); anything unusual takes the full path.
+            try:
+                envelope = _decode_envelope(line)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                envelope = None
+            if envelope is not None and envelope.seq == self.count and envelope.type not in ROW_TAGS:
+                self.line_no += 1
+                self.count += 1
+                self._envelope(envelope)
+                return True
+        return self._line(line)
+
+    def _line(self, line: bytes) -> bool:
         self.line_no += 1
         line_no = self.line_no + 1  # the header is line 1
         try:
@@ -158,6 +194,26 @@ class _Pipeline:
 
     # ------------------------------------------------------------ stages 3–6
 
+    def _envelope(self, envelope: _Envelope) -> None:
+        seq, time = envelope.seq, envelope.time
+        if (envelope.type == "assistant/chunk" and self.observer is None and envelope.surfaceOp is UNSET
+                and envelope.sourceEventSeqs is UNSET and envelope.ignorable is UNSET
+                and seq <= MAX_SAFE_INTEGER and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER):
+            # A chunk passes stages 3-5 untouched and folds to a count: its
+            # payload need not be built at all.
+            self.tracker.observe_chunks(seq, time)
+            if not (self.stage3 or self.stage4 or self.stage5 or self.stage6):
+                self.state.apply_chunk_run(seq, 1, time)
+            return
+        event: dict[str, Any] = {"type": envelope.type, "seq": seq, "time": time, "data": decode_json(envelope.data)}
+        if envelope.surfaceOp is not UNSET:
+            event["surfaceOp"] = envelope.surfaceOp
+        if envelope.sourceEventSeqs is not UNSET:
+            event["sourceEventSeqs"] = envelope.sourceEventSeqs
+        if envelope.ignorable is not UNSET:
+            event["ignorable"] = envelope.ignorable
+        self._event(event)
+
     def _rows(self, row: ChunkRow) -> None:
         # Delta chunks: known type, no message, no repair state, no surface.
         self.tracker.observe_chunks(row.seq0 + row.count - 1, row.last_time)
@@ -174,41 +230,43 @@ class _Pipeline:
     def _event(self, event: dict[str, Any]) -> None:
         if self.stage3 is not None:
             return
-        session_id = self.header.id
-        seq = event.get("seq")
-        where = f"{self.where}: session {session_id!r} seq {seq}"
+        event_type = event.get("type")
         try:  # stage 3
-            check_retired(event.get("type"), event.get("data"), where)
-            event = upgrade_event(event, session_id, self.message_ids)
-            event_type = event.get("type")
-            if event_type in SURFACE_TYPES:
-                check_message_shape(event_type, event.get("data"), f'{where} "{event_type}"')
-                message = message_of(event_type, event["data"])
-                self.message_ids[seq] = message["id"]
+            if event_type in _UPGRADED_TYPES:
+                check_retired(event_type, event.get("data"), self._where(event))
+                event = upgrade_event(event, self.header.id, self.state.message_id_at)
+                event_type = event.get("type")
+                if event_type in SURFACE_TYPES:
+                    check_message_shape(event_type, event.get("data"), self._where(event))
+            elif event_type in RETIRED_TYPES:
+                check_retired(event_type, event.get("data"), self._where(event))
         except ValidationError as exc:
             self.stage3 = exc
             return
         if self.stage4 is None and event_type not in KNOWN_TYPES and event.get("ignorable") is not True:
             self.stage4 = FormatUnsupportedError(
-                f"{where}: event type {_show(event_type)} is unknown to this build and not marked ignorable; "
-                "refusing to interpret the log (it was likely written by a newer harness)")
+                f"{self._where(event)}: event type {_show(event_type)} is unknown to this build and not marked "
+                "ignorable; refusing to interpret the log (it was likely written by a newer harness)")
         if self.stage4 is not None:
             return
         if self.stage5 is None:
             try:
-                self.tracker.observe(event_type, seq, event.get("time"), event.get("data"))
+                self.tracker.observe(event_type, event.get("seq"), event.get("time"), event.get("data"))
             except (TypeError, KeyError, AttributeError, IndexError):
-                self.stage5 = ValidationError(f'{where} "{event_type}": payload cannot be followed for crash repair')
+                self.stage5 = ValidationError(f"{self._where(event)}: payload cannot be followed for crash repair")
         if self.stage5 is not None or self.stage6 is not None:
             return
         self._fold(event)
+
+    def _where(self, event: dict[str, Any]) -> str:
+        return f'{self.where}: session {self.header.id!r} seq {event.get("seq")} "{event.get("type")}"'
 
     def _fold(self, event: dict[str, Any]) -> None:
         observer, state = self.observer, self.state
         if observer is not None:
             observer.before_event(event, state)
         try:
-            state.check_and_apply(event)
+            state.check_and_apply(event, messages_checked=True)
         except ValidationError as exc:
             self.stage6 = exc
             return

@@ -9,6 +9,7 @@ bytes for any batch dsh wrote.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any, Iterable, NamedTuple
 
 from ..errors import DecodeError
@@ -24,6 +25,8 @@ MIN_RUN = 3
 DELTA_TYPE = {"text-chunks": "text-delta", "reasoning-chunks": "reasoning-delta", "tool-call-chunks": "tool-call-delta"}
 _ROW_OF_DELTA = {v: k for k, v in DELTA_TYPE.items()}
 
+_STR = {str}
+_INT = {int}
 _ROW_KEYS = frozenset({"type", "seq0", "time0", "data"})
 _TEXT_KEYS = frozenset({"turn", "step", "index", "dt", "texts"})
 _TOOL_KEYS = frozenset({"turn", "step", "index", "id", "dt", "args"})
@@ -52,14 +55,11 @@ class ChunkRow(NamedTuple):
     call_id: str | None
     name: str | None
     has_name: bool
+    last_time: int
 
     @property
     def count(self) -> int:
         return len(self.members)
-
-    @property
-    def last_time(self) -> int:
-        return self.time0 + sum(self.dt)
 
     def expand(self) -> list[dict[str, Any]]:
         """The exact original ``assistant/chunk`` events, in order."""
@@ -118,21 +118,20 @@ def decode_row(value: dict[str, Any]) -> ChunkRow:
     turn, step, index = data["turn"], data["step"], data["index"]
     if not (_number(turn) and _number(step) and _number(index)):
         raise malformed("turn/step/index must be numbers")
-    if type(members) is not list or not members or any(type(m) is not str for m in members):
+    if type(members) is not list or not members or set(map(type, members)) != _STR:
         raise malformed(f"{member_key} must be a non-empty string array")
     dt = data["dt"]
-    if type(dt) is not list or any(not _safe(gap) for gap in dt):
+    if type(dt) is not list or (dt and (set(map(type, dt)) != _INT or min(dt) < -MAX_SAFE_INTEGER
+                                        or max(dt) > MAX_SAFE_INTEGER)):
         raise malformed("dt must be an array of safe integers")
     if len(dt) != len(members) - 1:
         raise malformed(f"dt length {len(dt)} does not match {len(members)} members")
     if seq0 + len(members) - 1 > MAX_SAFE_INTEGER:
         raise malformed("member seqs must stay safe integers")
-    time = time0
-    for gap in dt:
-        time += gap
-        if not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
-            raise malformed("member times must stay safe integers")
-    return ChunkRow(tag, seq0, time0, turn, step, index, dt, members, call_id, name, has_name)
+    times = list(accumulate(dt, initial=time0))
+    if min(times) < -MAX_SAFE_INTEGER or max(times) > MAX_SAFE_INTEGER:
+        raise malformed("member times must stay safe integers")
+    return ChunkRow(tag, seq0, time0, turn, step, index, dt, members, call_id, name, has_name, times[-1])
 
 
 # ------------------------------------------------------------------ packing

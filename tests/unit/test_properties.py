@@ -7,7 +7,15 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsh_core.errors import CorruptionError, EnvelopeError, MessageShapeError, RequestHeaderError, SurfaceError
+from dsh_core.errors import (
+    CorruptionError,
+    EnvelopeError,
+    FormatUnsupportedError,
+    MessageShapeError,
+    RequestHeaderError,
+    SurfaceError,
+)
+from dsh_core.events import KNOWN_TYPES
 from dsh_core.jsonvalue import decode_json, encode_json, thaw
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
@@ -79,6 +87,10 @@ def test_mutations_are_refused_with_the_right_error(case):
         assert isinstance(result.error, CorruptionError) or (result.accepted and result.dropped_bytes > 0)
     elif kind == "replace-start-zero":  # node 0 may be the range start already
         assert result.accepted or isinstance(result.error, SurfaceError)
+    elif kind == "ignorable-false" and events[int(name.split("@")[1])]["type"] not in KNOWN_TYPES:
+        # an unknown type without ignorable:true is refused (stage 4) before
+        # the envelope is validated (stage 6)
+        assert isinstance(result.error, FormatUnsupportedError), (name, result.error)
     elif kind == "sources-empty" and result.accepted:
         assert all(e["type"] == "assistant/message" for e in events if e.get("sourceEventSeqs") == [])
     else:

@@ -1,0 +1,109 @@
+"""dsh_core throughput against the reference, and inspect's memory.
+
+    python -m benchmarks.core [--repeat-events N] [--big-mb MB]
+
+1. Decode, validate and derive every corpus log the reference restores,
+   repeated to at least N events (default 200k), with dsh_core's loader and,
+   in the same run, with the reference npm package under Node (parse each
+   line, decodeStorageRecord, Session.fromRestore, deriveMessages). Prints
+   events/s of both and the ratio.
+2. Generates a session file of realistic mix (mostly streamed chunk rows, a
+   long agent session that compacts its history) of --big-mb MB and reports
+   the peak RSS of `dsh-pipeline inspect` on it.
+
+The last line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dsh_core.storage.reader import load_session_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT.parent / "shared" / "corpus"))
+REFERENCE_DIR = Path(os.environ.get("DSH_REFERENCE_DIR", Path.home() / ".cache" / "dsh-pipeline" / "reference"))
+
+
+def reference_run(paths: list[Path], repeat: int) -> dict:
+    request = json.dumps({"op": "restoreFiles", "cases": [{"paths": [str(p) for p in paths], "repeat": repeat}]})
+    done = subprocess.run(["node", str(ROOT / "tools" / "reference" / "driver.mjs")], input=request.encode(),
+                          capture_output=True, check=True, env={**os.environ, "DSH_REFERENCE_DIR": str(REFERENCE_DIR)})
+    return json.loads(done.stdout)[0]
+
+
+def ours_run(blobs: list[bytes], repeat: int) -> tuple[int, float]:
+    events = 0
+    start = time.perf_counter()
+    for _ in range(repeat):
+        for blob in blobs:
+            result = load_session_bytes(blob)
+            result.state.messages()
+            events += result.stored_count
+    return events, time.perf_counter() - start
+
+
+def throughput(min_events: int) -> dict:
+    paths = sorted((CORPUS / "dsh-real").glob("*.jsonl"))
+    probe = reference_run(paths, 1)
+    usable = [p for p in paths if str(p) not in set(probe["refused"])]
+    per_pass = probe["events"]
+    repeat = max(1, -(-min_events // per_pass))
+    blobs = [p.read_bytes() for p in usable]
+    for blob in blobs:  # every usable log must load here too
+        assert load_session_bytes(blob).accepted
+    best_ours = best_ref = 0.0
+    for _ in range(3):  # best of three, both sides alike
+        events, seconds = ours_run(blobs, repeat)
+        best_ours = max(best_ours, events / seconds)
+        ref = reference_run(usable, repeat)
+        best_ref = max(best_ref, ref["events"] / ref["seconds"])
+    print(f"corpus: {len(usable)} logs the reference restores, {per_pass} events per pass, x{repeat} "
+          f"= {per_pass * repeat} events")
+    print(f"dsh_core : {best_ours:12,.0f} events/s")
+    print(f"reference: {best_ref:12,.0f} events/s (Node {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()})")
+    print(f"ratio    : {best_ours / best_ref:.2f}x")
+    return {"ours_events_per_s": round(best_ours), "reference_events_per_s": round(best_ref),
+            "ratio": round(best_ours / best_ref, 3), "events_per_pass": per_pass, "repeat": repeat}
+
+
+def big_session_rss(megabytes: int) -> dict:
+    from benchmarks.bigsession import write_big_session
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "big.jsonl"
+        stats = write_big_session(path, megabytes * 1_000_000)
+        start = time.perf_counter()
+        child = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "inspect", str(path)],
+                               capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        if child.returncode != 0:
+            raise SystemExit(f"inspect failed on the generated file: {child.stdout}{child.stderr}")
+    print(f"big session: {stats['bytes'] / 1e6:.0f} MB, {stats['events']:,} events "
+          f"({stats['chunk_events']:,} chunks), inspect took {seconds:.1f} s, peak RSS {peak_kb / 1024:.0f} MB")
+    print(child.stdout.strip())
+    return {"big_session_mb": round(stats["bytes"] / 1e6), "big_session_events": stats["events"],
+            "inspect_seconds": round(seconds, 1), "inspect_peak_rss_mb": round(peak_kb / 1024)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat-events", type=int, default=200_000)
+    parser.add_argument("--big-mb", type=int, default=500)
+    args = parser.parse_args()
+    figures = throughput(args.repeat_events)
+    if args.big_mb > 0:
+        figures |= big_session_rss(args.big_mb)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
