@@ -7,11 +7,12 @@
    in the same run, with the reference npm package under Node (parse each
    line, decodeStorageRecord, Session.fromRestore, deriveMessages). Prints
    events/s of both and the ratio.
-2. Generates a session file of realistic mix (mostly streamed chunk rows, a
+2. The same race on a generated 20 MB long session (mostly chunk rows).
+3. Generates a session file of realistic mix (mostly streamed chunk rows, a
    long agent session that compacts its history) of --big-mb MB and reports
    the peak RSS of `dsh-pipeline inspect` on it.
 
-The last line is one JSON object with the figures.
+The last line is one JSON object with the figures; ``ratio`` is the corpus one.
 """
 
 from __future__ import annotations
@@ -75,16 +76,42 @@ def throughput(min_events: int) -> dict:
             "ratio": round(best_ours / best_ref, 3), "events_per_pass": per_pass, "repeat": repeat}
 
 
+def long_session_ratio(megabytes: int) -> dict:
+    """The same race on one generated long session (mostly chunk rows)."""
+    from benchmarks.bigsession import write_big_session
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "long.jsonl"
+        write_big_session(path, megabytes * 1_000_000)
+        blob = path.read_bytes()
+        events, seconds = min((ours_run([blob], 1) for _ in range(3)), key=lambda run: run[1])
+        ref = min((reference_run([path], 1) for _ in range(3)), key=lambda run: run["seconds"])
+    ours_rate, ref_rate = events / seconds, ref["events"] / ref["seconds"]
+    print(f"long session ({megabytes} MB, {events:,} events): dsh_core {ours_rate:,.0f} events/s, "
+          f"reference {ref_rate:,.0f} events/s, ratio {ours_rate / ref_rate:.2f}x")
+    return {"long_session_ours_events_per_s": round(ours_rate), "long_session_reference_events_per_s": round(ref_rate),
+            "long_session_ratio": round(ours_rate / ref_rate, 3)}
+
+
+_MEASURED_INSPECT = """
+import resource, sys
+from dsh_pipeline.cli import main
+status = main(["inspect", sys.argv[1]])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(status)
+"""
+
+
 def big_session_rss(megabytes: int) -> dict:
     from benchmarks.bigsession import write_big_session
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.jsonl"
         stats = write_big_session(path, megabytes * 1_000_000)
         start = time.perf_counter()
-        child = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "inspect", str(path)],
+        # The child reports its own peak RSS, so no other process is counted.
+        child = subprocess.run([sys.executable, "-c", _MEASURED_INSPECT, str(path)],
                                capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - start
-        peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        peak_kb = int(child.stderr.strip().splitlines()[-1]) if child.returncode == 0 else 0
         if child.returncode != 0:
             raise SystemExit(f"inspect failed on the generated file: {child.stdout}{child.stderr}")
     print(f"big session: {stats['bytes'] / 1e6:.0f} MB, {stats['events']:,} events "
@@ -100,6 +127,7 @@ def main() -> None:
     parser.add_argument("--big-mb", type=int, default=500)
     args = parser.parse_args()
     figures = throughput(args.repeat_events)
+    figures |= long_session_ratio(20)
     if args.big_mb > 0:
         figures |= big_session_rss(args.big_mb)
     print(json.dumps(figures))

@@ -27,6 +27,8 @@ class RequestRecord(dict):
 class LogAnalysis:
     """Load observer collecting turns, requests and usage."""
 
+    watched_types = frozenset({"assistant/chunk", "assistant/message", "turn/start", "step/start", "turn/end"})
+
     def __init__(self, keep_requests: bool = True) -> None:
         self.keep_requests = keep_requests
         self.boundaries = BoundaryTracker()
@@ -36,7 +38,6 @@ class LogAnalysis:
         self.steps = 0
         self.usage: dict[tuple[str, str], Counter[str]] = {}
         self.end_reasons: Counter[str] = Counter()
-        self.event_types: Counter[str] = Counter()
 
     def _request(self, boundary: Boundary | None, state: SessionState) -> None:
         if boundary is None:
@@ -54,7 +55,6 @@ class LogAnalysis:
 
     def after_event(self, event: dict[str, Any], state: SessionState) -> None:
         event_type, data = event["type"], event["data"]
-        self.event_types[event_type] += 1
         if event_type == "turn/start":
             self.turns.append({"turn": data.get("turn"), "reason": None, "steps": 0})
         elif event_type == "step/start":
@@ -80,5 +80,4 @@ class LogAnalysis:
                         totals[name] += value
 
     def chunk_run(self, row: ChunkRow, state: SessionState) -> None:
-        self.event_types["assistant/chunk"] += row.count
         self._request(self.boundaries.observe_delta_run(row.turn, row.step, row.seq0), state)

@@ -147,13 +147,18 @@ def freeze(value: Any) -> Any:
     """Return an immutable deep copy of a decoded JSON value (no validation)."""
     kind = type(value)
     if kind is dict:
-        return FrozenDict({k: freeze(v) if type(v) in _CONTAINERS else v for k, v in value.items()})
+        out = FrozenDict(value)
+        for key, item in value.items():
+            kind = type(item)
+            if kind is dict or kind is list:
+                _dict_set(out, key, freeze(item))
+        return out
     if kind is list:
-        return tuple([freeze(v) if type(v) in _CONTAINERS else v for v in value])
+        return tuple([freeze(v) if type(v) is dict or type(v) is list else v for v in value])
     return value
 
 
-_CONTAINERS = frozenset({dict, list})
+_dict_set = dict.__setitem__
 
 
 def thaw(value: Any) -> Any:

@@ -86,7 +86,8 @@ class SessionState:
         seq = event["seq"]
         data = event["data"]
         if event_type in _SHAPED_TYPES:
-            where = f'session {self.session_id!r} seq {seq} "{event_type}"'
+            def where() -> str:
+                return f'session {self.session_id!r} seq {seq} "{event_type}"'
             if event_type == "request/header":
                 check_request_header(data, where)
             elif event_type in SURFACE_TYPES and not messages_checked:
@@ -94,15 +95,15 @@ class SessionState:
             check_retired(event_type, data, where)
         if seq != index:
             raise EnvelopeError(f"session {self.session_id!r}: event seq {seq} is not contiguous; expected {index}")
-        plan = self.surface.plan(event_type, seq, data, event.get("surfaceOp"), event.get("sourceEventSeqs"),
-                                 "surfaceOp" in event, "sourceEventSeqs" in event, self._data_at)
+        admitted = self.surface.admit(event_type, seq, data, event.get("surfaceOp"), event.get("sourceEventSeqs"),
+                                      "surfaceOp" in event, "sourceEventSeqs" in event, self._data_at)
         replaced = None
-        if plan is not None:
+        if admitted is not False:
             # Only current nodes are kept (frozen once, shared by derivation):
             # a shadowed node can never return, so memory follows the history.
             self._surface_events[seq] = (event_type, freeze(data))
-            replaced = self.surface.commit(plan)
-            if replaced is not None:
+            if admitted is not True:
+                replaced = admitted
                 for shadowed in replaced.shadowed_seqs:
                     del self._surface_events[shadowed]
         elif event_type == "request/header":

@@ -6,13 +6,14 @@ more of the payload than its rule reads (block internals are not checked).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .errors import EnvelopeError, MessageShapeError, RequestHeaderError
 from .events import RETIRED_TYPES
 from .jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = [
+    "Where",
     "ENVELOPE_KEYS",
     "check_envelope",
     "check_retired",
@@ -20,6 +21,15 @@ __all__ = [
     "check_request_header",
     "message_of",
 ]
+
+#: Where an event sits, for messages: text, or a function that builds it (so
+#: hot paths only pay for the text when something is wrong).
+Where = str | Callable[[], str]
+
+
+def _at(where: Where) -> str:
+    return where if isinstance(where, str) else where()
+
 
 ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})
 
@@ -50,13 +60,13 @@ def check_envelope(event: Any, index: int) -> None:
         raise EnvelopeError(f"event at index {index} (seq {seq}) has an invalid envelope: ignorable must be true when present")
 
 
-def check_retired(event_type: str, data: Any, where: str) -> None:
+def check_retired(event_type: str, data: Any, where: Where) -> None:
     """Reject the retired vocabulary of spec §8.10 (``request/header-delta``,
     ``mode/set``, header reason ``fallback``)."""
     if event_type in RETIRED_TYPES:
-        raise RequestHeaderError(f"{where} uses the retired event type {event_type!r}")
+        raise RequestHeaderError(f"{_at(where)} uses the retired event type {event_type!r}")
     if event_type == "request/header" and isinstance(data, dict) and data.get("reason") == "fallback":
-        raise RequestHeaderError(f'{where} uses the retired request/header reason "fallback"')
+        raise RequestHeaderError(f'{_at(where)} uses the retired request/header reason "fallback"')
 
 
 def message_of(event_type: str, data: Any) -> Any:
@@ -72,58 +82,58 @@ def _nonempty_str(value: Any) -> bool:
     return type(value) is str and value != ""
 
 
-def check_message_shape(event_type: str, data: Any, where: str) -> None:
+def check_message_shape(event_type: str, data: Any, where: Where) -> None:
     """Message shape of spec §8.6 step 5 for the three surface types."""
     message = message_of(event_type, data)
     if not isinstance(message, dict) or not _nonempty_str(message.get("id")):
-        raise MessageShapeError(f"{where} lacks an identified message (a non-empty string id)")
+        raise MessageShapeError(f"{_at(where)} lacks an identified message (a non-empty string id)")
     expected_role = "assistant" if event_type == "assistant/message" else "user"
     if message.get("role") != expected_role:
-        raise MessageShapeError(f'{where}: message role must be "{expected_role}", got {message.get("role")!r}')
+        raise MessageShapeError(f'{_at(where)}: message role must be "{expected_role}", got {message.get("role")!r}')
     source = message.get("source")
     if not isinstance(source, dict) or not _nonempty_str(source.get("kind")):
-        raise MessageShapeError(f"{where}: message source must be an object with a non-empty string kind")
+        raise MessageShapeError(f"{_at(where)}: message source must be an object with a non-empty string kind")
     content = message.get("content")
     if not isinstance(content, (list, tuple)):
-        raise MessageShapeError(f"{where}: message content must be an array")
+        raise MessageShapeError(f"{_at(where)}: message content must be an array")
     if event_type == "assistant/message":
         if source.get("kind") != "model" or not _nonempty_str(source.get("provider")) or not _nonempty_str(source.get("model")):
-            raise MessageShapeError(f'{where}: assistant message source must be kind "model" with provider and model')
+            raise MessageShapeError(f'{_at(where)}: assistant message source must be kind "model" with provider and model')
         return
     if event_type != "tool/result":
         return
     if source.get("kind") != "tool" or not _nonempty_str(source.get("callId")):
-        raise MessageShapeError(f'{where}: tool result source must be kind "tool" with a non-empty callId')
+        raise MessageShapeError(f'{_at(where)}: tool result source must be kind "tool" with a non-empty callId')
     block = content[0] if len(content) == 1 else None
     if not isinstance(block, dict) or block.get("type") != "tool-result" or not isinstance(block.get("content"), (list, tuple)):
-        raise MessageShapeError(f"{where}: tool result message must hold exactly one tool-result block with array content")
+        raise MessageShapeError(f"{_at(where)}: tool result message must hold exactly one tool-result block with array content")
     if block.get("toolCallId") != source.get("callId"):
         raise MessageShapeError(
-            f"{where}: tool-result toolCallId {block.get('toolCallId')!r} does not match source callId {source.get('callId')!r}")
+            f"{_at(where)}: tool-result toolCallId {block.get('toolCallId')!r} does not match source callId {source.get('callId')!r}")
 
 
-def check_request_header(data: Any, where: str) -> None:
+def check_request_header(data: Any, where: Where) -> None:
     """Load-time checks of a ``request/header`` payload (spec §6.1)."""
     header = data.get("header") if isinstance(data, dict) else None
     header = header if isinstance(header, dict) else None
     config = header.get("config") if header is not None else None
     if not isinstance(config, dict) or not _nonempty_str(config.get("provider")) or not _nonempty_str(config.get("model")):
-        raise RequestHeaderError(f"{where}: request header config lacks provider/model")
+        raise RequestHeaderError(f"{_at(where)}: request header config lacks provider/model")
     effort = config.get("reasoningEffort", _ABSENT)
     if effort is not _ABSENT and not _nonempty_str(effort):
-        raise RequestHeaderError(f"{where}: request header reasoningEffort must be a non-empty string")
+        raise RequestHeaderError(f"{_at(where)}: request header reasoningEffort must be a non-empty string")
     defaults = header.get("adapterDefaults", _ABSENT)
     if defaults is _ABSENT:
         return
     if not isinstance(defaults, dict):
-        raise RequestHeaderError(f"{where}: adapterDefaults must be an object")
+        raise RequestHeaderError(f"{_at(where)}: adapterDefaults must be an object")
     for key, marker in defaults.items():
         if key not in ("reasoningEffort", "maxTokens"):
-            raise RequestHeaderError(f"{where}: adapterDefaults has unexpected key {key!r}")
+            raise RequestHeaderError(f"{_at(where)}: adapterDefaults has unexpected key {key!r}")
         if marker is not True:
-            raise RequestHeaderError(f"{where}: adapterDefaults.{key} must be true")
+            raise RequestHeaderError(f"{_at(where)}: adapterDefaults.{key} must be true")
         if key not in config:
-            raise RequestHeaderError(f"{where}: adapterDefaults.{key} is set but config.{key} is absent")
+            raise RequestHeaderError(f"{_at(where)}: adapterDefaults.{key} is set but config.{key} is absent")
 
 
 _ABSENT: Any = object()

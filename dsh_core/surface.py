@@ -1,8 +1,8 @@
 """The model-visible surface (spec §4): which seqs currently produce messages.
 
-:class:`Surface` validates one candidate event against the rules of §4.1 in
-the reference's order and returns a plan; :meth:`Surface.commit` applies it.
-Validation never mutates, so a rejected event leaves the surface unchanged.
+:meth:`Surface.admit` validates one candidate event against the rules of
+§4.1 in the reference's order, then applies it; nothing changes before every
+rule has passed, so a rejected event leaves the surface unchanged.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .errors import SurfaceError
 from .events import SURFACE_TYPES
 from .jsonvalue import MAX_SAFE_INTEGER, json_equal
 
-__all__ = ["Surface", "SurfacePlan", "Replacement", "fold_surface"]
+__all__ = ["Surface", "Replacement", "fold_surface"]
 
 
 class Replacement(NamedTuple):
@@ -27,42 +27,14 @@ class Replacement(NamedTuple):
     shadowed_seqs: tuple[int, ...]
 
 
-class SurfacePlan(NamedTuple):
-    """A validated transition: ``append`` (start_index is None) or ``replace``."""
-
-    seq: int
-    start_index: int | None = None
-    end_index: int | None = None
-    start: int = 0
-    end: int = 0
-
-
 def _is_seq(value: Any) -> bool:
     return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
-def _surface_op(event_type: str, seq: int, surface_op: Any, sources: Any, has_op: bool, has_sources: bool) -> Any:
-    if event_type not in SURFACE_TYPES:
-        if has_op:
-            raise SurfaceError(f'seq {seq}: event "{event_type}" is not surface-eligible and cannot carry surfaceOp')
-        if has_sources:
-            raise SurfaceError(f'seq {seq}: event "{event_type}" is not surface-eligible and cannot carry sourceEventSeqs')
-        return None
-    if not has_op:
-        raise SurfaceError(f'seq {seq}: event "{event_type}" is surface-eligible and requires a surfaceOp')
-    if surface_op == "append" and type(surface_op) is str:
-        return surface_op
-    if not isinstance(surface_op, dict):
-        raise SurfaceError(f'seq {seq}: event "{event_type}" carries an invalid surfaceOp {surface_op!r}')
-    if (len(surface_op) != 3 or surface_op.get("op") != "replace"
-            or not _is_seq(surface_op.get("start")) or not _is_seq(surface_op.get("end"))):
-        raise SurfaceError(f'seq {seq}: event "{event_type}" carries an invalid replace surfaceOp {dict(surface_op)!r}')
-    return surface_op
-
-
-def _check_sources(event_type: str, seq: int, sources: Any, has_sources: bool, shadowed: list[int]) -> None:
+def _check_sources(event_type: str, seq: int, sources: Any, shadowed: list[int]) -> None:
+    """``sourceEventSeqs`` rules (§4.1 steps 5–6); ``None`` means absent."""
     present: set[int] | frozenset[int] = frozenset()
-    if has_sources:
+    if sources is not None:
         if not isinstance(sources, (list, tuple)):
             raise SurfaceError(f"seq {seq}: sourceEventSeqs must be an array when present")
         if not sources:
@@ -107,21 +79,35 @@ class Surface:
         self.nodes: list[int] = []
         self.replace_generation = 0
 
-    def plan(self, event_type: str, seq: int, data: Any, surface_op: Any, sources: Any,
-             has_op: bool, has_sources: bool, data_at: Callable[[int], tuple[str, Any]]) -> SurfacePlan | None:
-        """Validate a candidate event (spec §4.1 steps 2–7).
+    def admit(self, event_type: str, seq: int, data: Any, surface_op: Any, sources: Any,
+              has_op: bool, has_sources: bool, data_at: Callable[[int], tuple[str, Any]]) -> Replacement | bool:
+        """Validate a candidate event (spec §4.1 steps 2–7), then apply it.
 
+        Returns ``False`` for a non-surface event, ``True`` for an append and
+        the :class:`Replacement` for a replace. Everything is checked before
+        anything changes, so a refused event leaves the surface as it was.
         ``data_at(seq)`` returns ``(type, data)`` of an earlier surface event;
         it is only called for a ``tool/result`` replacing another node.
-        Returns ``None`` for a non-surface event.
         """
-        op = _surface_op(event_type, seq, surface_op, sources, has_op, has_sources)
-        if op is None:
-            return None
-        if op == "append" and type(op) is str:
-            _check_sources(event_type, seq, sources, has_sources, [])
-            return SurfacePlan(seq)
-        start, end = op["start"], op["end"]
+        if event_type not in SURFACE_TYPES:
+            if has_op:
+                raise SurfaceError(f'seq {seq}: event "{event_type}" is not surface-eligible and cannot carry surfaceOp')
+            if has_sources:
+                raise SurfaceError(f'seq {seq}: event "{event_type}" is not surface-eligible and cannot carry sourceEventSeqs')
+            return False
+        if surface_op == "append" and type(surface_op) is str:
+            if has_sources:
+                _check_sources(event_type, seq, sources, [])
+            self.nodes.append(seq)
+            return True
+        if not has_op:
+            raise SurfaceError(f'seq {seq}: event "{event_type}" is surface-eligible and requires a surfaceOp')
+        if not isinstance(surface_op, dict):
+            raise SurfaceError(f'seq {seq}: event "{event_type}" carries an invalid surfaceOp {surface_op!r}')
+        if (len(surface_op) != 3 or surface_op.get("op") != "replace"
+                or not _is_seq(surface_op.get("start")) or not _is_seq(surface_op.get("end"))):
+            raise SurfaceError(f'seq {seq}: event "{event_type}" carries an invalid replace surfaceOp {dict(surface_op)!r}')
+        start, end = surface_op["start"], surface_op["end"]
         nodes = self.nodes
         try:
             start_index = nodes.index(start)
@@ -135,7 +121,7 @@ class Surface:
             raise SurfaceError(
                 f"seq {seq}: surface replace: start seq {start} (index {start_index}) is after end seq {end} (index {end_index})")
         shadowed = nodes[start_index:end_index + 1]
-        _check_sources(event_type, seq, sources, has_sources, shadowed)
+        _check_sources(event_type, seq, sources if has_sources else None, shadowed)
         if event_type == "tool/result":
             if len(shadowed) != 1:
                 raise SurfaceError(f"seq {seq}: tool/result surface replacement must rewrite exactly one current node")
@@ -144,17 +130,9 @@ class Surface:
                 raise SurfaceError(f"seq {seq}: tool/result surface replacement must target a current tool/result")
             if not json_equal(_tool_result_rest(original_data), _tool_result_rest(data)):
                 raise SurfaceError(f"seq {seq}: tool/result surface replacement may change only content")
-        return SurfacePlan(seq, start_index, end_index, start, end)
-
-    def commit(self, plan: SurfacePlan) -> Replacement | None:
-        """Apply a plan made by :meth:`plan` against the current state."""
-        if plan.start_index is None:
-            self.nodes.append(plan.seq)
-            return None
-        shadowed = tuple(self.nodes[plan.start_index:plan.end_index + 1])
-        self.nodes[plan.start_index:plan.end_index + 1] = [plan.seq]
+        nodes[start_index:end_index + 1] = [seq]
         self.replace_generation += 1
-        return Replacement(plan.seq, plan.start, plan.end, shadowed)
+        return Replacement(seq, start, end, tuple(shadowed))
 
 
 def fold_surface(events: list[Any]) -> tuple[list[int], list[Replacement]]:
@@ -163,13 +141,11 @@ def fold_surface(events: list[Any]) -> tuple[list[int], list[Replacement]]:
     replacements: list[Replacement] = []
     by_seq = {}
     for event in events:
-        plan = surface.plan(event.type, event.seq, event.data, event.surfaceOp, event.sourceEventSeqs,
-                            event.surfaceOp is not UNSET, event.sourceEventSeqs is not UNSET,
-                            lambda s: (by_seq[s].type, by_seq[s].data))
-        if plan is not None:
+        admitted = surface.admit(event.type, event.seq, event.data, event.surfaceOp, event.sourceEventSeqs,
+                                 event.surfaceOp is not UNSET, event.sourceEventSeqs is not UNSET,
+                                 lambda s: (by_seq[s].type, by_seq[s].data))
+        if admitted is not False:
             by_seq[event.seq] = event
-            replaced = surface.commit(plan)
-            if replaced is not None:
-                replacements.append(replaced)
+            if isinstance(admitted, Replacement):
+                replacements.append(admitted)
     return list(surface.nodes), replacements
-

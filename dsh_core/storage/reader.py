@@ -46,7 +46,13 @@ __all__ = ["LoadObserver", "LoadResult", "load_session", "load_session_bytes"]
 
 
 class LoadObserver(Protocol):
-    """Follows a load as it folds (only while no stage has failed)."""
+    """Follows a load as it folds (only while no stage has failed).
+
+    ``before_event``/``after_event`` see every event of ``watched_types``
+    (others may be folded without building their payloads).
+    """
+
+    watched_types: frozenset[str]
 
     def before_event(self, event: dict[str, Any], state: SessionState) -> None: ...
 
@@ -86,6 +92,10 @@ class LoadResult:
         return self.accepted and (self.dropped_bytes > 0 or bool(self.closers))
 
 
+# Known types no upgrade touches, with no surface, header or context effect.
+_PASSIVE_TYPES = KNOWN_TYPES - SURFACE_TYPES - {"turn/start", "turn/end", "request/header", "request/context"}
+# Passive types whose payload crash repair reads.
+_REPAIR_TYPES = frozenset({"step/start", "step/end", "tool/call"})
 # Types a legacy upgrade or the message-shape check may touch (stage 3).
 _UPGRADED_TYPES = SURFACE_TYPES | {"turn/start", "turn/end", "steering/message", "request/header"}
 
@@ -111,6 +121,7 @@ class _Pipeline:
     def __init__(self, where: str, observer: LoadObserver | None) -> None:
         self.where = where
         self.observer = observer
+        self.watched: frozenset[str] = observer.watched_types if observer is not None else frozenset()
         self.header: SessionHeader | None = None
         self.state: SessionState | None = None
         self.count = 0  # events the reader accepted (seq contiguity)
@@ -195,17 +206,23 @@ class _Pipeline:
     # ------------------------------------------------------------ stages 3–6
 
     def _envelope(self, envelope: _Envelope) -> None:
-        seq, time = envelope.seq, envelope.time
-        if (envelope.type == "assistant/chunk" and self.observer is None and envelope.surfaceOp is UNSET
-                and envelope.sourceEventSeqs is UNSET and envelope.ignorable is UNSET
-                and seq <= MAX_SAFE_INTEGER and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER):
-            # A chunk passes stages 3-5 untouched and folds to a count: its
-            # payload need not be built at all.
-            self.tracker.observe_chunks(seq, time)
-            if not (self.stage3 or self.stage4 or self.stage5 or self.stage6):
+        event_type, seq, time = envelope.type, envelope.seq, envelope.time
+        if (event_type in _PASSIVE_TYPES and event_type not in self.watched and envelope.surfaceOp is UNSET
+                and envelope.sourceEventSeqs is UNSET and seq <= MAX_SAFE_INTEGER
+                and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
+                and not (self.stage3 or self.stage4 or self.stage5 or self.stage6)):
+            # A known type that no upgrade touches and that has no surface,
+            # header or context effect: the envelope Struct already proved
+            # stage 6, so it folds to a count. Only crash repair reads the
+            # payloads of step and tool-call markers; the rest stay unparsed.
+            if event_type in _REPAIR_TYPES:
+                self._observe_repair(event_type, seq, time, decode_json(envelope.data))
+            else:
+                self.tracker.observe_passive(seq, time)
+            if self.stage5 is None:
                 self.state.apply_chunk_run(seq, 1, time)
             return
-        event: dict[str, Any] = {"type": envelope.type, "seq": seq, "time": time, "data": decode_json(envelope.data)}
+        event: dict[str, Any] = {"type": event_type, "seq": seq, "time": time, "data": decode_json(envelope.data)}
         if envelope.surfaceOp is not UNSET:
             event["surfaceOp"] = envelope.surfaceOp
         if envelope.sourceEventSeqs is not UNSET:
@@ -214,9 +231,17 @@ class _Pipeline:
             event["ignorable"] = envelope.ignorable
         self._event(event)
 
+    def _observe_repair(self, event_type: Any, seq: Any, time: Any, data: Any) -> None:
+        try:
+            self.tracker.observe(event_type, seq, time, data)
+        except (TypeError, KeyError, AttributeError, IndexError):
+            self.stage5 = ValidationError(
+                f'{self.where}: session {self.header.id!r} seq {seq} "{event_type}": '
+                "payload cannot be followed for crash repair")
+
     def _rows(self, row: ChunkRow) -> None:
         # Delta chunks: known type, no message, no repair state, no surface.
-        self.tracker.observe_chunks(row.seq0 + row.count - 1, row.last_time)
+        self.tracker.observe_passive(row.seq0 + row.count - 1, row.last_time)
         if self.stage3 or self.stage4 or self.stage5 or self.stage6:
             return
         try:
@@ -233,11 +258,11 @@ class _Pipeline:
         event_type = event.get("type")
         try:  # stage 3
             if event_type in _UPGRADED_TYPES:
-                check_retired(event_type, event.get("data"), self._where(event))
+                check_retired(event_type, event.get("data"), lambda: self._where(event))
                 event = upgrade_event(event, self.header.id, self.state.message_id_at)
                 event_type = event.get("type")
                 if event_type in SURFACE_TYPES:
-                    check_message_shape(event_type, event.get("data"), self._where(event))
+                    check_message_shape(event_type, event.get("data"), lambda: self._where(event))
             elif event_type in RETIRED_TYPES:
                 check_retired(event_type, event.get("data"), self._where(event))
         except ValidationError as exc:
@@ -250,10 +275,7 @@ class _Pipeline:
         if self.stage4 is not None:
             return
         if self.stage5 is None:
-            try:
-                self.tracker.observe(event_type, event.get("seq"), event.get("time"), event.get("data"))
-            except (TypeError, KeyError, AttributeError, IndexError):
-                self.stage5 = ValidationError(f"{self._where(event)}: payload cannot be followed for crash repair")
+            self._observe_repair(event_type, event.get("seq"), event.get("time"), event.get("data"))
         if self.stage5 is not None or self.stage6 is not None:
             return
         self._fold(event)

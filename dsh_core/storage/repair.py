@@ -67,7 +67,8 @@ class OpenTurnTracker:
         elif event_type == "tool/result":
             self.pending.pop(data["message"]["source"]["callId"], None)
 
-    def observe_chunks(self, last_seq: int, last_time: int) -> None:
+    def observe_passive(self, last_seq: int, last_time: int) -> None:
+        """Events repair ignores: only the last seq and time move."""
         self.last_seq, self.last_time = last_seq, last_time
 
     def closers(self) -> list[dict[str, Any]]:
