@@ -1,0 +1,354 @@
+"""A real single-node Kafka (KRaft) broker from Maven Central jars.
+
+The "embedded default": without a configured cluster, the CLI, the test
+fixture and the demo start one of these on free loopback ports.
+
+* Jars: Apache Kafka's ``kafka_2.13`` with its runtime dependencies and a
+  log4j2 backend, fetched once by Maven into a user cache and reused.
+* Start: format the storage (kept formatted for a persistent data dir),
+  start ``kafka.Kafka``, wait until the log says the server started *and* a
+  metadata request answers. A port taken in between is retried on new ports.
+* Stop: SIGTERM (controlled shutdown), SIGKILL after a deadline.
+* An attached broker dies with the process that started it (Linux parent-
+  death signal), so a crashed caller leaves nothing behind; a detached one
+  (``dsh-pipeline kafka start``) records its pid in a state file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PipelineError
+
+__all__ = ["KAFKA_VERSION", "LocalKafka", "BrokerState", "cache_root", "ensure_kafka_jars", "read_state",
+           "probe_metadata", "stop_detached"]
+
+KAFKA_VERSION = "4.1.1"
+_LOG4J_VERSION = "2.25.4"
+_SLF4J_VERSION = "2.0.17"
+_READY_LINE = "Kafka Server started"
+
+_POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+ <modelVersion>4.0.0</modelVersion>
+ <groupId>dsh-pipeline</groupId><artifactId>kafka-broker-libs</artifactId><version>1</version>
+ <packaging>pom</packaging>
+ <dependencies>
+  <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{KAFKA_VERSION}</version>
+   <exclusions><exclusion><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId></exclusion></exclusions>
+  </dependency>
+  <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>{_SLF4J_VERSION}</version></dependency>
+  <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-api</artifactId><version>{_LOG4J_VERSION}</version></dependency>
+  <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{_LOG4J_VERSION}</version></dependency>
+  <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>{_LOG4J_VERSION}</version></dependency>
+ </dependencies>
+</project>
+"""
+
+_LOG4J2 = """status=warn
+appender.o.type=Console
+appender.o.name=O
+appender.o.layout.type=PatternLayout
+appender.o.layout.pattern=[%d] %p %m (%c)%n
+rootLogger.level=WARN
+rootLogger.appenderRef.o.ref=O
+logger.r.name=kafka.server.KafkaRaftServer
+logger.r.level=INFO
+"""
+
+
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/dsh-pipeline`` (``~/.cache/dsh-pipeline``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dsh-pipeline"
+
+
+def _require(tool: str, purpose: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise PipelineError(f"{tool} not found on PATH: it is needed to {purpose} "
+                            "(install Java 17+ and Maven, or point DSH_KAFKA_BOOTSTRAP at a running cluster)")
+    return path
+
+
+def _java_major(java: str) -> int:
+    done = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if not match:
+        raise PipelineError(f"cannot tell the Java version from `java -version`: {done.stderr.strip()[:200]}")
+    major = int(match.group(1))
+    return int(match.group(2)) if major == 1 and match.group(2) else major
+
+
+def ensure_kafka_jars(cache: Path | None = None) -> Path:
+    """The folder of broker jars, fetched from Maven Central on first use."""
+    lib_root = (cache or cache_root()) / f"kafka-{KAFKA_VERSION}"
+    lib = lib_root / "lib"
+    marker = lib_root / ".complete"
+    if marker.exists():
+        return lib
+    mvn = _require("mvn", "fetch the Kafka broker jars from Maven Central")
+    lib_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="lib-", dir=lib_root))
+    pom = lib_root / "pom.xml"
+    pom.write_text(_POM)
+    done = subprocess.run(
+        [mvn, "-q", "-B", "-f", str(pom), "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+         "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
+        capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+        shutil.rmtree(staging, ignore_errors=True)
+        raise PipelineError(f"fetching Kafka {KAFKA_VERSION} jars with Maven failed (exit {done.returncode}): "
+                            f"{(done.stdout + done.stderr).strip()[-1500:]}")
+    if lib.exists():
+        shutil.rmtree(lib)
+    staging.rename(lib)
+    marker.write_text(json.dumps(sorted(p.name for p in lib.glob("*.jar"))))
+    return lib
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child before exec (Linux)
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+async def _metadata(bootstrap: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    await admin.start()
+    try:
+        await admin.list_topics()
+    finally:
+        await admin.close()
+
+
+def probe_metadata(bootstrap: str) -> bool:
+    """Whether a metadata request to ``bootstrap`` answers (own loop, own thread)."""
+    outcome: list[bool] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(_metadata(bootstrap), 10))
+            outcome.append(True)
+        except Exception:  # noqa: BLE001 - any failure means "not serving yet"
+            outcome.append(False)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(15)
+    return bool(outcome and outcome[0])
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What ``dsh-pipeline kafka start`` records for ``status`` and ``stop``."""
+
+    pid: int
+    bootstrap: str
+    data_dir: str
+    log: str
+
+
+def _state_file(data_dir: Path) -> Path:
+    return data_dir / "broker-state.json"
+
+
+def read_state(data_dir: Path) -> BrokerState | None:
+    try:
+        return BrokerState(**json.loads(_state_file(data_dir).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalKafka:
+    """One broker process. Use as a context manager, or start/stop by hand.
+
+    ``data_dir`` None means a temporary folder removed at stop; a given
+    folder keeps topics across restarts. ``attached`` brokers die with
+    their parent process.
+    """
+
+    def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g") -> None:
+        self._temporary = data_dir is None
+        self.data_dir = Path(tempfile.mkdtemp(prefix="dsh-kafka-")) if data_dir is None else Path(data_dir)
+        self.attached = attached
+        self.heap = heap
+        self.process: subprocess.Popen | None = None
+        self.bootstrap: str | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "broker.log"
+
+    def _command(self, lib: Path, properties: Path) -> list[str]:
+        java = _require("java", "run the Kafka broker")
+        if _java_major(java) < 17:
+            raise PipelineError(f"Kafka {KAFKA_VERSION} needs Java 17+, found Java {_java_major(java)} at {java}")
+        return [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                "-Djava.awt.headless=true", f"-Djava.io.tmpdir={self.data_dir / 'tmp'}",
+                f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                "-cp", f"{lib}/*", "kafka.Kafka", str(properties)]
+
+    def _write_config(self, port: int, controller: int) -> Path:
+        (self.data_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
+        properties = self.data_dir / "server.properties"
+        properties.write_text("\n".join([
+            "process.roles=broker,controller", "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "inter.broker.listener.name=PLAINTEXT", "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={self.data_dir / 'logs'}", "num.partitions=1", "auto.create.topics.enable=false",
+            "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=1", "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1", "group.initial.rebalance.delay.ms=0",
+            "message.max.bytes=16777216", "replica.fetch.max.bytes=16777216",
+        ]) + "\n")
+        return properties
+
+    def _format(self, lib: Path, properties: Path) -> None:
+        if (self.data_dir / "logs" / "meta.properties").exists():
+            return  # formatted before: keep the cluster id and node id
+        java = _require("java", "format the Kafka storage")
+        log4j = f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}"
+        cluster = subprocess.run([java, log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "random-uuid"],
+                                 capture_output=True, text=True, check=False).stdout.strip().splitlines()
+        if not cluster:
+            raise PipelineError("kafka StorageTool random-uuid printed no cluster id")
+        done = subprocess.run([java, "-Xmx512m", log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "format",
+                               "-t", cluster[-1], "-c", str(properties), "-g"],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise PipelineError(f"formatting Kafka storage in {self.data_dir} failed: {(done.stdout + done.stderr)[-1500:]}")
+
+    def start(self, timeout: float = 90.0) -> str:
+        """Start the broker; returns its bootstrap address once it serves."""
+        lib = ensure_kafka_jars()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        last_error = ""
+        for _ in range(3):  # a port taken between probe and bind: try new ports
+            port, controller = _free_port(), _free_port()
+            properties = self._write_config(port, controller)
+            self._format(lib, properties)
+            log = open(self.log_path, "ab")
+            self.process = subprocess.Popen(
+                self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached)
+            log.close()
+            bootstrap = f"127.0.0.1:{port}"
+            outcome = self._wait_ready(bootstrap, time.monotonic() + timeout)
+            if outcome is None:
+                self.bootstrap = bootstrap
+                if not self.attached:
+                    _state_file(self.data_dir).write_text(json.dumps(BrokerState(
+                        self.process.pid, bootstrap, str(self.data_dir), str(self.log_path)).__dict__))
+                return bootstrap
+            last_error = outcome
+            self._terminate()
+            if "BindException" not in outcome:
+                break
+        raise PipelineError(f"Kafka broker did not start: {last_error}")
+
+    def _wait_ready(self, bootstrap: str, deadline: float) -> str | None:
+        """None when serving, else why not (the log's tail)."""
+        assert self.process is not None
+        started = False
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                return f"exited with code {code}; log {self.log_path}:\n{self._log_tail()}"
+            if not started:
+                started = _READY_LINE in self.log_path.read_text(errors="replace")
+            if started and probe_metadata(bootstrap):
+                return None
+            time.sleep(0.2)  # wait-ok: polling a child process with a deadline
+        return f"not serving within the deadline; log {self.log_path}:\n{self._log_tail()}"
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-30:])
+        except OSError:
+            return "(no log)"
+
+    def _terminate(self, grace: float = 30.0) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+    def stop(self) -> None:
+        """Stop the broker (idempotent); a temporary data dir is removed."""
+        self._terminate()
+        self.process = None
+        if self._temporary:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalKafka":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def stop_detached(data_dir: Path, grace: float = 30.0) -> bool:
+    """Stop a broker started detached in ``data_dir``; False if none ran."""
+    state = read_state(data_dir)
+    if state is None or not _alive(state.pid):
+        _state_file(data_dir).unlink(missing_ok=True)
+        return False
+    os.kill(state.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _alive(state.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)  # wait-ok: polling a foreign pid with a deadline
+        _reap(state.pid)
+    if _alive(state.pid):
+        os.kill(state.pid, signal.SIGKILL)
+    _state_file(data_dir).unlink(missing_ok=True)
+    return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+

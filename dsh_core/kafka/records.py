@@ -1,0 +1,155 @@
+"""The record envelope of ``dsh.session-events`` (DESIGN.md "Topics and records").
+
+Key: the session id (UTF-8). Value: self-describing JSON; for ``record``
+the exact JSONL line of one dsh storage record (an event or a packed chunk
+row), for ``header`` the session header line, for ``attestation`` a request
+attestation. Headers: ``dsh-kind``, ``dsh-seq`` (first seq carried),
+``dsh-count`` (events carried), ``dsh-format`` (session format version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol, Sequence
+
+from ..errors import DecodeError
+from ..events import ROW_TAGS, Event
+from ..jsonvalue import decode_json, encode_json
+from ..request import DIGEST_ALGORITHM
+from ..session_header import FORMAT_VERSION, SessionHeader
+from ..storage.records import decode_row, pack_chunk_runs
+
+__all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "SessionRecord", "KafkaRecord", "Attestation",
+           "record_from_line", "records_for_batch", "header_record", "attestation_record", "decode_kafka_record",
+           "where_of"]
+
+KIND_HEADER = "header"
+KIND_RECORD = "record"
+KIND_ATTESTATION = "attestation"
+_KINDS = frozenset({KIND_HEADER, KIND_RECORD, KIND_ATTESTATION})
+
+
+class KafkaRecord(Protocol):
+    """What the consumer side needs of a fetched record (aiokafka's fits)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+def where_of(record: KafkaRecord) -> str:
+    """``topic[partition]@offset``."""
+    return f"{record.topic}[{record.partition}]@{record.offset}"
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One record of the events topic, before or after Kafka."""
+
+    session_id: str
+    kind: str
+    seq: int
+    count: int
+    value: bytes
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def key(self) -> bytes:
+        return self.session_id.encode("utf-8")
+
+    @property
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("dsh-kind", self.kind.encode()), ("dsh-seq", str(self.seq).encode()),
+                ("dsh-count", str(self.count).encode()), ("dsh-format", str(self.format_version).encode())]
+
+    @property
+    def size(self) -> int:
+        """Bytes Kafka counts against the message limit (key, value, headers)."""
+        return len(self.key) + len(self.value) + sum(len(k) + len(v) for k, v in self.headers)
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """A request attestation: the digest of the request a worker sent."""
+
+    turn: Any
+    step: Any
+    boundary_seq: int
+    digest: str
+    algorithm: str = DIGEST_ALGORITHM
+
+    def to_json(self) -> bytes:
+        return encode_json({"turn": self.turn, "step": self.step, "boundarySeq": self.boundary_seq,
+                            "algorithm": self.algorithm, "digest": self.digest})
+
+
+def record_from_line(session_id: str, line: bytes) -> SessionRecord:
+    """The record of one stored JSONL line, its bytes unchanged. Raises
+    :class:`DecodeError` for a line that is no storage record."""
+    value = decode_json(line)
+    if isinstance(value, dict) and value.get("type") in ROW_TAGS:
+        row = decode_row(value)
+        return SessionRecord(session_id, KIND_RECORD, row.seq0, row.count, line)
+    seq = value.get("seq") if isinstance(value, dict) else None
+    if type(seq) is not int or seq < 0:
+        raise DecodeError(f"session {session_id!r}: a storage record needs a non-negative integer seq, got {seq!r}")
+    return SessionRecord(session_id, KIND_RECORD, seq, 1, line)
+
+
+def records_for_batch(session_id: str, events: Iterable[Event | dict[str, Any]], pack: bool = True) -> list[SessionRecord]:
+    """Records of one append batch: delta runs packed as dsh stores them."""
+    dicts = [e.to_dict() if isinstance(e, Event) else e for e in events]
+    out = []
+    for record in (pack_chunk_runs(dicts) if pack else dicts):
+        if record["type"] in ROW_TAGS:
+            members = record["data"]["texts" if "texts" in record["data"] else "args"]
+            out.append(SessionRecord(session_id, KIND_RECORD, record["seq0"], len(members), encode_json(record)))
+        else:
+            out.append(SessionRecord(session_id, KIND_RECORD, record["seq"], 1, encode_json(record)))
+    return out
+
+
+def header_record(header: SessionHeader) -> SessionRecord:
+    return SessionRecord(header.id, KIND_HEADER, 0, 0, header.to_line(), header.version)
+
+
+def attestation_record(session_id: str, attestation: Attestation) -> SessionRecord:
+    return SessionRecord(session_id, KIND_ATTESTATION, attestation.boundary_seq, 0, attestation.to_json())
+
+
+def _header(record: KafkaRecord, name: str) -> bytes | None:
+    for key, value in record.headers or ():
+        if key == name:
+            return value
+    return None
+
+
+def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
+    """Check a fetched record's envelope; raises :class:`DecodeError` naming
+    ``topic[partition]@offset`` and what is wrong."""
+    where = where_of(record)
+    if not record.key:
+        raise DecodeError(f"{where}: record has no key (the session id)")
+    try:
+        session_id = record.key.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(f"{where}: key is not UTF-8") from None
+    fields = {}
+    for name in ("dsh-kind", "dsh-seq", "dsh-count", "dsh-format"):
+        value = _header(record, name)
+        if value is None:
+            raise DecodeError(f"{where}: header {name} is missing")
+        fields[name] = value.decode("utf-8", "replace")
+    kind = fields["dsh-kind"]
+    if kind not in _KINDS:
+        raise DecodeError(f"{where}: dsh-kind {kind!r} is not one of {sorted(_KINDS)}")
+    try:
+        seq, count, version = int(fields["dsh-seq"]), int(fields["dsh-count"]), int(fields["dsh-format"])
+    except ValueError:
+        raise DecodeError(f"{where}: dsh-seq/dsh-count/dsh-format must be integers, got {fields}") from None
+    if record.value is None:
+        raise DecodeError(f"{where}: record has no value")
+    return SessionRecord(session_id, kind, seq, count, bytes(record.value), version)

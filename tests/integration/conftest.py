@@ -1,0 +1,1 @@
+from tests.kafka_fixtures import group_id, kafka, kafka_bootstrap, topics  # noqa: F401  (fixtures)
