@@ -62,8 +62,8 @@ class SessionHeader(msgspec.Struct, frozen=True, omit_defaults=True):
             raise SessionHeaderError(f'{where}: origin must be "subagent"')
 
 
-def version_refusal(session_id: Any, version: Any) -> FormatUnsupportedError:
-    """The refusal for a log in another format version (spec §8.9)."""
+def version_refusal(session_id: Any, version: Any, where: str) -> FormatUnsupportedError:
+    """The refusal for a log in another format version (spec §8.9); names the file."""
     sid = session_id if isinstance(session_id, str) else encode_json(session_id).decode()
     shown = int(version) if isinstance(version, float) and version.is_integer() else version
     if version > FORMAT_VERSION:
@@ -72,7 +72,7 @@ def version_refusal(session_id: Any, version: Any) -> FormatUnsupportedError:
     else:
         reason = (f"session {sid!r} uses log format v{shown}, older than the supported v{FORMAT_VERSION}, "
                   "and no upgrade path exists for it")
-    return FormatUnsupportedError(reason)
+    return FormatUnsupportedError(f"{reason} (raw log: {where})")
 
 
 def _safe_nonneg(value: Any) -> bool:
@@ -85,7 +85,7 @@ def parse_header_line(parsed: Any, where: str) -> SessionHeader:
     if isinstance(parsed, dict):
         version = parsed.get("version")
         if type(version) in (int, float) and version != FORMAT_VERSION:
-            raise version_refusal(parsed.get("id"), version)
+            raise version_refusal(parsed.get("id"), version, where)
     if not isinstance(parsed, dict) or parsed.get("type") != "session":
         raise CorruptionError(f"{where}: line 1 is not a session header")
     problems = []

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from dsh_core.errors import DshError
@@ -42,6 +44,112 @@ def _inspect(args: argparse.Namespace) -> int:
     return status
 
 
+def _kafka(args: argparse.Namespace) -> int:
+    from dsh_core.kafka.broker import LocalKafka, probe_metadata, read_state, stop_detached
+    from dsh_pipeline.runtime import default_broker_dir
+    data_dir = Path(args.data_dir) if args.data_dir else default_broker_dir()
+    state = read_state(data_dir)
+    if args.action == "start":
+        if state is not None and probe_metadata(state.bootstrap):
+            print(state.bootstrap)
+            return EXIT_OK
+        broker = LocalKafka(data_dir, attached=False)
+        print(broker.start())
+        return EXIT_OK
+    if args.action == "stop":
+        stopped = stop_detached(data_dir)
+        print("stopped" if stopped else "no broker was running")
+        return EXIT_OK
+    if state is not None and probe_metadata(state.bootstrap):
+        print(f"running pid {state.pid} at {state.bootstrap} (data {state.data_dir}, log {state.log})")
+        return EXIT_OK
+    print("not running")
+    return EXIT_REFUSED
+
+
+def _ship(args: argparse.Namespace) -> int:
+    from dsh_core.kafka.topics import TopicNames
+    from dsh_pipeline.runtime import prepare_topics, resolve_kafka, run_until_signal, start_metrics
+    from producers.publisher import Publisher
+    from producers.shipper import Shipper, ShipperConfig
+
+    kafka = resolve_kafka(args.bootstrap)
+    names = TopicNames.with_prefix(args.topic_prefix)
+    config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
+                           poll_seconds=args.poll, once=args.once)
+    start_metrics(args.metrics_port)
+    refused = 0
+
+    def report(line: str) -> None:
+        nonlocal refused
+        refused += 1
+        print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
+
+    async def main(stop: asyncio.Event) -> int:
+        await prepare_topics(kafka, names, args.partitions)
+        async with Publisher(kafka, names) as publisher:
+            await Shipper(config, publisher.send, publisher.flush, report).run(stop)
+        return EXIT_REFUSED if refused else EXIT_OK
+
+    return run_until_signal(main)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from dsh_core.kafka.topics import TopicNames
+    from dsh_pipeline.runtime import prepare_topics, resolve_kafka
+    from producers.publisher import Publisher
+    from producers.simulator import FaultPlan, SimulatorConfig, encode_manifest, fleet, manifest
+
+    kafka = resolve_kafka(args.bootstrap)
+    names = TopicNames.with_prefix(args.topic_prefix)
+    faults = FaultPlan(**{kind: getattr(args, f"fault_{kind}") for kind in
+                          ("unlogged", "dropped", "duplicate", "lossless", "unknown")})
+    config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults)
+    progress = _Progress(enabled=sys.stderr.isatty())
+
+    async def main() -> dict:
+        await prepare_topics(kafka, names, args.partitions)
+        async with Publisher(kafka, names) as publisher:
+            truths = await fleet(config, publisher.send, on_batch=progress.add)
+            await publisher.flush()
+        return manifest(config, truths)
+
+    result = asyncio.run(main())
+    progress.done()
+    if args.manifest:
+        Path(args.manifest).write_bytes(encode_manifest(result) + b"\n")
+    print(f"simulated {result['sessions']} sessions, {result['events']} events, {result['attestations']} "
+          f"attestations; injected {result['injected']}" + (f"; manifest {args.manifest}" if args.manifest else ""))
+    return EXIT_OK
+
+
+class _Progress:
+    """A one-line progress display on a terminal (nothing otherwise)."""
+
+    def __init__(self, enabled: bool) -> None:
+        import time
+        self.enabled, self.events, self.started, self._time = enabled, 0, time.monotonic(), time.monotonic
+        self._shown = 0.0
+
+    def add(self, events: int) -> None:
+        self.events += events
+        now = self._time()
+        if self.enabled and now - self._shown > 0.2:
+            self._shown = now
+            rate = self.events / max(now - self.started, 1e-9)
+            print(f"\r{self.events:>10,} events  {rate:>10,.0f}/s", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.enabled:
+            print(file=sys.stderr)
+
+
+def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $DSH_KAFKA_BOOTSTRAP or the local broker)")
+    parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names")
+    parser.add_argument("--partitions", type=int, default=12, help="partitions of newly created topics")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dsh-pipeline", description="Kafka pipeline for dsh agent session logs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -50,6 +158,30 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true",
                          help="one JSON object per input (the corpus expected.json fields)")
     inspect.set_defaults(run=_inspect)
+
+    kafka = commands.add_parser("kafka", help="the local single-node Kafka broker (Maven jars, KRaft)")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--data-dir", help="broker data folder (default: ~/.cache/dsh-pipeline/broker)")
+    kafka.set_defaults(run=_kafka)
+
+    ship = commands.add_parser("ship", help="ship a dsh sessions root to Kafka, following new records")
+    ship.add_argument("--root", required=True, help="dsh sessions root (DSH_SESSION_ROOT)")
+    ship.add_argument("--state", help="checkpoint folder (default: ROOT/.dsh-shipper)")
+    ship.add_argument("--once", action="store_true", help="ship what exists now and exit (backfill)")
+    ship.add_argument("--poll", type=float, default=0.5, help="seconds between passes when following")
+    ship.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port")
+    _add_kafka_options(ship)
+    ship.set_defaults(run=_ship)
+
+    simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
+    simulate.add_argument("--sessions", type=int, default=50)
+    simulate.add_argument("--seed", type=int, default=1)
+    simulate.add_argument("--max-turns", type=int, default=4)
+    simulate.add_argument("--manifest", help="write the ground-truth manifest (JSON) here")
+    for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown"):
+        simulate.add_argument(f"--fault-{kind}", type=int, default=0, metavar="N", help=f"inject N {kind} defects")
+    _add_kafka_options(simulate)
+    simulate.set_defaults(run=_simulate)
     return parser
 
 

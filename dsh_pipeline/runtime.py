@@ -1,0 +1,60 @@
+"""What every long-running command shares: the cluster, topics, signals, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from dsh_core.errors import PipelineError
+from dsh_core.kafka.broker import cache_root, probe_metadata, read_state
+from dsh_core.kafka.config import BOOTSTRAP_ENV, KafkaConfig
+from dsh_core.kafka.topics import TopicNames, ensure_topics, topic_specs
+
+__all__ = ["default_broker_dir", "resolve_kafka", "prepare_topics", "run_until_signal", "start_metrics"]
+
+
+def default_broker_dir() -> Path:
+    return cache_root() / "broker"
+
+
+def resolve_kafka(bootstrap: str | None) -> KafkaConfig:
+    """``--bootstrap``, else ``$DSH_KAFKA_BOOTSTRAP``, else the broker that
+    ``dsh-pipeline kafka start`` runs; otherwise a clear error."""
+    if bootstrap or os.environ.get(BOOTSTRAP_ENV):
+        return KafkaConfig.from_env(bootstrap)
+    state = read_state(default_broker_dir())
+    if state is not None and probe_metadata(state.bootstrap):
+        return KafkaConfig(bootstrap=state.bootstrap)
+    raise PipelineError(f"no Kafka cluster: pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, "
+                        "or start the local broker with `dsh-pipeline kafka start`")
+
+
+async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+    admin = AIOKafkaAdminClient(**kafka.client_options())
+    await admin.start()
+    try:
+        await ensure_topics(admin, topic_specs(names, partitions))
+    finally:
+        await admin.close()
+
+
+def run_until_signal(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
+    """Run ``main(stop)``; SIGTERM/SIGINT set ``stop`` so the service drains."""
+    async def runner() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        return await main(stop)
+    return asyncio.run(runner())
+
+
+def start_metrics(port: int | None) -> None:
+    """Serve ``/metrics`` (Prometheus) on ``port`` when given (0: none)."""
+    if port:
+        from prometheus_client import start_http_server
+        start_http_server(port, addr="0.0.0.0")

@@ -1,0 +1,213 @@
+"""The shipper against the real broker: backfill, live follow, kill -9, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dsh_core.kafka.records import decode_kafka_record
+from dsh_core.storage.framing import compress_frame
+from dsh_core.storage.layout import log_path
+from producers.simulator import SimulatorConfig, simulate_session
+from tests.conftest import corpus_logs
+from tests.kafka_fixtures import consume_all
+from tests.layout_helpers import place, storage_lines
+
+pytestmark = pytest.mark.kafka
+
+
+def _ship_command(kafka, names, root: Path, state: Path, *extra: str) -> list[str]:
+    prefix = names.events[: -len("dsh.session-events")]
+    return [sys.executable, "-m", "dsh_pipeline.cli", "ship", "--root", str(root), "--state", str(state),
+            "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "4", "--poll", "0.05", *extra]
+
+
+def _shipped_seq_total(state: Path) -> int:
+    try:
+        files = json.loads((state / "shipper-checkpoints.json").read_text())["files"]
+    except (OSError, ValueError):
+        return 0
+    return sum(entry["next_seq"] for entry in files.values())
+
+
+def _records_in_topic(kafka, topic: str) -> int:
+    async def count() -> int:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
+        await consumer.start()
+        try:
+            partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+            return sum((await consumer.end_offsets(partitions)).values())
+        finally:
+            await consumer.stop()
+    return asyncio.run(count())
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.02)  # wait-ok: polling a condition with a deadline
+
+
+class LiveWriter(threading.Thread):
+    """Appends simulated sessions to files batch by batch, as dsh does."""
+
+    def __init__(self, root: Path, count: int) -> None:
+        super().__init__(daemon=True)
+        self.root = root
+        self.sessions = []
+        config = SimulatorConfig(sessions=count, seed=5, min_turns=3, max_turns=6)
+        for index in range(count):
+            truth, batches = simulate_session(config, index)
+            self.sessions.append((index % 2 and "zstd" or "none", list(batches)))
+        self.expected: dict[str, bytes] = {}
+        self.paths: dict[str, Path] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        pace = threading.Event()
+        cursors = [0] * len(self.sessions)
+        while any(c < len(b) for c, (_, b) in zip(cursors, self.sessions)):
+            for i, (compression, batches) in enumerate(self.sessions):
+                if cursors[i] >= len(batches):
+                    continue
+                batch = batches[cursors[i]]
+                cursors[i] += 1
+                self._append(compression, batch)
+                pace.wait(0.01)  # wait-ok: pacing the writer, not synchronizing
+        self.done.set()
+
+    def _append(self, compression: str, batch) -> None:
+        if not batch:
+            return
+        header = next((r for r in batch if r.kind == "header"), None)
+        lines = b"".join(r.value + b"\n" for r in batch if r.kind == "record")
+        if header is not None:
+            session_id = header.session_id
+            cwd = json.loads(header.value)["cwd"]
+            path = log_path(self.root, cwd, session_id, compression)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            head = header.value + b"\n"
+            path.write_bytes(compress_frame(head) if compression == "zstd" else head)
+            self.expected[session_id] = head
+            self.paths[session_id] = path
+        else:
+            session_id = batch[0].session_id
+            path = self.paths[session_id]
+        if not lines:
+            return
+        self.expected[session_id] += lines
+        with open(path, "ab") as stream:
+            stream.write(compress_frame(lines) if compression == "zstd" else lines)
+
+
+def test_kill_nine_resume_loses_nothing_and_repeats_exactly(kafka, topics, tmp_path):
+    names = topics(partitions=4)
+    root, state = tmp_path / "root", tmp_path / "state"
+    root.mkdir()
+    sources: dict[str, bytes] = {}
+    for i, log in enumerate(corpus_logs("dsh-real")[:40]):
+        data = log.read_bytes()
+        place(root, data, "zstd" if i % 3 == 0 else "none")
+        sources[json.loads(data.split(b"\n", 1)[0])["id"]] = data
+    v4 = root / "--home-dev-new--" / "v4-session" / "session.v4.jsonl.zstd"
+    v4.parent.mkdir(parents=True)
+    v4.write_bytes(compress_frame(b'{"type":"session","version":4,"id":"v4-session","createdAt":1}\n')
+                   + compress_frame(b'{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}\n'))
+    backlog = SimulatorConfig(sessions=120, seed=9, min_turns=3, max_turns=6)
+    for index in range(backlog.sessions):  # a backlog big enough to kill the first pass midway
+        _, batches = simulate_session(backlog, index)
+        records = [r for batch in batches for r in batch]
+        log = b"".join(r.value + b"\n" for r in records if r.kind in ("header", "record"))
+        place(root, log, "zstd" if index % 2 else "none")
+        sources[records[0].session_id] = log
+    writer = LiveWriter(root, 30)
+    rng = random.Random(20261202)
+    kills = 0
+    stderr_log = tmp_path / "shipper.err"
+    with open(stderr_log, "ab") as errors:
+        # kill 1: records are in Kafka but no checkpoint was written yet
+        shipper = subprocess.Popen(_ship_command(kafka, names, root, state), stderr=errors)
+        try:
+            _wait_for(lambda: _records_in_topic(kafka, names.events) > 500, 120, "the first records in Kafka")
+        finally:
+            os.kill(shipper.pid, signal.SIGKILL)
+            shipper.wait()
+        kills += 1
+        assert _shipped_seq_total(state) == 0, "the kill was meant to land before the first checkpoint"
+        writer.start()
+        while kills < 4:  # kills 2-4: at random points while sessions grow
+            shipper = subprocess.Popen(_ship_command(kafka, names, root, state), stderr=errors)
+            try:
+                target = _shipped_seq_total(state) + rng.randint(50, 600)
+                _wait_for(lambda: _shipped_seq_total(state) >= target or writer.done.is_set(), 120, "shipper progress")
+            finally:
+                os.kill(shipper.pid, signal.SIGKILL)
+                shipper.wait()
+            kills += 1
+        writer.join(120)
+        assert writer.done.is_set()
+        final = subprocess.run(_ship_command(kafka, names, root, state, "--once"), stderr=errors, timeout=300)
+    assert final.returncode == 1  # the v4 session was refused
+    sources.update(writer.expected)
+    report = stderr_log.read_text()
+    assert "FormatUnsupportedError" in report and "session.v4.jsonl.zstd" in report and "v4" in report
+
+    expected_records = sum(1 + len(storage_lines(log)) for log in sources.values())
+    records = asyncio.run(consume_all(kafka, names.events, expected_records, timeout=120))
+    by_session: dict[str, list] = collections.defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_session[record.key.decode()].append(decode_kafka_record(record))
+    assert set(by_session) == set(sources), "every session shipped, the v4 one not"
+    repeats = 0
+    for session_id, received in by_session.items():
+        seen: dict[tuple[str, int], bytes] = {}
+        ordered = []
+        for record in received:
+            key = (record.kind, record.seq)
+            if key in seen:
+                assert seen[key] == record.value, f"{session_id}: a repeat of seq {record.seq} differs"
+                repeats += 1
+                continue
+            seen[key] = record.value
+            ordered.append(record)
+        log = sources[session_id]
+        assert ordered[0].kind == "header" and ordered[0].value == log.split(b"\n", 1)[0]
+        assert [r.value for r in ordered[1:]] == storage_lines(log), f"{session_id}: stream differs from its file"
+    assert repeats > 500  # at least what the first kill made the shipper send again
+    print(f"kills={kills} records={len(records)} exact repeats={repeats}")
+
+
+def test_torn_tail_waits_and_bad_file_is_reported(kafka, topics, tmp_path):
+    names = topics(partitions=4)
+    root, state = tmp_path / "root", tmp_path / "state"
+    good = corpus_logs("dsh-real")[5].read_bytes()
+    lines = good.split(b"\n")
+    torn = place(root, b"\n".join(lines[:4]) + b"\n" + lines[4][:20], "none")
+    bad_log = corpus_logs("dsh-real")[6].read_bytes().split(b"\n")
+    bad_log[3] = b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":1}}'
+    bad = place(root, b"\n".join(bad_log), "none")
+    done = subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"{bad}: line 4: seq 999 does not continue the log (expected 2)" in done.stderr
+    records = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, 4 + 3, timeout=30))]
+    torn_id = json.loads(lines[0])["id"]
+    assert [r.kind for r in records if r.session_id == torn_id] == ["header", "record", "record", "record"]
+    with open(torn, "ab") as stream:  # the writer completes the record
+        stream.write(lines[4][20:] + b"\n")
+    subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, timeout=120)
+    more = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, 4 + 3 + 1, timeout=30))]
+    assert [r.value for r in more if r.session_id == torn_id][-1] == lines[4]
