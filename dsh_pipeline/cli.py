@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dsh_core.errors import DshError
+from dsh_core.errors import DshError, PipelineError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.jsonvalue import encode_json
 
@@ -123,6 +123,38 @@ def _simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _worker(args: argparse.Namespace) -> int:
+    import os
+    from dsh_core.kafka.config import Secret
+    from dsh_core.kafka.topics import TopicNames
+    from dsh_pipeline.runtime import prepare_topics, resolve_kafka
+    from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
+    from producers.publisher import Publisher
+
+    kafka = resolve_kafka(args.bootstrap)
+    names = TopicNames.with_prefix(args.topic_prefix)
+    executable, cordis = find_runtime()
+    api_key = os.environ.get("DEEPSEEK_API_KEY")
+    model_url = args.model_url or os.environ.get("DEEPSEEK_BASE_URL")
+    if not api_key or not model_url:
+        raise PipelineError("the dsh runtime needs DEEPSEEK_API_KEY and --model-url (or DEEPSEEK_BASE_URL)")
+    workspace = Path(args.workspace).resolve()
+    config = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=workspace,
+                           session_root=Path(args.session_root).resolve(), home=Path(args.home).resolve(),
+                           model_url=model_url, api_key=Secret(api_key), model=args.model)
+
+    async def main() -> int:
+        await prepare_topics(kafka, names, args.partitions)
+        async with Publisher(kafka, names) as publisher, WorkerBridge(config, publisher) as bridge:
+            for text in args.prompt:
+                result = await bridge.prompt(args.session_id, text)
+                print(f"session {result.session_id}: turn ended {result.end_reason}, {result.events} events "
+                      f"published (last seq {result.last_seq})")
+        return EXIT_OK
+
+    return asyncio.run(main())
+
+
 class _Progress:
     """A one-line progress display on a terminal (nothing otherwise)."""
 
@@ -172,6 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     ship.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port")
     _add_kafka_options(ship)
     ship.set_defaults(run=_ship)
+
+    worker = commands.add_parser("worker", help="run a real dsh agent runtime and publish its session live")
+    worker.add_argument("--session-id", required=True)
+    worker.add_argument("--prompt", action="append", required=True, help="a user prompt (repeat for more turns)")
+    worker.add_argument("--workspace", default=".", help="the agent's working directory")
+    worker.add_argument("--session-root", default="./sessions", help="where dsh writes its session files")
+    worker.add_argument("--home", default="./.dsh-home", help="DSH_HOME for the runtime")
+    worker.add_argument("--model-url", help="chat-completions endpoint (default: $DEEPSEEK_BASE_URL)")
+    worker.add_argument("--model", default="deepseek-v4-flash")
+    _add_kafka_options(worker)
+    worker.set_defaults(run=_worker)
 
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)

@@ -42,7 +42,7 @@ from .legacy import upgrade_event
 from .records import ChunkRow, decode_row
 from .repair import OpenTurnTracker
 
-__all__ = ["LoadObserver", "LoadResult", "load_session", "load_session_bytes"]
+__all__ = ["LoadObserver", "LoadResult", "load_session", "load_session_bytes", "read_events"]
 
 
 class LoadObserver(Protocol):
@@ -324,7 +324,17 @@ def _show(value: Any) -> str:
         return repr(value)
 
 
-def _read_raw(stream: BinaryIO, pipeline: _Pipeline, result: LoadResult) -> None:
+class _LineSink(Protocol):
+    """What the framing readers feed: the header line, then each record line."""
+
+    where: str
+
+    def header_line(self, line: bytes) -> None: ...
+
+    def event_line(self, line: bytes) -> bool: ...
+
+
+def _read_raw(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> None:
     offset = 0
     fragment = b""
     header_done = False
@@ -352,7 +362,7 @@ def _read_raw(stream: BinaryIO, pipeline: _Pipeline, result: LoadResult) -> None
         result.dropped_text = stream.read().decode("utf-8", "replace")
 
 
-def _read_zstd(stream: BinaryIO, pipeline: _Pipeline, result: LoadResult) -> None:
+def _read_zstd(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> None:
     where = pipeline.where
     fragment = b""
     end = 0
@@ -409,6 +419,40 @@ def load_session_bytes(data: bytes, source: str = "<bytes>", compression: Compre
                        observer: LoadObserver | None = None) -> LoadResult:
     """Load a stored session from its bytes."""
     return _load(io.BytesIO(data), source, compression, observer)
+
+
+class _EventCollector:
+    """A sink that keeps the header and every event (rows expanded), as stored."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.header: SessionHeader | None = None
+        self.events: list[Any] = []
+
+    def header_line(self, line: bytes) -> None:
+        self.header = parse_header_line(decode_json(line), self.where)
+
+    def event_line(self, line: bytes) -> bool:
+        try:
+            value = decode_json(line)
+            if isinstance(value, dict) and value.get("type") in ROW_TAGS:
+                self.events.extend(decode_row(value).expand())
+            else:
+                self.events.append(value)
+        except DecodeError:
+            return False
+        return True
+
+
+def read_events(path: str | os.PathLike[str]) -> tuple[SessionHeader, list[Any]]:
+    """The header and every stored event of a file (rows expanded, complete
+    records only, no validation): for comparisons and tools, not for loads."""
+    collector = _EventCollector(str(path))
+    with open(path, "rb") as stream:
+        reader = _read_zstd if compression_of(path) == "zstd" else _read_raw
+        reader(stream, collector, LoadResult(source=str(path), compression=compression_of(path)))
+    assert collector.header is not None
+    return collector.header, collector.events
 
 
 def _load(stream: BinaryIO, source: str, compression: Compression, observer: LoadObserver | None) -> LoadResult:

@@ -1,0 +1,104 @@
+"""Real dsh agents (the JSON-RPC runtime) through the worker bridge into Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import platform
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh_core.analysis import LogAnalysis
+from dsh_core.kafka.config import Secret
+from dsh_core.kafka.records import decode_kafka_record
+from dsh_core.storage.reader import load_session, read_events
+from dsh_core.storage.records import decode_row
+from dsh_core.jsonvalue import decode_json
+from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
+from producers.publisher import Publisher
+from producers.shipper import discover_session_files
+from tests.conftest import canonical
+from tests.kafka_fixtures import consume_all
+from tests.scripted_model import ScriptedModel
+
+pytestmark = [pytest.mark.kafka, pytest.mark.skipif(
+    sys.platform != "linux" or platform.machine() != "x86_64", reason="the dsh runtime wheel is linux x86_64 only")]
+
+SCENARIOS = {"plain": 1, "tools": 1, "parallel": 1, "retry": 1, "max-tokens": 1, "two-turns": 2}
+
+
+def _events_of(records) -> dict[str, list]:
+    """Logical events per session from consumed records (rows expanded)."""
+    out: dict[str, list] = collections.defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        decoded = decode_kafka_record(record)
+        if decoded.kind != "record":
+            continue
+        value = decode_json(decoded.value)
+        out[decoded.session_id].extend(decode_row(value).expand() if value["type"].endswith("-chunks") else [value])
+    return out
+
+
+def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, tmp_path):
+    names = topics(partitions=6)
+    executable, cordis = find_runtime()
+    root = tmp_path / "sessions"
+    results = {}
+
+    async def run_fleet(model_url: str) -> None:
+        async with Publisher(kafka, names) as publisher:
+            async def agent(name: str, turns: int) -> None:
+                config = RuntimeConfig(executable=executable, cordis_config=cordis,
+                                       workspace=tmp_path / f"ws-{name}", session_root=root,
+                                       home=tmp_path / f"home-{name}", model_url=model_url, api_key=Secret("test-key"))
+                async with WorkerBridge(config, publisher) as bridge:
+                    session_id = f"real-{name}"
+                    for turn in range(turns):
+                        results[(name, turn)] = await bridge.prompt(session_id, f"[script:{name}#{name}] turn {turn + 1}: go")
+            await asyncio.gather(*(agent(name, turns) for name, turns in SCENARIOS.items()))
+
+    with ScriptedModel() as model:
+        asyncio.run(asyncio.wait_for(run_fleet(model.url), 120))
+        served = collections.Counter()
+        for body in model.requests:
+            first = next(m for m in body["messages"] if m["role"] == "user")
+            served[json.dumps(first["content"]).split("#")[1].split("]")[0]] += 1
+
+    assert {name for name, _ in results} == set(SCENARIOS)
+    files = {path.parent.name: path for path in discover_session_files(root)}
+    assert len(files) == len(SCENARIOS)
+    expected_records = sum(1 + len(read_events(path)[1]) for path in files.values())
+    live = asyncio.run(consume_all(kafka, names.events, expected_records, timeout=60))
+    live_events = _events_of(live)
+    headers = {decode_kafka_record(r).session_id: decode_kafka_record(r).value for r in live
+               if decode_kafka_record(r).kind == "header"}
+    for name in SCENARIOS:
+        session_id = f"real-{name}"
+        header, stored = read_events(files[session_id])
+        assert canonical(live_events[session_id]) == canonical(stored), f"{name}: Kafka differs from dsh's file"
+        assert headers[session_id] == header.to_line()
+        analysis = LogAnalysis(keep_requests=False)
+        loaded = load_session(files[session_id], observer=analysis)
+        assert loaded.accepted, loaded.error
+        # every request the model saw is a request boundary of the log (dsh logs
+        # a failed attempt as an error finish chunk, so the 500 counts too)
+        assert analysis.request_count == served[name], name
+    ends = {name: results[(name, SCENARIOS[name] - 1)].end_reason["kind"] for name in SCENARIOS}
+    assert ends["max-tokens"] == "max-tokens" and ends["plain"] == "completed"
+
+    # the same sessions shipped from disk by the shipper give the same stream
+    shipped_names = topics(partitions=6)
+    from producers.shipper import Shipper, ShipperConfig
+
+    async def ship() -> int:
+        async with Publisher(kafka, shipped_names) as publisher:
+            shipper = Shipper(ShipperConfig(root=root, state_dir=tmp_path / "state", once=True), publisher.send,
+                              publisher.flush, report=lambda line: pytest.fail(line))
+            return await shipper.ship_once()
+
+    sent = asyncio.run(ship())
+    shipped = _events_of(asyncio.run(consume_all(kafka, shipped_names.events, sent, timeout=30)))
+    assert canonical(shipped) == canonical(live_events)
