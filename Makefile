@@ -7,9 +7,9 @@ CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
 
-.PHONY: test setup reference bench clean
+.PHONY: test setup reference kafka-jars bench clean
 
-test: setup reference
+test: setup reference kafka-jars
 	$(VPY) -m pytest
 
 setup: $(VENV)/.installed
@@ -30,8 +30,13 @@ reference:
 	  fi; \
 	else echo "node/npm not found: differential tests against the reference will be skipped"; fi
 
-bench: setup reference
+# Apache Kafka broker jars from Maven Central into the user cache (once).
+kafka-jars: setup
+	$(VPY) -c "from dsh_core.kafka.broker import ensure_kafka_jars; print('kafka jars:', ensure_kafka_jars())"
+
+bench: setup reference kafka-jars
 	$(VPY) -m benchmarks.core
+	$(VPY) -m benchmarks.produce
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -10,16 +10,22 @@ acknowledged, or raises the first delivery failure. Nothing fails silently.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from enum import Enum
-from typing import Any, Iterable
+from functools import partial
+from typing import Any, Iterable, Sequence
 
+from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Histogram
 
 from dsh_core.errors import PipelineError
 from dsh_core.events import Event
 from dsh_core.kafka.config import KafkaConfig, ProducerSettings
 from dsh_core.kafka.records import (
+    KIND_ATTESTATION,
+    KIND_HEADER,
+    KIND_RECORD,
     Attestation,
     SessionRecord,
     attestation_record,
@@ -35,9 +41,21 @@ __all__ = ["Publisher", "RecordTooLargeError", "DeliveryError"]
 RECORDS = Counter("dsh_publisher_records_total", "Records handed to Kafka, by kind.", ["kind"])
 BYTES = Counter("dsh_publisher_bytes_total", "Record value bytes handed to Kafka, by kind.", ["kind"])
 EVENTS = Counter("dsh_publisher_events_total", "Session events published (packed rows count each member).")
-SEND_SECONDS = Histogram("dsh_publisher_send_seconds", "From send to broker acknowledgement.",
+SEND_SECONDS = Histogram("dsh_publisher_send_seconds", "From send to broker acknowledgement (every 16th record).",
                          buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10))
 ERRORS = Counter("dsh_publisher_errors_total", "Records that failed, by error class.", ["error"])
+_BY_KIND = {kind: (RECORDS.labels(kind), BYTES.labels(kind)) for kind in (KIND_HEADER, KIND_RECORD, KIND_ATTESTATION)}
+_LATENCY_SAMPLE = 16  # the send-latency histogram observes every 16th record
+_SETTLE_EVERY = 8192  # pending deliveries checked (and metrics published) this often
+
+
+def _observe_latency(started: float, future: asyncio.Future) -> None:
+    if not future.cancelled() and future.exception() is None:
+        SEND_SECONDS.observe(time.perf_counter() - started)
+
+# Headers and key never add this much: only a value this close to the limit
+# needs the exact envelope size computed.
+_ENVELOPE_ALLOWANCE = 4096
 
 
 class RecordTooLargeError(PipelineError):
@@ -65,7 +83,9 @@ class Publisher:
         self.topics = topics
         self.settings = settings
         self._producer: Any = None
-        self._pending: set[asyncio.Future] = set()
+        # (delivery, record) since the last settle, then those still in flight
+        self._unsettled: list[tuple[asyncio.Future, SessionRecord]] = []
+        self._pending: list[tuple[asyncio.Future, SessionRecord]] = []
         self._failures: list[BaseException] = []
         self._state = _State.NEW
 
@@ -100,51 +120,76 @@ class Publisher:
 
     async def send(self, record: SessionRecord) -> None:
         """Enqueue one record (its delivery is confirmed by :meth:`flush`)."""
-        if self._state is not _State.RUNNING:
-            raise PipelineError(f"publisher is {self._state.value}: cannot send {record.kind} of session "
-                                f"{record.session_id!r} seq {record.seq}")
-        if record.size > self.settings.max_record_bytes:
-            ERRORS.labels("RecordTooLargeError").inc()
-            raise RecordTooLargeError(
-                f"session {record.session_id!r} seq {record.seq}: a {record.size}-byte {record.kind} exceeds the "
-                f"{self.settings.max_record_bytes}-byte limit of topic {self.topics.events}; nothing was sent")
-        from aiokafka.errors import KafkaError
-        started = time.perf_counter()
-        try:
-            delivery = await self._producer.send(self.topics.events, key=record.key, value=record.value,
-                                                 headers=record.headers)
-        except KafkaError as error:
-            ERRORS.labels(type(error).__name__).inc()
-            raise DeliveryError(f"session {record.session_id!r} seq {record.seq}: {record.kind} could not be sent to "
-                                f"{self.topics.events}: {type(error).__name__}: {error}",
-                                retriable=bool(getattr(error, "retriable", False))) from error
-        RECORDS.labels(record.kind).inc()
-        BYTES.labels(record.kind).inc(len(record.value))
-        EVENTS.inc(record.count)
-        self._pending.add(delivery)
-        delivery.add_done_callback(lambda future: self._delivered(future, record, started))
+        await self.send_many((record,))
 
-    def _delivered(self, future: asyncio.Future, record: SessionRecord, started: float) -> None:
-        self._pending.discard(future)
-        if future.cancelled():
-            self._failures.append(DeliveryError(f"session {record.session_id!r} seq {record.seq}: send was cancelled"))
-            return
-        error = future.exception()
-        if error is None:
-            SEND_SECONDS.observe(time.perf_counter() - started)
-            return
-        ERRORS.labels(type(error).__name__).inc()
-        failure = DeliveryError(f"session {record.session_id!r} seq {record.seq}: {record.kind} was not "
-                                f"acknowledged by {self.topics.events}: {type(error).__name__}: {error}")
-        failure.__cause__ = error
-        self._failures.append(failure)
+    async def send_many(self, records: Sequence[SessionRecord]) -> None:
+        """Enqueue records in order. Every record is checked against the
+        topic's size limit before any of them is sent."""
+        if self._state is not _State.RUNNING:
+            first = records[0] if records else None
+            raise PipelineError(f"publisher is {self._state.value}: cannot send "
+                                + (f"{first.kind} of session {first.session_id!r} seq {first.seq}" if first else "records"))
+        limit = self.settings.max_record_bytes
+        for record in records:
+            if len(record.value) + _ENVELOPE_ALLOWANCE > limit and record.size > limit:
+                ERRORS.labels("RecordTooLargeError").inc()
+                raise RecordTooLargeError(
+                    f"session {record.session_id!r} seq {record.seq}: a {record.size}-byte {record.kind} exceeds the "
+                    f"{limit}-byte limit of topic {self.topics.events}; nothing was sent")
+        send, topic, unsettled = self._producer.send, self.topics.events, self._unsettled
+        for record in records:
+            try:
+                delivery = await send(topic, key=record.key, value=record.value, headers=record.headers)
+            except KafkaError as error:
+                ERRORS.labels(type(error).__name__).inc()
+                raise DeliveryError(f"session {record.session_id!r} seq {record.seq}: {record.kind} could not be sent "
+                                    f"to {topic}: {type(error).__name__}: {error}",
+                                    retriable=bool(getattr(error, "retriable", False))) from error
+            unsettled.append((delivery, record))
+            if len(unsettled) % _LATENCY_SAMPLE == 0:  # latency of every Nth record
+                delivery.add_done_callback(partial(_observe_latency, time.perf_counter()))
+                if len(unsettled) >= _SETTLE_EVERY:
+                    self._settle()
+                    unsettled = self._unsettled
+
+    def _settle(self) -> None:
+        """Count the records sent since the last settle into the metrics,
+        then drop delivered ones from the pending list, keeping failures."""
+        counts: collections.Counter[str] = collections.Counter()
+        sizes: collections.Counter[str] = collections.Counter()
+        events = 0
+        for _, record in self._unsettled:
+            counts[record.kind] += 1
+            sizes[record.kind] += len(record.value)
+            events += record.count
+        for kind, count in counts.items():
+            records, sent_bytes = _BY_KIND[kind]
+            records.inc(count)
+            sent_bytes.inc(sizes[kind])
+        EVENTS.inc(events)
+        self._pending.extend(self._unsettled)
+        self._unsettled = []
+        still = []
+        for delivery, record in self._pending:
+            if not delivery.done():
+                still.append((delivery, record))
+            elif delivery.cancelled() or delivery.exception() is not None:
+                error = None if delivery.cancelled() else delivery.exception()
+                ERRORS.labels(type(error).__name__ if error else "Cancelled").inc()
+                failure = DeliveryError(f"session {record.session_id!r} seq {record.seq}: {record.kind} was not "
+                                        f"acknowledged by {self.topics.events}: {type(error).__name__}: {error}")
+                failure.__cause__ = error
+                self._failures.append(failure)
+        self._pending = still
 
     async def flush(self) -> None:
         """The durability barrier: every record sent so far is acknowledged
         when this returns; otherwise the first failure is raised."""
-        if self._producer is not None and self._pending:
+        if self._producer is not None and (self._pending or self._unsettled):
             await self._producer.flush()
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+            await asyncio.gather(*(delivery for delivery, _ in self._pending + self._unsettled),
+                                 return_exceptions=True)
+        self._settle()
         if self._failures:
             first, self._failures = self._failures[0], []
             raise first
@@ -159,7 +204,8 @@ class Publisher:
         Every record is checked against the size limit before any is sent."""
         records = records_for_batch(session_id, events)
         for record in records:
-            if record.size > self.settings.max_record_bytes:
+            if len(record.value) + _ENVELOPE_ALLOWANCE > self.settings.max_record_bytes and (
+                record.size > self.settings.max_record_bytes):
                 await self.send(record)  # raises RecordTooLargeError, names the record
         for record in records:
             await self.send(record)

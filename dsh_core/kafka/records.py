@@ -10,6 +10,7 @@ attestation. Headers: ``dsh-kind``, ``dsh-seq`` (first seq carried),
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Iterable, Protocol, Sequence
 
 from ..errors import DecodeError
@@ -56,11 +57,11 @@ class SessionRecord:
     value: bytes
     format_version: int = FORMAT_VERSION
 
-    @property
+    @cached_property
     def key(self) -> bytes:
         return self.session_id.encode("utf-8")
 
-    @property
+    @cached_property
     def headers(self) -> list[tuple[str, bytes]]:
         return [("dsh-kind", self.kind.encode()), ("dsh-seq", str(self.seq).encode()),
                 ("dsh-count", str(self.count).encode()), ("dsh-format", str(self.format_version).encode())]

@@ -1,0 +1,90 @@
+"""The local broker: starts, serves, verifies topics, leaves nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from dsh_core.errors import PipelineError
+from dsh_core.kafka.broker import LocalKafka, probe_metadata
+from dsh_core.kafka.topics import TopicNames
+from tests.kafka_fixtures import create_topics
+
+pytestmark = pytest.mark.kafka
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.05)  # wait-ok: polling a condition with a deadline
+
+
+def test_broker_dies_with_a_crashed_caller(tmp_path):
+    script = ("import sys\nfrom dsh_core.kafka.broker import LocalKafka\n"
+              "broker = LocalKafka(heap='512m')\nbroker.start()\n"
+              "print(broker.process.pid, broker.bootstrap, flush=True)\nsys.stdin.read()\n")
+    with subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as caller:
+        pid_text, bootstrap = caller.stdout.readline().split()
+        broker_pid = int(pid_text)
+        assert probe_metadata(bootstrap)
+        caller.send_signal(signal.SIGKILL)
+        caller.wait()
+    _wait_for(lambda: not _alive(broker_pid) or _zombie(broker_pid), 60, "the orphaned broker to exit")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1].startswith("Z")
+    except OSError:
+        return False
+
+
+def test_missing_java_or_maven_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java, no mvn
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # cold cache: Maven is asked first
+    with pytest.raises(PipelineError, match=r"mvn not found on PATH: it is needed to fetch the Kafka broker jars"):
+        LocalKafka(tmp_path / "data").start()
+
+
+def test_cli_detached_broker_start_status_stop(tmp_path):
+    data = tmp_path / "broker"
+    run = lambda *a: subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "kafka", *a, "--data-dir", str(data)],
+                                    capture_output=True, text=True, timeout=120)
+    started = run("start")
+    assert started.returncode == 0, started.stderr
+    bootstrap = started.stdout.strip()
+    assert probe_metadata(bootstrap)
+    status = run("status")
+    assert status.returncode == 0 and bootstrap in status.stdout
+    assert run("start").stdout.strip() == bootstrap  # idempotent
+    assert run("stop").stdout.strip() == "stopped"
+    assert run("status").returncode == 1
+    assert not probe_metadata(bootstrap)
+
+
+def test_topic_setup_is_idempotent_and_checks_existing_topics(kafka, topics):
+    names = topics(partitions=3)
+    asyncio.run(create_topics(kafka, names, 3))  # again: fine
+    with pytest.raises(PipelineError, match=rf"topic {names.events} exists with 3 partitions, expected 5"):
+        asyncio.run(create_topics(kafka, names, 5))
+    fresh = TopicNames.with_prefix(names.events + ".x.")
+    asyncio.run(create_topics(kafka, fresh, 2))

@@ -1,0 +1,90 @@
+"""The events-topic record envelope (no broker needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from dsh_core.errors import DecodeError, PipelineError
+from dsh_core.kafka.config import KafkaConfig, ProducerSettings, Secret
+from dsh_core.kafka.records import (
+    Attestation,
+    attestation_record,
+    decode_kafka_record,
+    header_record,
+    record_from_line,
+    records_for_batch,
+)
+from dsh_core.kafka.topics import TopicNames, topic_specs
+from dsh_core.session_header import SessionHeader
+from dsh_core.storage.records import encode_records
+
+
+@dataclass
+class Fetched:
+    key: bytes | None
+    value: bytes | None
+    headers: list
+    topic: str = "dsh.session-events"
+    partition: int = 3
+    offset: int = 17
+
+
+def chunk(seq: int, text: str) -> dict:
+    return {"type": "assistant/chunk", "seq": seq, "time": seq,
+            "data": {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": text}}}
+
+
+def test_batch_records_pack_rows_and_round_trip():
+    events = [{"type": "turn/start", "seq": 0, "time": 0, "data": {"turn": 1}}] + [chunk(i, "x") for i in range(1, 6)]
+    records = records_for_batch("s-1", events)
+    assert [(r.kind, r.seq, r.count) for r in records] == [("record", 0, 1), ("record", 1, 5)]
+    assert b"".join(r.value + b"\n" for r in records) == encode_records(events)
+    for record in records:
+        fetched = Fetched(record.key, record.value, record.headers)
+        assert decode_kafka_record(fetched) == record
+        assert record_from_line("s-1", record.value) == record
+
+
+def test_header_and_attestation_records():
+    header = SessionHeader(id="s-1", createdAt=5, delegationDepth=0)
+    record = header_record(header)
+    assert (record.kind, record.value) == ("header", header.to_line())
+    attestation = attestation_record("s-1", Attestation(1, 2, 40, "ab" * 32))
+    assert attestation.seq == 40 and b'"algorithm":"sha256-jcs"' in attestation.value
+    assert decode_kafka_record(Fetched(attestation.key, attestation.value, attestation.headers)) == attestation
+
+
+@pytest.mark.parametrize("fetched, message", [
+    (Fetched(None, b"{}", []), r"dsh\.session-events\[3\]@17: record has no key"),
+    (Fetched(b"s", b"{}", [("dsh-kind", b"record")]), "header dsh-seq is missing"),
+    (Fetched(b"s", b"{}", [("dsh-kind", b"blob"), ("dsh-seq", b"0"), ("dsh-count", b"1"), ("dsh-format", b"0")]),
+     "dsh-kind 'blob' is not one of"),
+    (Fetched(b"s", b"{}", [("dsh-kind", b"record"), ("dsh-seq", b"x"), ("dsh-count", b"1"), ("dsh-format", b"0")]),
+     "must be integers"),
+    (Fetched(b"\xff", b"{}", []), "key is not UTF-8"),
+])
+def test_bad_envelopes_name_the_coordinates(fetched, message):
+    with pytest.raises(DecodeError, match=message):
+        decode_kafka_record(fetched)
+
+
+def test_record_from_line_refuses_non_records():
+    with pytest.raises(DecodeError, match="non-negative integer seq"):
+        record_from_line("s", b'{"type":"x"}')
+
+
+def test_topics_and_config():
+    names = TopicNames.with_prefix("t1.")
+    assert names.events == "t1.dsh.session-events" and names.dead_letter == "t1.dsh.dead-letter"
+    specs = {s.name: s for s in topic_specs(names, 6)}
+    assert specs[names.views].configs["cleanup.policy"] == "compact"
+    assert specs[names.events].configs["max.message.bytes"] == str(16 * 1024 * 1024)
+    config = KafkaConfig("127.0.0.1:9092", sasl_mechanism="PLAIN", sasl_username="u", sasl_password=Secret("pw"))
+    assert "pw" not in repr(config)
+    options = ProducerSettings().producer_options(config)
+    assert options["enable_idempotence"] is True and options["acks"] == "all"
+    assert options["sasl_plain_password"] == "pw"
+    with pytest.raises(PipelineError, match="host:port"):
+        KafkaConfig("localhost")
