@@ -9,7 +9,7 @@ off it only counts requests, so memory stays with the derived history.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from .request import Boundary, BoundaryTracker
 from .session import SessionState
@@ -29,8 +29,11 @@ class LogAnalysis:
 
     watched_types = frozenset({"assistant/chunk", "assistant/message", "turn/start", "step/start", "turn/end"})
 
-    def __init__(self, keep_requests: bool = True) -> None:
+    def __init__(self, keep_requests: bool = True, on_turn_end: Callable[[Any], None] | None = None,
+                 on_usage: Callable[[str, str, dict[str, int]], None] | None = None) -> None:
         self.keep_requests = keep_requests
+        self.on_turn_end = on_turn_end  # called with each turn/end reason
+        self.on_usage = on_usage  # called with (provider, model, token counts) of each assistant message
         self.boundaries = BoundaryTracker()
         self.turns: list[dict[str, Any]] = []
         self.requests: list[RequestRecord] = []
@@ -69,15 +72,18 @@ class LogAnalysis:
                     break
             if isinstance(reason, dict) and isinstance(reason.get("kind"), str):
                 self.end_reasons[reason["kind"]] += 1
+            if self.on_turn_end is not None:
+                self.on_turn_end(reason)
         elif event_type == "assistant/message":
             usage = data.get("usage")
             source = data["message"]["source"]
             if isinstance(usage, dict):
-                totals = self.usage.setdefault((str(source.get("provider")), str(source.get("model"))), Counter())
-                for name in _USAGE_FIELDS:
-                    value = usage.get(name)
-                    if type(value) is int:
-                        totals[name] += value
+                provider, model = str(source.get("provider")), str(source.get("model"))
+                totals = self.usage.setdefault((provider, model), Counter())
+                counted = {name: usage[name] for name in _USAGE_FIELDS if type(usage.get(name)) is int}
+                totals.update(counted)
+                if self.on_usage is not None:
+                    self.on_usage(provider, model, counted)
 
     def chunk_run(self, row: ChunkRow, state: SessionState) -> None:
         self._request(self.boundaries.observe_delta_run(row.turn, row.step, row.seq0), state)

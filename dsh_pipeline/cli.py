@@ -155,6 +155,72 @@ def _worker(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def _consume(args: argparse.Namespace, make_service) -> int:
+    """Run one consumer service until SIGTERM/SIGINT (or caught up, with --until-idle)."""
+    from consumers.runner import serve_http
+    from dsh_core.kafka.topics import TopicNames
+    from dsh_pipeline.runtime import prepare_topics, resolve_kafka, run_until_signal
+
+    kafka = resolve_kafka(args.bootstrap)
+    names = TopicNames.with_prefix(args.topic_prefix)
+
+    async def main(stop: asyncio.Event) -> int:
+        await prepare_topics(kafka, names, args.partitions)
+        service = make_service(kafka, names)
+        server = await serve_http(args.metrics_port, [service]) if args.metrics_port else None
+        try:
+            await service.run(stop)
+        finally:
+            if server is not None:
+                server.close()
+        return EXIT_OK
+
+    return run_until_signal(main)
+
+
+def _project(args: argparse.Namespace) -> int:
+    from consumers.projector import Projector
+    return _consume(args, lambda kafka, names: Projector(kafka, names, Path(args.db), group=args.group))
+
+
+def _view(args: argparse.Namespace) -> int:
+    from consumers.projector import ViewStore
+    from dsh_core.checkpoint import restore_fold
+    from dsh_core.jsonvalue import encode_json, thaw
+    store = ViewStore(Path(args.db))
+    try:
+        view = store.view(args.session_id)
+        if view is None:
+            print(f"dsh-pipeline view: no session {args.session_id!r} in {args.db}", file=sys.stderr)
+            return EXIT_REFUSED
+        blob = store.snapshot(args.session_id)
+        messages = thaw(restore_fold(blob, args.session_id, None).state.messages()) if blob else []
+    finally:
+        store.close()
+    if args.json:
+        sys.stdout.buffer.write(encode_json(messages) + b"\n")
+        return EXIT_OK
+    print(f"session {args.session_id}: {view['status']}, next seq {view['nextSeq']}, {len(view['turns'])} turns, "
+          f"{len(messages)} messages" + (f", {view['error']}" if view.get("error") else ""))
+    for message in messages:
+        source = message.get("source", {})
+        who = message.get("role") if source.get("kind") != "tool" else f"tool {source.get('callId')}"
+        for block in message.get("content", []):
+            kind = block.get("type")
+            if kind in ("text", "reasoning"):
+                text = block["text"]
+            elif kind == "tool-call":
+                text = f"→ {block.get('name')}({block.get('arguments')})"
+            elif kind == "tool-result":
+                inner = [b.get("text", "") for b in block.get("content", []) if isinstance(b, dict)]
+                text = ("error: " if block.get("isError") else "") + " ".join(inner)
+            else:
+                text = f"[{kind}]"
+            label = f"{who} ({kind})" if kind == "reasoning" else who
+            print(f"{label}: {text[:2000]}")
+    return EXIT_OK
+
+
 class _Progress:
     """A one-line progress display on a terminal (nothing otherwise)."""
 
@@ -215,6 +281,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--model", default="deepseek-v4-flash")
     _add_kafka_options(worker)
     worker.set_defaults(run=_worker)
+
+    project = commands.add_parser("project", help="keep every session's derived conversation (SQLite views)")
+    project.add_argument("--db", default="views.sqlite", help="the SQLite view store")
+    project.add_argument("--group", default="dsh-projector", help="consumer group")
+    project.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
+    _add_kafka_options(project)
+    project.set_defaults(run=_project)
+
+    view = commands.add_parser("view", help="print a session's conversation from the view store")
+    view.add_argument("session_id")
+    view.add_argument("--db", default="views.sqlite")
+    view.add_argument("--json", action="store_true", help="the derived messages as JSON (identical to dsh's)")
+    view.set_defaults(run=_view)
 
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)

@@ -42,7 +42,7 @@ from .legacy import upgrade_event
 from .records import ChunkRow, decode_row
 from .repair import OpenTurnTracker
 
-__all__ = ["LoadObserver", "LoadResult", "load_session", "load_session_bytes", "read_events"]
+__all__ = ["LoadObserver", "LoadResult", "StagedFold", "load_session", "load_session_bytes", "read_events"]
 
 
 class LoadObserver(Protocol):
@@ -115,8 +115,14 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
 _decode_envelope = msgspec.json.Decoder(_Envelope, float_hook=float_hook).decode
 
 
-class _Pipeline:
-    """The staged load of one session, fed one storage line at a time."""
+class StagedFold:
+    """The staged load of one session, fed one storage line at a time.
+
+    The storage reader feeds it file lines (:meth:`event_line`, with dsh's
+    crash-tail rules); a consumer feeds it record values whose seq it has
+    already checked (:meth:`apply`). :attr:`error` is the refusal, if any,
+    of the earliest failing stage so far.
+    """
 
     def __init__(self, where: str, observer: LoadObserver | None) -> None:
         self.where = where
@@ -197,6 +203,33 @@ class _Pipeline:
             self.count += 1
             self._event(value)
         return True
+
+    def apply(self, line: bytes) -> None:
+        """Fold one record value at the next seq (the caller checked it);
+        raises :class:`DecodeError` for a value that is no storage record."""
+        try:
+            envelope = _decode_envelope(line)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            envelope = None
+        if envelope is not None and envelope.type not in ROW_TAGS:
+            self.count += 1
+            self._envelope(envelope)
+            return
+        value = decode_json(line)
+        if isinstance(value, dict) and value.get("type") in ROW_TAGS:
+            row = decode_row(value)
+            self.count += row.count
+            self._rows(row)
+        elif isinstance(value, dict):
+            self.count += 1
+            self._event(value)
+        else:
+            raise DecodeError(f"{self.where}: a record must be a JSON object, got {_show(value)[:80]}")
+
+    @property
+    def error(self) -> DshError | None:
+        """The earliest-stage refusal so far (``None`` while the log is good)."""
+        return self.stage3 or self.stage4 or self.stage5 or self.stage6
 
     def _fatal_defect(self) -> CorruptionError:
         issue = self.issue
@@ -457,7 +490,7 @@ def read_events(path: str | os.PathLike[str]) -> tuple[SessionHeader, list[Any]]
 
 def _load(stream: BinaryIO, source: str, compression: Compression, observer: LoadObserver | None) -> LoadResult:
     result = LoadResult(source=source, compression=compression)
-    pipeline = _Pipeline(source, observer)
+    pipeline = StagedFold(source, observer)
     try:
         if compression == "zstd":
             _read_zstd(stream, pipeline, result)

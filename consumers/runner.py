@@ -1,0 +1,215 @@
+"""The shared consumer runner: group membership, batches, errors, commits.
+
+A service subclasses :class:`ConsumerService` and implements
+:meth:`~ConsumerService.handle` (one decoded record) and
+:meth:`~ConsumerService.persist` (make the batch's effects durable). The
+runner guarantees:
+
+* records of a partition are handled in offset order, in ``getmany`` batches;
+* a record that cannot be decoded or that a service refuses goes through
+  :meth:`~ConsumerService.on_error` — by default to ``dsh.dead-letter`` with
+  the reason and its ``topic[partition]@offset`` — and is counted; the
+  service keeps going; nothing is skipped silently;
+* offsets are committed only after :meth:`persist` returned (never on a
+  failure), auto-commit is off; on revoke the service persists and commits
+  before the partitions go; on assign it may load state lazily;
+* SIGTERM (``stop``) drains: the current batch finishes, is persisted and
+  committed, then everything closes.
+
+It also serves ``/metrics`` (Prometheus) and ``/healthz`` on one port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from abc import ABC, abstractmethod
+from typing import Any, Iterable
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+
+from dsh_core.errors import DecodeError, DshError
+from dsh_core.kafka.config import ConsumerSettings, KafkaConfig, ProducerSettings
+from dsh_core.kafka.records import KafkaRecord, SessionRecord, decode_kafka_record, where_of
+from dsh_core.kafka.topics import TopicNames
+
+__all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "serve_http"]
+
+RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind.", ["service", "kind"])
+DEAD_LETTERS = Counter("dsh_consumer_dead_letters_total", "Records sent to the dead-letter topic, by service and reason.",
+                       ["service", "reason"])
+BATCH_RECORDS = Histogram("dsh_consumer_batch_records", "Records per poll batch.", ["service"],
+                          buckets=(1, 10, 50, 100, 250, 500, 1000, 2000, 5000))
+BATCH_SECONDS = Histogram("dsh_consumer_batch_seconds", "Time to handle, persist and commit one batch.", ["service"],
+                          buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+LAG = Gauge("dsh_consumer_lag_records", "Records behind the partition's end offset.", ["service", "partition"])
+COMMITS = Counter("dsh_consumer_commits_total", "Offset commits after durable effects.", ["service"])
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, service: "ConsumerService") -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.service._checkpoint()
+        await self.service.on_revoke(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.service.on_assign(set(assigned))
+
+
+class ConsumerService(ABC):
+    """Base of the projector, auditor and archiver."""
+
+    service = "consumer"
+
+    def __init__(self, kafka: KafkaConfig, topics: TopicNames, settings: ConsumerSettings) -> None:
+        self.kafka = kafka
+        self.topics = topics
+        self.settings = settings
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: AIOKafkaProducer | None = None
+        self._positions: dict[TopicPartition, int] = {}  # next offset to commit, per partition
+        self._consumed: dict[TopicPartition, int] = {}  # next offset to read, per partition (for lag)
+        self.last_poll = time.monotonic()
+        self.healthy = False
+
+    # ------------------------------------------------------------ the hooks
+
+    @abstractmethod
+    async def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        """Apply one record (raise a :class:`DshError` to refuse it)."""
+
+    @abstractmethod
+    async def persist(self) -> None:
+        """Make every effect of the records handled so far durable."""
+
+    async def on_assign(self, partitions: set[TopicPartition]) -> None:
+        """Partitions arrived (state may load lazily)."""
+
+    async def on_revoke(self, partitions: set[TopicPartition]) -> None:
+        """Partitions left, after their effects were persisted and committed."""
+
+    async def open(self) -> None:
+        """Resources the service needs before the first batch."""
+
+    async def close(self) -> None:
+        """Release resources (idempotent)."""
+
+    def producer_options(self) -> dict[str, Any]:
+        return ProducerSettings().producer_options(self.kafka)
+
+    async def on_error(self, error: DshError, record: KafkaRecord) -> None:
+        """The error policy: dead-letter the record with its reason and
+        coordinates, and count it. Override to change it."""
+        await self.dead_letter(record, error)
+
+    # -------------------------------------------------------------- helpers
+
+    async def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
+        assert self.producer is not None
+        reason = getattr(error, "category", "other")
+        headers = list(record.headers or ()) + [
+            ("dsh-dlq-service", self.service.encode()), ("dsh-dlq-reason", reason.encode()),
+            ("dsh-dlq-error", f"{type(error).__name__}: {error.message}"[:4000].encode()),
+            ("dsh-dlq-topic", record.topic.encode()), ("dsh-dlq-partition", str(record.partition).encode()),
+            ("dsh-dlq-offset", str(record.offset).encode())]
+        await self.producer.send(self.topics.dead_letter, key=record.key, value=record.value, headers=headers)
+        DEAD_LETTERS.labels(self.service, reason).inc()
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit consumer offsets (the auditor commits inside a transaction)."""
+        assert self.consumer is not None
+        await self.consumer.commit(offsets)
+
+    async def _checkpoint(self) -> None:
+        """Persist effects, then commit what they cover."""
+        if not self._positions:
+            return
+        await self.persist()
+        offsets, self._positions = dict(self._positions), {}
+        await self.commit(offsets)
+        COMMITS.labels(self.service).inc()
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.producer = AIOKafkaProducer(**self.producer_options())
+        await self.producer.start()
+        self.consumer = AIOKafkaConsumer(**self.settings.consumer_options(self.kafka))
+        self.consumer.subscribe([self.topics.events], listener=_Rebalance(self))
+        await self.open()
+        await self.consumer.start()
+        self.healthy = True
+        try:
+            while not stop.is_set():
+                batch = await self.consumer.getmany(timeout_ms=250, max_records=self.settings.max_records)
+                self.last_poll = time.monotonic()
+                if batch:
+                    started = time.perf_counter()
+                    await self._handle_batch(batch)
+                    await self._checkpoint()
+                    BATCH_SECONDS.labels(self.service).observe(time.perf_counter() - started)
+                    BATCH_RECORDS.labels(self.service).observe(sum(len(r) for r in batch.values()))
+                self._update_lag()
+            await self._checkpoint()  # drain: what was handled is persisted and committed
+        finally:
+            self.healthy = False
+            try:
+                await self.consumer.stop()
+            finally:
+                try:
+                    await self.close()
+                finally:
+                    await self.producer.stop()
+
+    async def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        for partition, records in batch.items():
+            for record in records:
+                try:
+                    decoded = decode_kafka_record(record)
+                    RECORDS.labels(self.service, decoded.kind).inc()
+                    await self.handle(record, decoded)
+                except DshError as error:
+                    if isinstance(error, DecodeError):
+                        RECORDS.labels(self.service, "undecodable").inc()
+                    await self.on_error(error, record)
+                self._positions[partition] = self._consumed[partition] = record.offset + 1
+
+    def _update_lag(self) -> None:
+        assert self.consumer is not None
+        for partition in self.consumer.assignment():
+            highwater = self.consumer.highwater(partition)
+            consumed = self._consumed.get(partition)
+            if highwater is not None and consumed is not None:
+                LAG.labels(self.service, str(partition.partition)).set(max(0, highwater - consumed))
+
+
+async def serve_http(port: int, services: Iterable[ConsumerService], stale_after: float = 60.0) -> asyncio.AbstractServer:
+    """``/metrics`` (Prometheus text) and ``/healthz`` (200 while every
+    service polls, 503 otherwise) on ``port``."""
+    services = list(services)
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await reader.readline()
+            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                pass
+            path = request.split(b" ")[1] if b" " in request else b"/"
+            if path.startswith(b"/metrics"):
+                status, body, kind = b"200 OK", generate_latest(REGISTRY), b"text/plain; version=0.0.4"
+            elif path.startswith(b"/healthz"):
+                now = time.monotonic()
+                alive = all(s.healthy and now - s.last_poll < stale_after for s in services)
+                status, body, kind = (b"200 OK", b"ok\n", b"text/plain") if alive else \
+                    (b"503 Service Unavailable", b"not polling\n", b"text/plain")
+            else:
+                status, body, kind = b"404 Not Found", b"", b"text/plain"
+            writer.write(b"HTTP/1.1 " + status + b"\r\ncontent-type: " + kind + b"\r\ncontent-length: "
+                         + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+            await writer.drain()
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(respond, "0.0.0.0", port)

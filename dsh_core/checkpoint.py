@@ -1,0 +1,77 @@
+"""Snapshots of a session's fold, so a consumer can evict a session from
+memory and pick it up again later exactly where it was.
+
+A snapshot holds what later events need: the session header, the fold
+(surface nodes and the data of current surface events, request header and
+context), the open-turn state and the analysis (turns, usage, request
+boundaries). It is JSON, written with dsh_core's own encoder.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from .analysis import LogAnalysis
+from .jsonvalue import decode_json, encode_json, freeze, thaw
+from .session import SessionState
+from .session_header import SessionHeader
+from .storage.reader import StagedFold
+
+__all__ = ["snapshot_fold", "restore_fold"]
+
+
+def snapshot_fold(fold: StagedFold) -> bytes:
+    state, tracker = fold.state, fold.tracker
+    analysis = fold.observer if isinstance(fold.observer, LogAnalysis) else None
+    data: dict[str, Any] = {
+        "header": fold.header.to_dict() if fold.header else None,
+        "count": fold.count,
+        "state": {
+            "nextSeq": state.next_seq, "lastTime": state.last_time, "nodes": state.surface.nodes,
+            "replaceGeneration": state.surface.replace_generation,
+            "surfaceEvents": [[seq, kind, thaw(payload)] for seq, (kind, payload) in state._surface_events.items()],
+            "header": thaw(state.header), "context": thaw(state.context),
+        },
+        "tracker": {"openTurn": tracker.open_turn, "openStep": tracker.open_step, "lastSeq": tracker.last_seq,
+                    "lastTime": tracker.last_time,
+                    "pending": [[call_id, step, call_seq] for call_id, (step, call_seq) in tracker.pending.items()]},
+    }
+    if analysis is not None:
+        data["analysis"] = {
+            "turns": analysis.turns, "steps": analysis.steps, "requests": analysis.request_count,
+            "usage": [[provider, model, dict(totals)] for (provider, model), totals in analysis.usage.items()],
+            "endReasons": dict(analysis.end_reasons),
+            "boundaries": [[list(key) if isinstance(key, tuple) else key.decode(), value]
+                           for key, value in analysis.boundaries._steps.items()],
+        }
+    return encode_json(data)
+
+
+def restore_fold(blob: bytes, where: str, analysis: LogAnalysis | None) -> StagedFold:
+    data = decode_json(blob)
+    fold = StagedFold(where, analysis)
+    header = data["header"]
+    fold.header = SessionHeader(**header) if header else None
+    fold.count = data["count"]
+    state = SessionState(fold.header.id if fold.header else "")
+    saved = data["state"]
+    state.next_seq, state.last_time = saved["nextSeq"], saved["lastTime"]
+    state.surface.nodes = list(saved["nodes"])
+    state.surface.replace_generation = saved["replaceGeneration"]
+    state._surface_events = {seq: (kind, freeze(payload)) for seq, kind, payload in saved["surfaceEvents"]}
+    state.header = freeze(saved["header"])
+    state.context = freeze(saved["context"])
+    fold.state = state
+    tracker = data["tracker"]
+    fold.tracker.open_turn, fold.tracker.open_step = tracker["openTurn"], tracker["openStep"]
+    fold.tracker.last_seq, fold.tracker.last_time = tracker["lastSeq"], tracker["lastTime"]
+    fold.tracker.pending = {call_id: [step, call_seq] for call_id, step, call_seq in tracker["pending"]}
+    if analysis is not None and "analysis" in data:
+        saved = data["analysis"]
+        analysis.turns, analysis.steps, analysis.request_count = saved["turns"], saved["steps"], saved["requests"]
+        analysis.usage = {(provider, model): Counter(totals) for provider, model, totals in saved["usage"]}
+        analysis.end_reasons = Counter(saved["endReasons"])
+        analysis.boundaries._steps = {(tuple(key) if isinstance(key, list) else key.encode()): list(value)
+                                      for key, value in saved["boundaries"]}
+    return fold
