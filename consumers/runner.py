@@ -51,12 +51,16 @@ class _Rebalance(ConsumerRebalanceListener):
     def __init__(self, service: "ConsumerService") -> None:
         self.service = service
 
+    # aiokafka runs these in its coordinator task, which may interleave with
+    # batch handling at any await: the service lock serializes them.
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self.service._checkpoint()
-        await self.service.on_revoke(set(revoked))
+        async with self.service.lock:
+            await self.service._checkpoint()
+            await self.service.on_revoke(set(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        await self.service.on_assign(set(assigned))
+        async with self.service.lock:
+            await self.service.on_assign(set(assigned))
 
 
 class ConsumerService(ABC):
@@ -74,6 +78,7 @@ class ConsumerService(ABC):
         self._consumed: dict[TopicPartition, int] = {}  # next offset to read, per partition (for lag)
         self.last_poll = time.monotonic()
         self.healthy = False
+        self.lock = asyncio.Lock()  # batch handling vs rebalance callbacks
 
     # ------------------------------------------------------------ the hooks
 
@@ -148,12 +153,14 @@ class ConsumerService(ABC):
                 self.last_poll = time.monotonic()
                 if batch:
                     started = time.perf_counter()
-                    await self._handle_batch(batch)
-                    await self._checkpoint()
+                    async with self.lock:
+                        await self._handle_batch(batch)
+                        await self._checkpoint()
                     BATCH_SECONDS.labels(self.service).observe(time.perf_counter() - started)
                     BATCH_RECORDS.labels(self.service).observe(sum(len(r) for r in batch.values()))
                 self._update_lag()
-            await self._checkpoint()  # drain: what was handled is persisted and committed
+            async with self.lock:
+                await self._checkpoint()  # drain: what was handled is persisted and committed
         finally:
             self.healthy = False
             try:

@@ -385,16 +385,13 @@ class _Agent:
 
 
 def _fault_assignment(config: SimulatorConfig) -> dict[int, list[str]]:
-    """Which session gets which faults (at most one of a kind per session)."""
+    """Which session gets which fault: one fault per session at most, so
+    each defect stays countable on its own (a gap would hide what follows)."""
     rng = random.Random(f"{config.seed}:faults")
-    assignment: dict[int, list[str]] = {}
-    for kind in FAULT_KINDS:
-        count = getattr(config.faults, kind)
-        if count > config.sessions:
-            raise ValueError(f"{count} {kind} faults need at least as many sessions (have {config.sessions})")
-        for index in rng.sample(range(config.sessions), count):
-            assignment.setdefault(index, []).append(kind)
-    return assignment
+    kinds = [kind for kind in FAULT_KINDS for _ in range(getattr(config.faults, kind))]
+    if len(kinds) > config.sessions:
+        raise ValueError(f"{len(kinds)} faults need at least as many sessions (have {config.sessions})")
+    return {index: [kind] for index, kind in zip(rng.sample(range(config.sessions), len(kinds)), kinds)}
 
 
 def simulate_session(config: SimulatorConfig, index: int, faults: list[str] | None = None

@@ -72,12 +72,14 @@ def group_id() -> Any:
 
 
 async def consume_all(kafka: KafkaConfig, topic: str, expected: int, timeout: float = 60.0,
-                      group: str | None = None) -> list[Any]:
-    """Read ``expected`` records from the start of ``topic`` (a deadline, not a sleep)."""
+                      group: str | None = None, settle: float = 0.0, committed_only: bool = False) -> list[Any]:
+    """Read ``expected`` records from the start of ``topic`` (a deadline, not
+    a sleep); with ``settle``, keep reading that long after to catch extras."""
     from aiokafka import AIOKafkaConsumer
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False,
                                 auto_offset_reset="earliest", max_partition_fetch_bytes=32 * 1024 * 1024,
-                                fetch_max_bytes=64 * 1024 * 1024)
+                                fetch_max_bytes=64 * 1024 * 1024,
+                                isolation_level="read_committed" if committed_only else "read_uncommitted")
     await consumer.start()
     records: list[Any] = []
     loop = asyncio.get_running_loop()
@@ -87,6 +89,29 @@ async def consume_all(kafka: KafkaConfig, topic: str, expected: int, timeout: fl
             batch = await consumer.getmany(timeout_ms=500)
             for partition_records in batch.values():
                 records.extend(partition_records)
+        settled = loop.time() + settle
+        while loop.time() < settled:
+            batch = await consumer.getmany(timeout_ms=200)
+            for partition_records in batch.values():
+                records.extend(partition_records)
     finally:
         await consumer.stop()
     return records
+
+
+async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:
+    """The end offset of every partition of ``topic``."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(partitions)).items()}
+    finally:
+        await consumer.stop()
+
+
+def caught_up(service, ends: dict[int, int]) -> bool:
+    """Whether a consumer service has read every partition to ``ends``."""
+    consumed = {tp.partition: offset for tp, offset in service._consumed.items()}
+    return all(consumed.get(partition, 0) >= end for partition, end in ends.items() if end > 0)

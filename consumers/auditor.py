@@ -1,0 +1,368 @@
+"""The auditor: proves, as records arrive, that every model request was
+rebuildable from the log, and checks what the log itself promises.
+
+Per session it runs dsh_core's staged fold and the streaming invariant
+checker. Findings (one record each on ``dsh.audit-findings``, and a metric):
+
+* ``request-mismatch`` — an attestation's digest differs from the request
+  rebuilt from the log prefix below its ``boundarySeq``;
+* ``attestation-late`` — an attestation arrived after events at or beyond
+  its boundary (the prefix can no longer be rebuilt);
+* ``no-request-header`` / ``empty-history`` — a request boundary with no
+  request header in force, or with nothing to send;
+* ``sequence-gap`` — a record above the next seq (the session is held until
+  the missing record arrives);
+* ``lossless`` — a record whose JSON would not survive a round trip
+  (integers beyond 2^53, negative zero);
+* ``unsupported-format`` / ``invalid-log`` / ``corrupt-storage`` — the
+  session's log is refused (unknown required type, broken rule, bad record);
+* ``invariant:<rule>`` — a turn/step/tool relation of spec §7.1 is broken.
+
+Exactly-once findings: each batch's findings and its consumer offsets are
+committed in one Kafka transaction. On partition assignment the auditor
+rebuilds its sessions by replaying the partition from offset 0 to the
+committed offset with findings muted, so a restart neither repeats nor
+loses a finding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from prometheus_client import Counter, Gauge
+
+from dsh_core.errors import DecodeError, DshError
+from dsh_core.invariants import InvariantChecker
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json, thaw
+from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
+from dsh_core.kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record
+from dsh_core.kafka.topics import TopicNames
+from dsh_core.request import Boundary, BoundaryTracker, build_request, request_digest
+from dsh_core.session import SessionState
+from dsh_core.storage.reader import StagedFold
+from dsh_core.storage.records import ChunkRow
+
+from .runner import ConsumerService
+
+__all__ = ["Auditor", "Finding"]
+
+FINDINGS = Counter("dsh_audit_findings_total", "Audit findings, by rule.", ["rule"])
+REQUESTS = Counter("dsh_audit_requests_total", "Attested requests checked, by verdict.", ["verdict"])
+PENDING = Gauge("dsh_audit_attestations_pending", "Attestations waiting for the events below their boundary.")
+AUDITED = Counter("dsh_audit_events_total", "Session events audited.")
+
+_INVARIANT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end", "assistant/chunk",
+                              "assistant/message", "tool/call", "tool/result", "todo/write", "request/header",
+                              "request/context"})
+# A number token starting "-0" (after ':', ',' or '['), or a 16+ digit run:
+# only then is the exact (slower) check worth running.
+_SUSPECT = re.compile(rb"[:,\[]\s*-0|[0-9]{16,}")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    session: str
+    seq: Any
+    detail: str
+    turn: Any = None
+    step: Any = None
+    severity: str = "error"
+
+    def to_json(self) -> bytes:
+        return encode_json({"rule": self.rule, "severity": self.severity, "session": self.session, "seq": self.seq,
+                            "turn": self.turn, "step": self.step, "detail": self.detail})
+
+
+def _lossless_problem(value: bytes) -> str | None:
+    """What in a record's JSON would not survive a round trip, if anything."""
+    if not _SUSPECT.search(value):
+        return None
+    found: list[str] = []
+
+    def number(text: str) -> Any:
+        if text.lstrip("-").isdigit():
+            parsed = int(text)
+            if abs(parsed) > MAX_SAFE_INTEGER:
+                found.append(f"integer {text} is outside ±(2^53-1)")
+            return parsed
+        parsed_float = float(text)
+        if parsed_float == 0 and text.startswith("-"):
+            found.append(f"negative zero {text}")
+        return parsed_float
+
+    try:
+        json.loads(value, parse_int=number, parse_float=number)
+    except ValueError:
+        return None  # not JSON at all: the fold refuses it with a better reason
+    return "; ".join(found) or None
+
+
+class _BoundaryAudit:
+    """Fold observer: request boundaries and invariants of one session."""
+
+    watched_types = _INVARIANT_TYPES
+
+    def __init__(self, session: "_Session") -> None:
+        self.session = session
+        self.boundaries = BoundaryTracker()
+        self.invariants = InvariantChecker()
+
+    def _boundary(self, boundary: Boundary | None, state: SessionState) -> None:
+        if boundary is None:
+            return
+        self.session.boundaries[boundary.seq] = boundary
+        if boundary.seq in self.session.attested:
+            return
+        if state.header is None:
+            self.session.emit("no-request-header", boundary.seq, "a model request with no request/header in force",
+                              boundary.turn, boundary.step)
+        elif state.message_count() == 0:
+            self.session.emit("empty-history", boundary.seq, "a model request with no derived messages",
+                              boundary.turn, boundary.step)
+
+    def before_event(self, event: dict[str, Any], state: SessionState) -> None:
+        if event["type"] in ("assistant/chunk", "assistant/message") and isinstance(event["data"], dict):
+            self._boundary(self.boundaries.observe(event["type"], event["seq"], event["data"]), state)
+
+    def after_event(self, event: dict[str, Any], state: SessionState) -> None:
+        for violation in self.invariants.check(event["type"], event["seq"], event["data"],
+                                               event.get("surfaceOp", "append")):
+            self.session.emit(f"invariant:{violation.rule}", violation.seq, violation.detail, violation.turn,
+                              violation.step)
+
+    def chunk_run(self, row: ChunkRow, state: SessionState) -> None:
+        self._boundary(self.boundaries.observe_delta_run(row.turn, row.step, row.seq0), state)
+        data = {"turn": row.turn, "step": row.step}
+        for seq in range(row.seq0, row.seq0 + row.count):
+            for violation in self.invariants.check("assistant/chunk", seq, data):
+                self.session.emit(f"invariant:{violation.rule}", violation.seq, violation.detail, violation.turn,
+                                  violation.step)
+
+
+@dataclass
+class _Session:
+    session_id: str
+    partition: int
+    auditor: "Auditor"
+    fold: StagedFold | None = None
+    refused: bool = False
+    held: dict[int, bytes] = field(default_factory=dict)
+    gap_reported: int | None = None
+    pending: dict[int, SessionRecord] = field(default_factory=dict)  # attestations by boundary seq
+    attested: set[int] = field(default_factory=set)
+    boundaries: dict[int, Boundary] = field(default_factory=dict)
+
+    def emit(self, rule: str, seq: Any, detail: str, turn: Any = None, step: Any = None) -> None:
+        self.auditor.emit(Finding(rule, self.session_id, seq, detail, turn, step))
+
+
+class Auditor(ConsumerService):
+    service = "auditor"
+
+    def __init__(self, kafka: KafkaConfig, topics: TopicNames, *, group: str = "dsh-auditor",
+                 instance: str = "0", settings: ConsumerSettings | None = None) -> None:
+        super().__init__(kafka, topics, settings or ConsumerSettings(group_id=group))
+        self.transactional_id = f"{self.settings.group_id}-{instance}"
+        self._sessions: dict[str, _Session] = {}
+        self._findings: list[Finding] = []
+        self._muted = False
+        self._in_transaction = False
+
+    def producer_options(self) -> dict[str, Any]:
+        return {**super().producer_options(), "transactional_id": self.transactional_id}
+
+    # ---------------------------------------------------------- transactions
+
+    async def _begin(self) -> None:
+        if not self._in_transaction:
+            await self.producer.begin_transaction()
+            self._in_transaction = True
+
+    async def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
+        await self._begin()
+        await super().dead_letter(record, error)
+
+    def emit(self, finding: Finding) -> None:
+        if not self._muted:
+            self._findings.append(finding)
+
+    async def persist(self) -> None:
+        if not self._findings:
+            return
+        await self._begin()
+        deliveries = [await self.producer.send(self.topics.findings, key=finding.session.encode(),
+                                               value=finding.to_json()) for finding in self._findings]
+        await asyncio.gather(*deliveries)  # a failed send fails the batch: nothing is committed
+        for finding in self._findings:
+            FINDINGS.labels(finding.rule).inc()
+        self._findings = []
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        await self._begin()
+        await self.producer.send_offsets_to_transaction(offsets, self.settings.group_id)
+        await self.producer.commit_transaction()
+        self._in_transaction = False
+        PENDING.set(sum(len(s.pending) for s in self._sessions.values()))
+
+    # ------------------------------------------------------------- rebuild
+
+    async def on_assign(self, partitions: set[TopicPartition]) -> None:
+        """Rebuild the assigned partitions' sessions up to the committed
+        offsets, findings muted (they were emitted before)."""
+        replay = AIOKafkaConsumer(**{**self.kafka.client_options(), "enable_auto_commit": False,
+                                     "auto_offset_reset": "earliest", "isolation_level": "read_committed",
+                                     "max_partition_fetch_bytes": 32 * 1024 * 1024})
+        await replay.start()
+        self._muted = True
+        try:
+            for partition in partitions:
+                committed = await self.consumer.committed(partition) or 0
+                if committed <= 0:
+                    continue
+                replay.assign([partition])
+                await replay.seek_to_beginning(partition)
+                done = False
+                while not done:
+                    batch = await replay.getmany(partition, timeout_ms=1000, max_records=5000)
+                    for record in batch.get(partition, ()):
+                        if record.offset >= committed:
+                            done = True
+                            break
+                        await self._replay_one(record)
+                    if not batch:
+                        done = await replay.position(partition) >= committed
+        finally:
+            self._muted = False
+            await replay.stop()
+
+    async def _replay_one(self, record: KafkaRecord) -> None:
+        try:
+            await self.handle(record, decode_kafka_record(record))
+        except DshError:
+            pass  # already dead-lettered when it was first consumed
+
+    async def on_revoke(self, partitions: set[TopicPartition]) -> None:
+        gone = {p.partition for p in partitions}
+        for session_id in [s for s, state in self._sessions.items() if state.partition in gone]:
+            del self._sessions[session_id]
+
+    # -------------------------------------------------------------- records
+
+    def _session(self, decoded: SessionRecord, record: KafkaRecord) -> _Session:
+        session = self._sessions.get(decoded.session_id)
+        if session is None:
+            session = self._sessions[decoded.session_id] = _Session(decoded.session_id, record.partition, self)
+        return session
+
+    async def on_error(self, error: DshError, record: KafkaRecord) -> None:
+        if isinstance(error, DecodeError) and record.key:
+            session = record.key.decode("utf-8", "replace")
+            self.emit(Finding("corrupt-storage", session, None, f"{error.message} at {record.topic}"
+                              f"[{record.partition}]@{record.offset}"))
+        await self.dead_letter(record, error)
+
+    async def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        session = self._session(decoded, record)
+        if session.refused:
+            return
+        if decoded.kind == KIND_HEADER:
+            if session.fold is None:
+                fold = StagedFold(f"session {decoded.session_id!r}", _BoundaryAudit(session))
+                try:
+                    fold.header_line(decoded.value)
+                except DshError as error:
+                    self._refuse(session, error, 0)
+                    return
+                session.fold = fold
+                self._drain(session)
+            return
+        if decoded.kind == KIND_ATTESTATION:
+            self._attestation(session, decoded)
+            return
+        problem = _lossless_problem(decoded.value)
+        if problem:
+            session.emit("lossless", decoded.seq, problem)
+        expected = session.fold.count if session.fold is not None else 0
+        if decoded.seq < expected:
+            return  # a duplicate: transport, not a log defect
+        if decoded.seq > expected or session.fold is None:
+            if session.fold is not None and session.gap_reported != expected:
+                session.gap_reported = expected
+                session.emit("sequence-gap", expected, f"records from seq {expected} to {decoded.seq - 1} are "
+                             f"missing (got seq {decoded.seq} at {record.topic}[{record.partition}]@{record.offset})")
+            session.held.setdefault(decoded.seq, decoded.value)
+            return
+        self._apply(session, decoded.value, decoded.seq)
+        self._drain(session)
+
+    def _apply(self, session: _Session, value: bytes, seq: int) -> None:
+        fold = session.fold
+        before = fold.count
+        try:
+            fold.apply(value)
+        except DecodeError as error:
+            self._refuse(session, error, seq)
+            return
+        if fold.error is not None:
+            self._refuse(session, fold.error, seq)
+            return
+        AUDITED.inc(fold.count - before)
+        self._verify_pending(session)
+
+    def _drain(self, session: _Session) -> None:
+        while session.held and session.fold is not None and not session.refused:
+            expected = session.fold.count
+            for seq in [s for s in session.held if s < expected]:
+                del session.held[seq]
+            value = session.held.pop(expected, None)
+            if value is None:
+                return
+            self._apply(session, value, expected)
+        if not session.held:
+            session.gap_reported = None
+
+    def _refuse(self, session: _Session, error: DshError, seq: int) -> None:
+        session.refused = True
+        session.emit(error.category, seq, f"{type(error).__name__}: {error.message}")
+
+    # -------------------------------------------------------- attestations
+
+    def _attestation(self, session: _Session, decoded: SessionRecord) -> None:
+        boundary = decoded.seq
+        position = session.fold.count if session.fold is not None else 0
+        if position > boundary:
+            REQUESTS.labels("late").inc()
+            session.emit("attestation-late", boundary, f"attestation for boundary {boundary} arrived after seq "
+                         f"{position - 1}; its prefix is gone")
+            return
+        session.pending[boundary] = decoded
+        self._verify_pending(session)
+
+    def _verify_pending(self, session: _Session) -> None:
+        if not session.pending or session.fold is None:
+            return
+        attestation = session.pending.pop(session.fold.count, None)
+        if attestation is None:
+            return
+        body = decode_json(attestation.value)
+        state = session.fold.state
+        session.attested.add(attestation.seq)
+        if state.header is None:
+            REQUESTS.labels("no-header").inc()
+            session.emit("no-request-header", attestation.seq, "an attested request with no request/header in force",
+                         body.get("turn"), body.get("step"))
+            return
+        rebuilt = request_digest(build_request(thaw(state.header), thaw(state.messages()), session.session_id))
+        if rebuilt == body.get("digest"):
+            REQUESTS.labels("verified").inc()
+            return
+        REQUESTS.labels("mismatch").inc()
+        session.emit("request-mismatch", attestation.seq,
+                     f"the request sent (digest {body.get('digest')}) is not the one the log rebuilds ({rebuilt}): "
+                     "model-visible content outside the log", body.get("turn"), body.get("step"))
