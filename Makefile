@@ -7,7 +7,11 @@ CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
 
-.PHONY: test setup reference kafka-jars bench clean
+.PHONY: demo test setup reference kafka-jars bench clean
+
+# The main job: the whole pipeline on a local broker, checked end to end.
+demo: setup kafka-jars
+	$(VENV)/bin/dsh-pipeline demo
 
 test: setup reference kafka-jars
 	$(VPY) -m pytest
@@ -37,6 +41,7 @@ kafka-jars: setup
 bench: setup reference kafka-jars
 	$(VPY) -m benchmarks.core
 	$(VPY) -m benchmarks.produce
+	$(VPY) -m benchmarks.pipeline
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

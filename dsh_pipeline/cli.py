@@ -183,6 +183,22 @@ def _project(args: argparse.Namespace) -> int:
     return _consume(args, lambda kafka, names: Projector(kafka, names, Path(args.db), group=args.group))
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from consumers.auditor import Auditor
+    return _consume(args, lambda kafka, names: Auditor(kafka, names, group=args.group, instance=args.instance))
+
+
+def _archive(args: argparse.Namespace) -> int:
+    from consumers.archiver import Archiver
+    return _consume(args, lambda kafka, names: Archiver(kafka, names, Path(args.root), group=args.group))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from dsh_pipeline.demo import DemoConfig, run_demo
+    return run_demo(DemoConfig(sessions=args.sessions, seed=args.seed, bootstrap=args.bootstrap,
+                               workdir=Path(args.workdir) if args.workdir else None, keep=args.keep))
+
+
 def _view(args: argparse.Namespace) -> int:
     from consumers.projector import ViewStore
     from dsh_core.checkpoint import restore_fold
@@ -288,6 +304,28 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
     _add_kafka_options(project)
     project.set_defaults(run=_project)
+
+    audit = commands.add_parser("audit", help="prove every model request rebuildable from the log; report findings")
+    audit.add_argument("--group", default="dsh-auditor", help="consumer group")
+    audit.add_argument("--instance", default="0", help="instance id (part of the transactional id)")
+    audit.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
+    _add_kafka_options(audit)
+    audit.set_defaults(run=_audit)
+
+    archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
+    archive.add_argument("--root", required=True, help="the archive root (a dsh sessions root)")
+    archive.add_argument("--group", default="dsh-archiver", help="consumer group")
+    archive.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
+    _add_kafka_options(archive)
+    archive.set_defaults(run=_archive)
+
+    demo = commands.add_parser("demo", help="the end-to-end pipeline on a local broker, checked against ground truth")
+    demo.add_argument("--sessions", type=int, default=300)
+    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
+    demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
+    demo.add_argument("--keep", action="store_true", help="keep the work folder")
+    demo.set_defaults(run=_demo)
 
     view = commands.add_parser("view", help="print a session's conversation from the view store")
     view.add_argument("session_id")

@@ -64,17 +64,23 @@ class SessionFileWriter:
         if not events:
             return
         batch = [_as_dict(e) for e in events]
-        first = batch[0].get("seq")
-        if first != self.next_seq:
-            raise EnvelopeError(f"{self.path}: append seq mismatch: batch starts at {first!r}, expected {self.next_seq}")
         for event in batch:
             check_retired(event.get("type"), event.get("data"), f"{self.path}: seq {event.get('seq')}")
-        payload = encode_batch(batch, self.compression, self.pack)
+        self.append_lines(encode_records(batch, pack=self.pack).splitlines(), batch[0].get("seq"),
+                          batch[-1]["seq"] + 1)
+
+    def append_lines(self, lines: list[bytes], first_seq: Any, next_seq: int) -> None:
+        """Append storage lines exactly as given (one batch, one frame);
+        they hold seqs ``first_seq`` up to ``next_seq - 1``."""
+        if first_seq != self.next_seq:
+            raise EnvelopeError(f"{self.path}: append seq mismatch: batch starts at {first_seq!r}, expected {self.next_seq}")
+        text = b"".join(line + b"\n" for line in lines)
+        payload = compress_frame(text) if self.compression == "zstd" else text
         if self.next_seq == 0:  # dsh's first append creates the file
             self._create(payload)
         else:
             self._append_bytes(payload)
-        self.next_seq = batch[-1]["seq"] + 1
+        self.next_seq = next_seq
 
     def _create(self, payload: bytes) -> None:
         header = self.header.to_line() + b"\n"

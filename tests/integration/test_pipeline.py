@@ -9,7 +9,11 @@ import json
 
 import pytest
 
+from consumers.archiver import Archiver
 from consumers.auditor import Auditor
+from dsh_core.storage.reader import load_session, read_events
+from producers.shipper import discover_session_files
+from producers.simulator import messages_digest
 from consumers.projector import Projector, ViewStore
 from dsh_core.kafka.config import ConsumerSettings
 from producers.simulator import FaultPlan, SimulatorConfig
@@ -64,14 +68,31 @@ def test_findings_equal_injected_defects(kafka, topics, group_id, tmp_path):
         ends = await end_offsets(kafka, names.events)
         projector = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group_id("projector")))
         auditor = Auditor(kafka, names, settings=ConsumerSettings(group_id=group_id("auditor")))
+        archiver = Archiver(kafka, names, tmp_path / "archive", settings=ConsumerSettings(group_id=group_id("archiver")))
         await asyncio.gather(run_until(projector, lambda: caught_up(projector, ends)),
-                             run_until(auditor, lambda: caught_up(auditor, ends)))
+                             run_until(auditor, lambda: caught_up(auditor, ends)),
+                             run_until(archiver, lambda: caught_up(archiver, ends)))
         assert check_views(db, truths) == []
         # everything the auditor committed, and a little longer for any extra
         return await consume_all(kafka, names.findings, sum(expected.values()), timeout=10, settle=1.5,
                                  committed_only=True)
 
     records = asyncio.run(consume())
+    # the archive holds every shipped record: clean sessions load as the truth
+    archived = {path.parent.name: path for path in discover_session_files(tmp_path / "archive")}
+    assert len(archived) == len(truths)
+    for truth in truths:
+        kinds = {d.kind for d in truth.defects}
+        result = load_session(archived[truth.session_id])
+        if "dropped" in kinds:
+            gap = next(d.seq for d in truth.defects if d.kind == "dropped")
+            assert len(read_events(archived[truth.session_id])[1]) == gap
+        elif "unknown" in kinds:
+            assert result.error is not None and result.error.category == "unsupported-format"
+        else:
+            assert result.accepted, (truth.session_id, result.error)
+            assert result.stored_count == truth.next_seq
+            assert messages_digest(result.state.messages()) == truth.messages_digest
     findings = [json.loads(r.value) for r in records]
     got = collections.Counter((f["session"], f["rule"], f["seq"]) for f in findings)
     assert got == expected, f"extra: {got - expected}, missing: {expected - got}"

@@ -1,0 +1,220 @@
+"""The main job: the whole pipeline on a local broker, checked end to end.
+
+1. Start the local Kafka broker (unless a cluster is given).
+2. Start the projector, the auditor and the archiver as separate processes.
+3. Run the simulator (its own process): a fleet with a few injected faults,
+   writing the ground-truth manifest.
+4. Show progress (events/s, consumer lag, sessions, findings) until every
+   service has caught up with the events topic.
+5. Compare the views with the ground truth, the findings with the injected
+   defects and the archive with the shipped logs; print a report.
+6. Stop everything it started. The exit code is 0 only if all agrees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsh_core.jsonvalue import decode_json
+from dsh_core.kafka.broker import LocalKafka
+from dsh_core.kafka.config import KafkaConfig
+from dsh_core.kafka.topics import TopicNames
+from dsh_core.storage.reader import load_session, read_events
+
+__all__ = ["DemoConfig", "run_demo"]
+
+EXPECTED_RULE = {"unlogged": "request-mismatch", "dropped": "sequence-gap", "lossless": "lossless",
+                 "unknown": "unsupported-format"}
+GROUPS = {"projector": "dsh-projector", "auditor": "dsh-auditor", "archiver": "dsh-archiver"}
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    sessions: int = 300
+    seed: int = 7
+    bootstrap: str | None = None
+    workdir: Path | None = None
+    keep: bool = False
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dsh_pipeline.cli", *args]
+
+
+async def _lag(kafka: KafkaConfig, names: TopicNames) -> tuple[int, dict[str, int]]:
+    """End offset total of the events topic and each service group's lag."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+    consumer = AIOKafkaConsumer(names.events, bootstrap_servers=kafka.bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await consumer.start()
+    await admin.start()
+    try:
+        partitions = [TopicPartition(names.events, p) for p in consumer.partitions_for_topic(names.events) or ()]
+        ends = await consumer.end_offsets(partitions)
+        lags = {}
+        for service, group in GROUPS.items():
+            committed = await admin.list_consumer_group_offsets(group)
+            lags[service] = sum(end - (committed[tp].offset if tp in committed else 0) for tp, end in ends.items())
+        return sum(ends.values()), lags
+    finally:
+        await admin.close()
+        await consumer.stop()
+
+
+async def _findings(kafka: KafkaConfig, names: TopicNames) -> list[dict]:
+    from aiokafka import AIOKafkaConsumer
+    consumer = AIOKafkaConsumer(names.findings, bootstrap_servers=kafka.bootstrap, auto_offset_reset="earliest",
+                                isolation_level="read_committed")
+    await consumer.start()
+    found = []
+    try:
+        while True:
+            batch = await consumer.getmany(timeout_ms=1500)
+            if not batch:
+                return found
+            found.extend(json.loads(r.value) for records in batch.values() for r in records)
+    finally:
+        await consumer.stop()
+
+
+def _compare(manifest: dict, db: Path, archive: Path, findings: list[dict]) -> list[str]:
+    from consumers.projector import ViewStore
+    from producers.shipper import discover_session_files
+    from producers.simulator import messages_digest
+    problems = []
+    truths = manifest["truth"]
+    store = ViewStore(db)
+    archived = {p.parent.name: p for p in discover_session_files(archive)}
+    try:
+        for session_id, truth in truths.items():
+            kinds = {d["kind"] for d in truth["defects"]}
+            view = store.view(session_id)
+            path = archived.get(session_id)
+            if view is None or path is None:
+                problems.append(f"{session_id}: missing {'view' if view is None else 'archive'}")
+                continue
+            if "dropped" in kinds:
+                gap = next(d["seq"] for d in truth["defects"] if d["kind"] == "dropped")
+                if view["status"] != "held" or view.get("heldFrom") != gap:
+                    problems.append(f"{session_id}: expected a view held at seq {gap}, got {view['status']}")
+                if len(read_events(path)[1]) != gap:
+                    problems.append(f"{session_id}: archive should stop at the gap (seq {gap})")
+            elif "unknown" in kinds:
+                if view["status"] != "refused":
+                    problems.append(f"{session_id}: expected a refused view, got {view['status']}")
+            else:
+                if view.get("messagesDigest") != truth["messages_digest"] or view["nextSeq"] != truth["next_seq"]:
+                    problems.append(f"{session_id}: view differs from ground truth")
+                loaded = load_session(path)
+                if not loaded.accepted or loaded.stored_count != truth["next_seq"] or \
+                        messages_digest(loaded.state.messages()) != truth["messages_digest"]:
+                    problems.append(f"{session_id}: archive differs from the shipped log")
+    finally:
+        store.close()
+    expected = collections.Counter((sid, EXPECTED_RULE[d["kind"]], d["seq"]) for sid, t in truths.items()
+                                   for d in t["defects"] if d["kind"] in EXPECTED_RULE)
+    got = collections.Counter((f["session"], f["rule"], f["seq"]) for f in findings)
+    for item in sorted(expected - got):
+        problems.append(f"missed finding {item}")
+    for item in sorted(got - expected):
+        problems.append(f"unexpected finding {item}")
+    return problems
+
+
+def run_demo(config: DemoConfig) -> int:
+    workdir = config.workdir or Path(tempfile.mkdtemp(prefix="dsh-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    broker = None
+    children: list[subprocess.Popen] = []
+    started = time.monotonic()
+    try:
+        if config.bootstrap:
+            bootstrap = config.bootstrap
+        else:
+            print("starting the local Kafka broker (Apache Kafka jars from Maven Central, cached) ...", flush=True)
+            broker = LocalKafka(workdir / "broker")
+            bootstrap = broker.start()
+        kafka = KafkaConfig(bootstrap)
+        prefix = f"demo{uuid.uuid4().hex[:6]}."
+        names = TopicNames.with_prefix(prefix)
+        common = ["--bootstrap", bootstrap, "--topic-prefix", prefix]
+        db, archive, manifest_path = workdir / "views.sqlite", workdir / "archive", workdir / "manifest.json"
+        print(f"broker {bootstrap}; work folder {workdir}", flush=True)
+        from dsh_pipeline.runtime import prepare_topics
+        asyncio.run(prepare_topics(kafka, names, 12))
+        logs = workdir / "logs"
+        logs.mkdir(exist_ok=True)
+        for name, args in (("projector", ["project", "--db", str(db)]), ("auditor", ["audit"]),
+                           ("archiver", ["archive", "--root", str(archive)])):
+            children.append(subprocess.Popen(_cli(*args, *common), stdout=open(logs / f"{name}.log", "wb"),
+                                              stderr=subprocess.STDOUT))
+        faults = max(1, config.sessions // 100)
+        simulate = _cli("simulate", "--sessions", str(config.sessions), "--seed", str(config.seed),
+                        "--manifest", str(manifest_path), *common, *[f"--fault-{kind}={faults}" for kind in
+                                                                     ("unlogged", "dropped", "duplicate", "lossless",
+                                                                      "unknown")])
+        print(f"simulating {config.sessions} agents with {faults} fault(s) of each kind ...", flush=True)
+        sim = subprocess.run(simulate, capture_output=True, text=True)
+        if sim.returncode != 0:
+            print(sim.stdout + sim.stderr, file=sys.stderr)
+            return 1
+        print(sim.stdout.strip(), flush=True)
+        manifest = decode_json(manifest_path.read_bytes())
+        deadline = time.monotonic() + 600
+        last_total, last_time = 0, time.monotonic()
+        while True:
+            for child in children:
+                if child.poll() is not None:
+                    raise RuntimeError(f"a service exited early (code {child.returncode}); see {logs}")
+            total, lags = asyncio.run(_lag(kafka, names))
+            now = time.monotonic()
+            consumed = total - lags["projector"]
+            rate = (consumed - last_total) / max(now - last_time, 1e-6)
+            last_total, last_time = consumed, now
+            print(f"  records {total:>8,}  projector lag {lags['projector']:>7,}  auditor lag {lags['auditor']:>7,}  "
+                  f"archiver lag {lags['archiver']:>7,}  ({rate:,.0f} records/s)", flush=True)
+            if not any(lags.values()):
+                break
+            if now > deadline:
+                raise RuntimeError("the services did not catch up within 10 minutes")
+            time.sleep(1.0)
+        findings = asyncio.run(_findings(kafka, names))
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            child.wait(60)
+        problems = _compare(manifest, db, archive, findings)
+        rules = collections.Counter(f["rule"] for f in findings)
+        print(f"\nreport after {time.monotonic() - started:.0f} s")
+        print(f"  sessions {manifest['sessions']}, events {manifest['events']}, attestations {manifest['attestations']}")
+        print(f"  injected {manifest['injected']}")
+        print(f"  findings {dict(sorted(rules.items()))}")
+        print(f"  views checked against ground truth, archive checked against shipped logs")
+        if problems:
+            print(f"  DISAGREEMENTS ({len(problems)}):")
+            for problem in problems[:50]:
+                print(f"    {problem}")
+            return 1
+        print("  everything agrees: views = ground truth, findings = injected defects, archive = shipped logs")
+        return 0
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        if broker is not None:
+            broker.stop()
+        if not config.keep and config.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
