@@ -115,3 +115,25 @@ def caught_up(service, ends: dict[int, int]) -> bool:
     """Whether a consumer service has read every partition to ``ends``."""
     consumed = {tp.partition: offset for tp, offset in service._consumed.items()}
     return all(consumed.get(partition, 0) >= end for partition, end in ends.items() if end > 0)
+
+
+async def group_lag(kafka: KafkaConfig, topic: str, group: str) -> int:
+    """Records of ``topic`` a consumer group has not committed yet."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import GroupCoordinatorNotAvailableError
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await consumer.start()
+    await admin.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        ends = await consumer.end_offsets(partitions)
+        try:
+            committed = await admin.list_consumer_group_offsets(group)
+        except GroupCoordinatorNotAvailableError:  # the group has not committed anything yet
+            committed = {}
+        return sum(end - (committed[tp].offset if tp in committed else 0) for tp, end in ends.items())
+    finally:
+        await admin.close()
+        await consumer.stop()

@@ -1,0 +1,78 @@
+"""SIGKILL the projector and the auditor mid-run; restarts end exactly where
+an uninterrupted run ends (views equal, no finding lost or repeated)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from producers.simulator import FaultPlan, SimulatorConfig
+from tests.integration.test_pipeline import check_views, expected_findings
+from tests.integration.test_projector import publish_fleet
+from tests.kafka_fixtures import consume_all, group_lag
+
+pytestmark = pytest.mark.kafka
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        threading.Event().wait(0.05)  # wait-ok: polling a condition with a deadline
+
+
+def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=6)
+    faults = FaultPlan(unlogged=3, dropped=2, duplicate=2, lossless=2, unknown=2)
+    truths = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=250, seed=44, max_turns=5,
+                                                                     faults=faults)))
+    prefix = names.events[: -len("dsh.session-events")]
+    db = tmp_path / "views.sqlite"
+    projector_group, auditor_group = group_id("projector"), group_id("auditor")
+    total = asyncio.run(group_lag(kafka, names.events, projector_group))
+    common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6"]
+    commands = {
+        projector_group: [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group",
+                          projector_group, *common],
+        auditor_group: [sys.executable, "-m", "dsh_pipeline.cli", "audit", "--group", auditor_group, *common],
+    }
+    rng = random.Random(7)
+    kills = collections.Counter()
+    for group, command in commands.items():
+        for _ in range(3):
+            lag_before = asyncio.run(group_lag(kafka, names.events, group))
+            if lag_before == 0:
+                break
+            target = lag_before - rng.randint(1, 200)  # kill soon after the first commits
+            with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as child:
+                try:
+                    _wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) <= target, 120,
+                              f"{group} progress")
+                finally:
+                    os.kill(child.pid, signal.SIGKILL)
+                    child.wait()
+            kills[group] += 1
+        with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as child:
+            try:
+                _wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) == 0, 180, f"{group} to finish")
+            finally:
+                child.send_signal(signal.SIGTERM)
+                child.wait(60)
+    assert kills[projector_group] >= 3 and kills[auditor_group] >= 3, (kills, total)
+    assert check_views(db, truths) == []
+    expected = expected_findings(truths)
+    records = asyncio.run(consume_all(kafka, names.findings, sum(expected.values()), timeout=60, settle=1.5,
+                                      committed_only=True))
+    got = collections.Counter((f["session"], f["rule"], f["seq"]) for f in map(lambda r: json.loads(r.value), records))
+    assert got == expected, f"extra: {got - expected}, missing: {expected - got}"
