@@ -77,3 +77,66 @@ def test_views_equal_ground_truth_and_view_command(kafka, topics, group_id, tmp_
     human = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "view", session_id, "--db", str(db)],
                            capture_output=True, text=True, check=True)
     assert human.stdout.startswith(f"session {session_id}: idle")
+
+
+def test_gap_holds_then_heals_when_the_record_is_reshipped(kafka, topics, group_id, tmp_path):
+    from dsh_core.kafka.records import KIND_RECORD
+    names = topics(partitions=2)
+    config = SimulatorConfig(sessions=1, seed=5, min_turns=3, max_turns=3)
+    truth, batches = simulate_session(config, 0)
+    records = [r for batch in batches for r in batch]
+    missing = next(r for r in records if r.kind == KIND_RECORD and r.count == 1 and r.seq > 10)
+    db = tmp_path / "views.sqlite"
+
+    async def scenario() -> None:
+        async with Publisher(kafka, names) as publisher:
+            await publisher.send_many([r for r in records if r is not missing])
+            await publisher.flush()
+        projector = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group_id("projector")))
+
+        def held() -> bool:
+            if not db.exists():
+                return False
+            store = ViewStore(db)
+            try:
+                view = store.view(truth.session_id)
+                return view is not None and view["status"] == "held" and view["heldFrom"] == missing.seq
+            finally:
+                store.close()
+
+        await run_until(projector, held)
+        async with Publisher(kafka, names) as publisher:  # the shipper re-ships the lost record
+            await publisher.send(missing)
+            await publisher.flush()
+        await run_until(Projector(kafka, names, db, settings=projector.settings), lambda: views_match(db, [truth]))
+
+    asyncio.run(scenario())
+
+
+def test_rebalance_two_projectors_one_stopped_midway(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=6)
+    config = SimulatorConfig(sessions=120, seed=8, max_turns=4)
+    truths = asyncio.run(publish_fleet(kafka, names, config))
+    db = tmp_path / "views.sqlite"
+    group = group_id("projector")
+    prefix = names.events[: -len("dsh.session-events")]
+    command = [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group", group,
+               "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6"]
+    from tests.kafka_fixtures import group_lag
+    total = asyncio.run(group_lag(kafka, names.events, group))
+    import signal
+    import threading
+    import time
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as first, \
+            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as second:
+        deadline = time.monotonic() + 120
+        while asyncio.run(group_lag(kafka, names.events, group)) > total * 0.8:
+            assert time.monotonic() < deadline, "no progress"
+            threading.Event().wait(0.05)  # wait-ok: polling a condition with a deadline
+        first.send_signal(signal.SIGTERM)  # one member leaves mid-run: its partitions move
+        first.wait(60)
+        while not views_match(db, truths):
+            assert time.monotonic() < deadline + 60, "views did not converge"
+            threading.Event().wait(0.1)  # wait-ok: polling a condition with a deadline
+        second.send_signal(signal.SIGTERM)
+        second.wait(60)
