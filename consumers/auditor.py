@@ -64,6 +64,12 @@ _INVARIANT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end"
 _SUSPECT = re.compile(rb"[:,\[]\s*-0|[0-9]{16,}")
 
 
+# The error category each rule belongs to (the corpus's categories where
+# they apply): dead letters and findings can be matched to a refusal class.
+_CATEGORY = {"sequence-gap": "corrupt-storage", "corrupt-storage": "corrupt-storage",
+             "unsupported-format": "unsupported-format", "invalid-log": "invalid-log", "lossless": "invalid-log"}
+
+
 @dataclass(frozen=True)
 class Finding:
     rule: str
@@ -75,8 +81,10 @@ class Finding:
     severity: str = "error"
 
     def to_json(self) -> bytes:
-        return encode_json({"rule": self.rule, "severity": self.severity, "session": self.session, "seq": self.seq,
-                            "turn": self.turn, "step": self.step, "detail": self.detail})
+        category = _CATEGORY.get(self.rule, "invariant" if self.rule.startswith("invariant:") else "reconstruction")
+        return encode_json({"rule": self.rule, "category": category, "severity": self.severity,
+                            "session": self.session, "seq": self.seq, "turn": self.turn, "step": self.step,
+                            "detail": self.detail})
 
 
 def _lossless_problem(value: bytes) -> str | None:
