@@ -31,7 +31,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_late
 
 from dsh_core.errors import DecodeError, DshError
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig, ProducerSettings
-from dsh_core.kafka.records import KafkaRecord, SessionRecord, decode_kafka_record, where_of
+from dsh_core.kafka.records import KafkaRecord, SessionRecord, decode_kafka_record
 from dsh_core.kafka.topics import TopicNames
 
 __all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "serve_http"]

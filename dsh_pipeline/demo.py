@@ -201,7 +201,7 @@ def run_demo(config: DemoConfig) -> int:
         print(f"  sessions {manifest['sessions']}, events {manifest['events']}, attestations {manifest['attestations']}")
         print(f"  injected {manifest['injected']}")
         print(f"  findings {dict(sorted(rules.items()))}")
-        print(f"  views checked against ground truth, archive checked against shipped logs")
+        print("  views checked against ground truth, archive checked against shipped logs")
         if problems:
             print(f"  DISAGREEMENTS ({len(problems)}):")
             for problem in problems[:50]:

@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, Iterator
 
 import pytest
 

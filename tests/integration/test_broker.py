@@ -7,8 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
@@ -16,6 +14,8 @@ from dsh_core.errors import PipelineError
 from dsh_core.kafka.broker import LocalKafka, probe_metadata
 from dsh_core.kafka.topics import TopicNames
 from tests.kafka_fixtures import create_topics
+
+from tests.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.kafka
 
@@ -28,12 +28,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.05)  # wait-ok: polling a condition with a deadline
 
 
 def test_broker_dies_with_a_crashed_caller(tmp_path):
@@ -47,7 +41,7 @@ def test_broker_dies_with_a_crashed_caller(tmp_path):
         assert probe_metadata(bootstrap)
         caller.send_signal(signal.SIGKILL)
         caller.wait()
-    _wait_for(lambda: not _alive(broker_pid) or _zombie(broker_pid), 60, "the orphaned broker to exit")
+    wait_for(lambda: not _alive(broker_pid) or _zombie(broker_pid), 60, "the orphaned broker to exit")
 
 
 def _zombie(pid: int) -> bool:

@@ -11,8 +11,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
@@ -21,15 +19,11 @@ from tests.integration.test_pipeline import check_views, expected_findings
 from tests.integration.test_projector import publish_fleet
 from tests.kafka_fixtures import consume_all, group_lag
 
+from tests.waiting import wait_for  # noqa: E402
+
 pytestmark = pytest.mark.kafka
 
 
-def _wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.05)  # wait-ok: polling a condition with a deadline
 
 
 def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
@@ -57,7 +51,7 @@ def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
             target = lag_before - rng.randint(1, 200)  # kill soon after the first commits
             with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as child:
                 try:
-                    _wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) <= target, 120,
+                    wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) <= target, 120,
                               f"{group} progress")
                 finally:
                     os.kill(child.pid, signal.SIGKILL)
@@ -65,7 +59,7 @@ def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
             kills[group] += 1
         with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as child:
             try:
-                _wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) == 0, 180, f"{group} to finish")
+                wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) == 0, 180, f"{group} to finish")
             finally:
                 child.send_signal(signal.SIGTERM)
                 child.wait(60)

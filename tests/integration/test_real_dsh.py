@@ -7,7 +7,6 @@ import collections
 import json
 import platform
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,8 @@ from producers.simulator import SimulatorConfig, simulate_session
 from tests.conftest import corpus_logs
 from tests.kafka_fixtures import consume_all
 from tests.layout_helpers import place, storage_lines
+
+from tests.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.kafka
 
@@ -54,12 +55,6 @@ def _records_in_topic(kafka, topic: str) -> int:
     return asyncio.run(count())
 
 
-def _wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        threading.Event().wait(0.02)  # wait-ok: polling a condition with a deadline
 
 
 class LiveWriter(threading.Thread):
@@ -142,7 +137,7 @@ def test_kill_nine_resume_loses_nothing_and_repeats_exactly(kafka, topics, tmp_p
         # kill 1: records are in Kafka but no checkpoint was written yet
         shipper = subprocess.Popen(_ship_command(kafka, names, root, state), stderr=errors)
         try:
-            _wait_for(lambda: _records_in_topic(kafka, names.events) > 500, 120, "the first records in Kafka")
+            wait_for(lambda: _records_in_topic(kafka, names.events) > 500, 120, "the first records in Kafka")
         finally:
             os.kill(shipper.pid, signal.SIGKILL)
             shipper.wait()
@@ -153,7 +148,7 @@ def test_kill_nine_resume_loses_nothing_and_repeats_exactly(kafka, topics, tmp_p
             shipper = subprocess.Popen(_ship_command(kafka, names, root, state), stderr=errors)
             try:
                 target = _shipped_seq_total(state) + rng.randint(50, 600)
-                _wait_for(lambda: _shipped_seq_total(state) >= target or writer.done.is_set(), 120, "shipper progress")
+                wait_for(lambda: _shipped_seq_total(state) >= target or writer.done.is_set(), 120, "shipper progress")
             finally:
                 os.kill(shipper.pid, signal.SIGKILL)
                 shipper.wait()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dsh_core.errors import CorruptionError, DecodeError, FormatUnsupportedError, LegacyShapeError, ValidationError
-from dsh_core.jsonvalue import decode_json, encode_json
+from dsh_core.jsonvalue import encode_json
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import compress_frame
 from dsh_core.storage.layout import encode_segment, log_path, project_key
