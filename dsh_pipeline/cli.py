@@ -264,6 +264,12 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=12, help="partitions of newly created topics")
 
 
+def _add_consumer_options(parser: argparse.ArgumentParser, group: str) -> None:
+    parser.add_argument("--group", default=group, help=f"consumer group (default {group})")
+    parser.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
+    _add_kafka_options(parser)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dsh-pipeline", description="Kafka pipeline for dsh agent session logs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -300,23 +306,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     project = commands.add_parser("project", help="keep every session's derived conversation (SQLite views)")
     project.add_argument("--db", default="views.sqlite", help="the SQLite view store")
-    project.add_argument("--group", default="dsh-projector", help="consumer group")
-    project.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
-    _add_kafka_options(project)
+    _add_consumer_options(project, "dsh-projector")
     project.set_defaults(run=_project)
 
     audit = commands.add_parser("audit", help="prove every model request rebuildable from the log; report findings")
-    audit.add_argument("--group", default="dsh-auditor", help="consumer group")
     audit.add_argument("--instance", default="0", help="instance id (part of the transactional id)")
-    audit.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
-    _add_kafka_options(audit)
+    _add_consumer_options(audit, "dsh-auditor")
     audit.set_defaults(run=_audit)
 
     archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
     archive.add_argument("--root", required=True, help="the archive root (a dsh sessions root)")
-    archive.add_argument("--group", default="dsh-archiver", help="consumer group")
-    archive.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
-    _add_kafka_options(archive)
+    _add_consumer_options(archive, "dsh-archiver")
     archive.set_defaults(run=_archive)
 
     demo = commands.add_parser("demo", help="the end-to-end pipeline on a local broker, checked against ground truth")

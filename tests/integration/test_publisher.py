@@ -35,7 +35,7 @@ def test_two_hundred_sessions_read_back_in_seq_order(kafka, topics):
                         sources.setdefault(record.session_id, []).append(record.value)
                         await publisher.send(record)
                         sent += 1
-                    await asyncio.sleep(0)  # interleave the sessions
+                    await asyncio.sleep(0)  # wait-ok: a yield so the sessions interleave, not a wait
             await asyncio.gather(*(one(i) for i in range(config.sessions)))
             await publisher.flush()
         return sent
