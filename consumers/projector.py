@@ -17,6 +17,7 @@ compacted ``dsh.session-views`` topic.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DshError, ValidationError
-from dsh_core.jsonvalue import decode_json, encode_json, sha256_jcs, thaw
+from dsh_core.jsonvalue import canonical_json, decode_json, encode_json, thaw
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
 from dsh_core.kafka.topics import TopicNames
@@ -55,6 +56,9 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL,
     view TEXT NOT NULL, snapshot BLOB, error TEXT);
+CREATE TABLE IF NOT EXISTS surface (
+    session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (session_id, seq));
 CREATE TABLE IF NOT EXISTS held (
     session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq));
@@ -79,6 +83,18 @@ class ViewStore:
                                (session_id,)).fetchall()
         return row[0], row[1], row[2], held
 
+    def surface_events(self, session_id: str) -> list[tuple[int, str, Any]]:
+        """The stored current surface events of a session (its checkpoint rows)."""
+        return [(seq, kind, decode_json(data)) for seq, kind, data in self.db.execute(
+            "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
+
+    def fold(self, session_id: str, analysis: LogAnalysis | None = None) -> StagedFold | None:
+        """A session's fold restored from its checkpoint and surface rows."""
+        blob = self.snapshot(session_id)
+        if blob is None:
+            return None
+        return restore_fold(blob, f"session {session_id!r}", analysis, self.surface_events(session_id))
+
     def view(self, session_id: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT view FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
         return None if row is None else decode_json(row[0])
@@ -92,6 +108,31 @@ class ViewStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+class _HistoryDigest:
+    """``sha256_jcs`` of a session's derived messages, kept incrementally:
+    new messages are hashed once; a replace (new generation) starts over."""
+
+    __slots__ = ("_hasher", "_count", "_generation")
+
+    def __init__(self) -> None:
+        self._hasher = hashlib.sha256(b"[")
+        self._count = 0
+        self._generation = -1
+
+    def of(self, state: Any) -> tuple[int, str]:
+        messages = state.history.current(state.surface.nodes, state.surface.replace_generation)
+        if state.surface.replace_generation != self._generation:
+            self._hasher, self._count = hashlib.sha256(b"["), 0
+            self._generation = state.surface.replace_generation
+        for message in messages[self._count:]:
+            self._hasher.update(b"," if self._count else b"")
+            self._hasher.update(canonical_json(message))
+            self._count += 1
+        final = self._hasher.copy()
+        final.update(b"]")
+        return self._count, final.hexdigest()
 
 
 def _count_turn_end(reason: Any) -> None:
@@ -116,10 +157,8 @@ class _Session:
     error: str | None = None
     held: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     held_dirty: bool = False
-
-
-def _messages_of(fold: StagedFold) -> list[Any]:
-    return thaw(fold.state.messages())
+    digest: _HistoryDigest = field(default_factory=_HistoryDigest)
+    stored_surface: set[int] = field(default_factory=set)  # seqs with a row in the surface table
 
 
 class Projector(ConsumerService):
@@ -155,7 +194,9 @@ class Projector(ConsumerService):
             status, blob, error, held = saved
             session.status, session.error = status, error
             if blob is not None:
-                session.fold = restore_fold(blob, f"session {session_id!r}", session.analysis)
+                rows = self.store.surface_events(session_id)
+                session.fold = restore_fold(blob, f"session {session_id!r}", session.analysis, rows)
+                session.stored_surface = {seq for seq, _, _ in rows}
             session.held = {seq: (value, count) for seq, value, count in held}
         self._hot[session_id] = session
         return session
@@ -250,10 +291,10 @@ class Projector(ConsumerService):
                                 "lastTurnEnd": turns[-1]["reason"] if turns else None,
                                 "usage": [{"provider": p, "model": m, **dict(t)} for (p, m), t in analysis.usage.items()]}
         if fold is not None:
-            messages = _messages_of(fold)
+            count, digest = session.digest.of(fold.state)
             view |= {"surfaceLength": len(fold.state.surface.nodes),
                      "replaceGeneration": fold.state.surface.replace_generation,
-                     "messageCount": len(messages), "messagesDigest": sha256_jcs(messages),
+                     "messageCount": count, "messagesDigest": digest,
                      "requestHeader": thaw(fold.state.header), "requestContext": thaw(fold.state.context)}
         if session.status == "held":
             view["heldFrom"] = self._expected(session)
@@ -273,7 +314,17 @@ class Projector(ConsumerService):
         try:
             for session in self._dirty.values():
                 view = self._view(session)
-                snapshot = snapshot_fold(session.fold) if session.fold is not None else None
+                snapshot = snapshot_fold(session.fold, with_surface_events=False) if session.fold is not None else None
+                if session.fold is not None:  # surface rows change by difference, never rewritten
+                    current = session.fold.state._surface_events
+                    gone = session.stored_surface - current.keys()
+                    new = current.keys() - session.stored_surface
+                    db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
+                                   [(session.session_id, seq) for seq in gone])
+                    db.executemany("INSERT INTO surface (session_id, seq, type, data) VALUES (?, ?, ?, ?)",
+                                   [(session.session_id, seq, current[seq][0], encode_json(current[seq][1]).decode())
+                                    for seq in new])
+                    session.stored_surface = set(current)
                 db.execute("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error) "
                            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET status=excluded.status, "
                            "next_seq=excluded.next_seq, view=excluded.view, snapshot=excluded.snapshot, "

@@ -21,7 +21,10 @@ from .storage.reader import StagedFold
 __all__ = ["snapshot_fold", "restore_fold"]
 
 
-def snapshot_fold(fold: StagedFold) -> bytes:
+def snapshot_fold(fold: StagedFold, with_surface_events: bool = True) -> bytes:
+    """The fold as JSON. Without ``with_surface_events`` the data of the
+    current surface events is left out (a caller that stores those rows
+    itself passes them back to :func:`restore_fold`)."""
     state, tracker = fold.state, fold.tracker
     analysis = fold.observer if isinstance(fold.observer, LogAnalysis) else None
     data: dict[str, Any] = {
@@ -30,7 +33,8 @@ def snapshot_fold(fold: StagedFold) -> bytes:
         "state": {
             "nextSeq": state.next_seq, "lastTime": state.last_time, "nodes": state.surface.nodes,
             "replaceGeneration": state.surface.replace_generation,
-            "surfaceEvents": [[seq, kind, thaw(payload)] for seq, (kind, payload) in state._surface_events.items()],
+            "surfaceEvents": ([[seq, kind, thaw(payload)] for seq, (kind, payload) in state._surface_events.items()]
+                              if with_surface_events else None),
             "header": thaw(state.header), "context": thaw(state.context),
         },
         "tracker": {"openTurn": tracker.open_turn, "openStep": tracker.open_step, "lastSeq": tracker.last_seq,
@@ -48,7 +52,10 @@ def snapshot_fold(fold: StagedFold) -> bytes:
     return encode_json(data)
 
 
-def restore_fold(blob: bytes, where: str, analysis: LogAnalysis | None) -> StagedFold:
+def restore_fold(blob: bytes, where: str, analysis: LogAnalysis | None,
+                 surface_events: list[tuple[int, str, Any]] | None = None) -> StagedFold:
+    """A fold from :func:`snapshot_fold`; ``surface_events`` supplies the
+    ``(seq, type, data)`` rows a snapshot made without them left out."""
     data = decode_json(blob)
     fold = StagedFold(where, analysis)
     header = data["header"]
@@ -59,7 +66,8 @@ def restore_fold(blob: bytes, where: str, analysis: LogAnalysis | None) -> Stage
     state.next_seq, state.last_time = saved["nextSeq"], saved["lastTime"]
     state.surface.nodes = list(saved["nodes"])
     state.surface.replace_generation = saved["replaceGeneration"]
-    state._surface_events = {seq: (kind, freeze(payload)) for seq, kind, payload in saved["surfaceEvents"]}
+    rows = saved["surfaceEvents"] if saved["surfaceEvents"] is not None else surface_events or []
+    state._surface_events = {seq: (kind, freeze(payload)) for seq, kind, payload in rows}
     state.header = freeze(saved["header"])
     state.context = freeze(saved["context"])
     fold.state = state

@@ -201,7 +201,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _view(args: argparse.Namespace) -> int:
     from consumers.projector import ViewStore
-    from dsh_core.checkpoint import restore_fold
     from dsh_core.jsonvalue import encode_json, thaw
     store = ViewStore(Path(args.db))
     try:
@@ -209,8 +208,8 @@ def _view(args: argparse.Namespace) -> int:
         if view is None:
             print(f"dsh-pipeline view: no session {args.session_id!r} in {args.db}", file=sys.stderr)
             return EXIT_REFUSED
-        blob = store.snapshot(args.session_id)
-        messages = thaw(restore_fold(blob, args.session_id, None).state.messages()) if blob else []
+        fold = store.fold(args.session_id)
+        messages = thaw(fold.state.messages()) if fold is not None else []
     finally:
         store.close()
     if args.json:

@@ -12,7 +12,6 @@ import pytest
 
 from consumers.auditor import Auditor
 from consumers.projector import Projector, ViewStore
-from dsh_core.checkpoint import restore_fold
 from dsh_core.errors import DecodeError
 from dsh_core.jsonvalue import thaw
 from dsh_core.kafka.config import ConsumerSettings
@@ -93,8 +92,7 @@ def test_negative_corpus_in_the_stream(kafka, topics, group_id, tmp_path):
                     continue
                 assert expected["error"]["category"] in categories[session_id], (mutation, categories[session_id])
             elif expected["repair"] is None:
-                blob = store.snapshot(session_id)
-                messages = thaw(restore_fold(blob, session_id, None).state.messages())
+                messages = thaw(store.fold(session_id).state.messages())
                 assert canonical(messages) == canonical(expected["derivedMessages"]), mutation
                 assert not categories[session_id] - {"reconstruction", "invariant"}, (mutation, categories[session_id])
     finally:

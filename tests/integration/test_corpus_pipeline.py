@@ -12,7 +12,6 @@ import pytest
 
 from consumers.auditor import Auditor
 from consumers.projector import Projector
-from dsh_core.checkpoint import restore_fold
 from dsh_core.kafka.config import ConsumerSettings
 from dsh_core.jsonvalue import thaw
 from producers.publisher import Publisher
@@ -72,7 +71,7 @@ def test_real_corpus_projects_to_expected_messages(kafka, topics, group_id, tmp_
         for session_id, (name, expected) in accepted.items():
             view = store.view(session_id)
             assert view is not None and view["status"] in ("idle", "open"), (name, view and view.get("error"))
-            messages = thaw(restore_fold(store.snapshot(session_id), name, None).state.messages())
+            messages = thaw(store.fold(session_id).state.messages())
             assert canonical(messages) == canonical(expected["derivedMessages"]), name
     finally:
         store.close()
