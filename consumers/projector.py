@@ -145,7 +145,7 @@ def _count_usage(provider: str, model: str, counted: dict[str, int]) -> None:
 
 
 def _analysis() -> LogAnalysis:
-    return LogAnalysis(keep_requests=False, on_turn_end=_count_turn_end, on_usage=_count_usage)
+    return LogAnalysis(keep_requests=False, on_turn_end=_count_turn_end, on_usage=_count_usage, count_requests=False)
 
 
 @dataclass

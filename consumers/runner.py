@@ -79,6 +79,7 @@ class ConsumerService(ABC):
         self.last_poll = time.monotonic()
         self.healthy = False
         self.lock = asyncio.Lock()  # batch handling vs rebalance callbacks
+        self._record_counters: dict[str, Any] = {}
 
     # ------------------------------------------------------------ the hooks
 
@@ -176,7 +177,10 @@ class ConsumerService(ABC):
             for record in records:
                 try:
                     decoded = decode_kafka_record(record)
-                    RECORDS.labels(self.service, decoded.kind).inc()
+                    counter = self._record_counters.get(decoded.kind)
+                    if counter is None:
+                        counter = self._record_counters[decoded.kind] = RECORDS.labels(self.service, decoded.kind)
+                    counter.inc()
                     await self.handle(record, decoded)
                 except DshError as error:
                     if isinstance(error, DecodeError):

@@ -27,11 +27,16 @@ class RequestRecord(dict):
 class LogAnalysis:
     """Load observer collecting turns, requests and usage."""
 
-    watched_types = frozenset({"assistant/chunk", "assistant/message", "turn/start", "step/start", "turn/end"})
+    _OUTCOME_TYPES = frozenset({"assistant/message", "turn/start", "step/start", "turn/end"})
 
     def __init__(self, keep_requests: bool = True, on_turn_end: Callable[[Any], None] | None = None,
-                 on_usage: Callable[[str, str, dict[str, int]], None] | None = None) -> None:
+                 on_usage: Callable[[str, str, dict[str, int]], None] | None = None,
+                 count_requests: bool = True) -> None:
         self.keep_requests = keep_requests
+        # Without request counting chunks need not be seen at all (the fold
+        # then takes its fast path for them).
+        self.count_requests = count_requests
+        self.watched_types = self._OUTCOME_TYPES | ({"assistant/chunk"} if count_requests else set())
         self.on_turn_end = on_turn_end  # called with each turn/end reason
         self.on_usage = on_usage  # called with (provider, model, token counts) of each assistant message
         self.boundaries = BoundaryTracker()
@@ -53,7 +58,7 @@ class LogAnalysis:
 
     def before_event(self, event: dict[str, Any], state: SessionState) -> None:
         data = event["data"]
-        if event["type"] in ("assistant/chunk", "assistant/message") and isinstance(data, dict):
+        if self.count_requests and event["type"] in ("assistant/chunk", "assistant/message") and isinstance(data, dict):
             self._request(self.boundaries.observe(event["type"], event["seq"], data), state)
 
     def after_event(self, event: dict[str, Any], state: SessionState) -> None:
@@ -86,4 +91,6 @@ class LogAnalysis:
                     self.on_usage(provider, model, counted)
 
     def chunk_run(self, row: ChunkRow, state: SessionState) -> None:
+        if not self.count_requests:
+            return
         self._request(self.boundaries.observe_delta_run(row.turn, row.step, row.seq0), state)
