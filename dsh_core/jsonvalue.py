@@ -244,7 +244,10 @@ def es_number(value: float) -> str:
 
 
 _ARRAY_INDEX = re.compile(r"^(?:0|[1-9][0-9]*)$")
-_SLOW_PATH = re.compile(rb'[0-9]e[-0-9]|[0-9]\.[0-9]|[{,]"[0-9]|[0-9]{17}')
+# Where msgspec's bytes may differ from JSON.stringify's: an exponent, an
+# integral float ("1.0"), an integer-like key (JS sorts those first), or a
+# long digit run (an integer beyond 2^53). Only then the exact writer runs.
+_SLOW_PATH = re.compile(rb'[0-9]e[-+0-9]|[0-9]\.0(?![0-9])|[{,]"(?:0|[1-9][0-9]*)":|[0-9]{17}')
 _encoder = msgspec.json.Encoder()
 
 

@@ -121,13 +121,6 @@ def attestation_record(session_id: str, attestation: Attestation) -> SessionReco
     return SessionRecord(session_id, KIND_ATTESTATION, attestation.boundary_seq, 0, attestation.to_json())
 
 
-def _header(record: KafkaRecord, name: str) -> bytes | None:
-    for key, value in record.headers or ():
-        if key == name:
-            return value
-    return None
-
-
 def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
     """Check a fetched record's envelope; raises :class:`DecodeError` naming
     ``topic[partition]@offset`` and what is wrong."""
@@ -138,9 +131,10 @@ def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
         session_id = record.key.decode("utf-8")
     except UnicodeDecodeError:
         raise DecodeError(f"{where}: key is not UTF-8") from None
+    headers = dict(record.headers or ())
     fields = {}
     for name in ("dsh-kind", "dsh-seq", "dsh-count", "dsh-format"):
-        value = _header(record, name)
+        value = headers.get(name)
         if value is None:
             raise DecodeError(f"{where}: header {name} is missing")
         fields[name] = value.decode("utf-8", "replace")
