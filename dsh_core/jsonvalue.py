@@ -244,11 +244,15 @@ def es_number(value: float) -> str:
 
 
 _ARRAY_INDEX = re.compile(r"^(?:0|[1-9][0-9]*)$")
-# Where msgspec's bytes may differ from JSON.stringify's: an exponent, an
-# integral float ("1.0"), an integer-like key (JS sorts those first), or a
-# long digit run (an integer beyond 2^53). Only then the exact writer runs.
-_SLOW_PATH = re.compile(rb'[0-9]e[-+0-9]|[0-9]\.0(?![0-9])|[{,]"(?:0|[1-9][0-9]*)":|[0-9]{17}')
+# Where msgspec's bytes may differ from JSON.stringify's, matched on number
+# tokens only (a number starts after ':', ',' or '['): an exponent, an
+# integral float ("1.0"), a long digit run (an integer beyond 2^53), or an
+# integer-like key (JS sorts those first). Only then the exact writer runs.
+_SLOW_PATH = re.compile(rb'[:,\[]-?[0-9]+(?:\.[0-9]+)?e|[:,\[]-?[0-9]+\.0[,\]}]|[:,\[]-?[0-9]{17}'
+                        rb'|[{,]"(?:0|[1-9][0-9]*)":')
 _encoder = msgspec.json.Encoder()
+_sorted_encoder = msgspec.json.Encoder(order="sorted")
+_ASTRAL = re.compile(rb"[\xf0-\xf4]")  # the lead byte of a 4-byte UTF-8 character
 
 
 def _is_array_index(key: str) -> bool:
@@ -328,7 +332,17 @@ def encode_json(value: Any) -> bytes:
 
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 (JCS) canonical form: keys sorted by UTF-16 code units, no
-    whitespace, ECMAScript numbers, ``JSON.stringify`` string escapes."""
+    whitespace, ECMAScript numbers, ``JSON.stringify`` string escapes.
+
+    msgspec's sorted output is already that unless a number needs the
+    ECMAScript form or a 4-byte character could sort differently in UTF-16
+    than in code points; only then the exact writer runs."""
+    try:
+        fast = _sorted_encoder.encode(value)
+    except UnicodeEncodeError:
+        fast = None
+    if fast is not None and not _SLOW_PATH.search(fast) and not _ASTRAL.search(fast):
+        return fast
     out: list[str] = []
     _write(value, out, canonical=True)
     return "".join(out).encode("utf-8", "surrogatepass")
