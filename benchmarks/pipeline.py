@@ -70,7 +70,7 @@ async def _baseline(kafka: KafkaConfig, names: TopicNames, ends: dict) -> float:
         start = time.perf_counter()
         done: dict[int, int] = {}
         while any(done.get(p, 0) < end for p, end in ends.items() if end):
-            batch = await consumer.getmany(timeout_ms=500, max_records=2000)
+            batch = await consumer.getmany(timeout_ms=500, max_records=ConsumerSettings.max_records)
             for tp, records in batch.items():
                 done[tp.partition] = records[-1].offset + 1
         return time.perf_counter() - start

@@ -178,19 +178,27 @@ def _consume(args: argparse.Namespace, make_service) -> int:
     return run_until_signal(main)
 
 
+def _consumer_settings(args: argparse.Namespace):
+    from dsh_core.kafka.config import ConsumerSettings
+    return ConsumerSettings(group_id=args.group, max_records=args.max_records)
+
+
 def _project(args: argparse.Namespace) -> int:
     from consumers.projector import Projector
-    return _consume(args, lambda kafka, names: Projector(kafka, names, Path(args.db), group=args.group))
+    return _consume(args, lambda kafka, names: Projector(kafka, names, Path(args.db),
+                                                         settings=_consumer_settings(args)))
 
 
 def _audit(args: argparse.Namespace) -> int:
     from consumers.auditor import Auditor
-    return _consume(args, lambda kafka, names: Auditor(kafka, names, group=args.group, instance=args.instance))
+    return _consume(args, lambda kafka, names: Auditor(kafka, names, instance=args.instance,
+                                                       settings=_consumer_settings(args)))
 
 
 def _archive(args: argparse.Namespace) -> int:
     from consumers.archiver import Archiver
-    return _consume(args, lambda kafka, names: Archiver(kafka, names, Path(args.root), group=args.group))
+    return _consume(args, lambda kafka, names: Archiver(kafka, names, Path(args.root),
+                                                        settings=_consumer_settings(args)))
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -264,7 +272,10 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_consumer_options(parser: argparse.ArgumentParser, group: str) -> None:
+    from dsh_core.kafka.config import ConsumerSettings
     parser.add_argument("--group", default=group, help=f"consumer group (default {group})")
+    parser.add_argument("--max-records", type=int, default=ConsumerSettings.max_records,
+                        help="records per poll batch (one persist and commit each)")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
     _add_kafka_options(parser)
 

@@ -87,7 +87,7 @@ class ConsumerSettings:
     """A consumer in a group; offsets are committed by the service, never auto."""
 
     group_id: str
-    max_records: int = 2000
+    max_records: int = 10000
     fetch_max_bytes: int = 64 * 1024 * 1024
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
