@@ -98,7 +98,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from dsh_core.kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_topics, resolve_kafka
     from producers.publisher import Publisher
-    from producers.simulator import FaultPlan, SimulatorConfig, encode_manifest, fleet, manifest
+    from dsh_core.jsonvalue import encode_json
+    from producers.simulator import FaultPlan, SimulatorConfig, fleet, manifest
 
     kafka = resolve_kafka(args.bootstrap)
     names = TopicNames.with_prefix(args.topic_prefix)
@@ -117,7 +118,7 @@ def _simulate(args: argparse.Namespace) -> int:
     result = asyncio.run(main())
     progress.done()
     if args.manifest:
-        Path(args.manifest).write_bytes(encode_manifest(result) + b"\n")
+        Path(args.manifest).write_bytes(encode_json(result) + b"\n")
     print(f"simulated {result['sessions']} sessions, {result['events']} events, {result['attestations']} "
           f"attestations; injected {result['injected']}" + (f"; manifest {args.manifest}" if args.manifest else ""))
     return EXIT_OK

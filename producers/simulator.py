@@ -24,17 +24,17 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from dsh_core.events import Event
-from dsh_core.jsonvalue import encode_json, sha256_jcs, thaw
+from dsh_core.jsonvalue import sha256_jcs, thaw
 from dsh_core.kafka.records import Attestation, SessionRecord, attestation_record, header_record, records_for_batch
 from dsh_core.request import build_request, request_digest
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
 
 __all__ = ["FAULT_KINDS", "FaultPlan", "SimulatorConfig", "SimulatedSession", "Defect", "simulate_session",
-           "messages_digest", "fleet", "iterate_records", "manifest", "encode_manifest"]
+           "messages_digest", "fleet", "manifest"]
 
 FAULT_KINDS = ("unlogged", "dropped", "duplicate", "lossless", "unknown")
 WORDS = ("Let", " me", " look", " at", " the", " tests", " first", ".", " The", " failure", " is", " in",
@@ -433,23 +433,9 @@ async def fleet(config: SimulatorConfig, send: Callable[[SessionRecord], Any], c
     return truths
 
 
-async def iterate_records(config: SimulatorConfig) -> AsyncIterator[SessionRecord]:
-    """Every record of the fleet, session after session (for benchmarks)."""
-    assignment = _fault_assignment(config)
-    for index in range(config.sessions):
-        _, batches = simulate_session(config, index, list(assignment.get(index, [])))
-        for batch in batches:
-            for record in batch:
-                yield record
-
-
 def manifest(config: SimulatorConfig, truths: list[SimulatedSession]) -> dict[str, Any]:
     """The ground-truth manifest the consumers' tests and the demo check."""
     counts = {kind: sum(1 for t in truths for d in t.defects if d.kind == kind) for kind in FAULT_KINDS}
     return {"seed": config.seed, "sessions": len(truths), "faults": asdict(config.faults), "injected": counts,
             "events": sum(t.next_seq for t in truths), "attestations": sum(t.attestations for t in truths),
             "truth": {t.session_id: t.to_json() for t in truths}}
-
-
-def encode_manifest(data: dict[str, Any]) -> bytes:
-    return encode_json(data)
