@@ -214,7 +214,7 @@ class Projector(ConsumerService):
             return
         if decoded.kind == KIND_HEADER:
             if session.fold is not None:
-                DUPLICATES.inc()
+                self.count(DUPLICATES)
                 return
             fold = StagedFold(f"session {decoded.session_id!r}", session.analysis)
             try:
@@ -228,11 +228,11 @@ class Projector(ConsumerService):
             return
         expected = self._expected(session)
         if decoded.seq < expected:
-            DUPLICATES.inc()
+            self.count(DUPLICATES)
             return
         if decoded.seq > expected or session.fold is None:
             if decoded.seq not in session.held:
-                GAPS.inc()
+                self.count(GAPS)
                 if len(session.held) >= HELD_LIMIT:
                     SKIPPED.labels("held-limit").inc()
                     raise ValidationError(f"session {decoded.session_id!r} is held at seq {expected} and already "
@@ -252,7 +252,7 @@ class Projector(ConsumerService):
         if fold.error is not None:
             self._refuse(session, fold.error)
             raise fold.error
-        APPLIED.inc(fold.count - before)
+        self.count(APPLIED, fold.count - before)
         self._mark(session)
 
     async def _drain(self, session: _Session, record: KafkaRecord) -> None:

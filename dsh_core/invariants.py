@@ -113,6 +113,18 @@ class InvariantChecker:
                 violation("outside-turn", f"{event_type} between turns")
         return found
 
+    def check_chunk_run(self, turn: Any, step: Any, seq0: int, count: int) -> list[Violation]:
+        """``count`` delta chunks of one ``(turn, step)`` from ``seq0`` (a
+        packed row): the violations of as many :meth:`check` calls, at once."""
+        found = self.check("assistant/chunk", seq0, {"turn": turn, "step": step})
+        if count > 1:
+            self.last_seq = max(self.last_seq, seq0 + count - 1)
+            if self.open_step is None or turn != self.open_turn or step != self.open_step:
+                detail = (f"assistant/chunk names {turn!r}/{step!r} but the open step is "
+                          f"{self.open_turn!r}/{self.open_step!r}")
+                found.extend(Violation("outside-step", seq, turn, step, detail) for seq in range(seq0 + 1, seq0 + count))
+        return found
+
     def _in_step(self, event_type: str, turn: Any, step: Any, violation: Any) -> None:
         if self.open_step is None or turn != self.open_turn or step != self.open_step:
             violation("outside-step",

@@ -10,8 +10,9 @@ attestation. Headers: ``dsh-kind``, ``dsh-seq`` (first seq carried),
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Iterable, Protocol, Sequence
+
+import msgspec
 
 from ..errors import DecodeError
 from ..events import ROW_TAGS, Event
@@ -46,9 +47,9 @@ def where_of(record: KafkaRecord) -> str:
     return f"{record.topic}[{record.partition}]@{record.offset}"
 
 
-@dataclass(frozen=True)
-class SessionRecord:
-    """One record of the events topic, before or after Kafka."""
+class SessionRecord(msgspec.Struct, frozen=True):
+    """One record of the events topic, before or after Kafka (a Struct:
+    consumers build one per fetched record)."""
 
     session_id: str
     kind: str
@@ -57,11 +58,11 @@ class SessionRecord:
     value: bytes
     format_version: int = FORMAT_VERSION
 
-    @cached_property
+    @property
     def key(self) -> bytes:
         return self.session_id.encode("utf-8")
 
-    @cached_property
+    @property
     def headers(self) -> list[tuple[str, bytes]]:
         return [("dsh-kind", self.kind.encode()), ("dsh-seq", str(self.seq).encode()),
                 ("dsh-count", str(self.count).encode()), ("dsh-format", str(self.format_version).encode())]
@@ -124,27 +125,43 @@ def attestation_record(session_id: str, attestation: Attestation) -> SessionReco
 def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
     """Check a fetched record's envelope; raises :class:`DecodeError` naming
     ``topic[partition]@offset`` and what is wrong."""
+    try:  # the well-formed record, checked without building anything else
+        headers = dict(record.headers)
+        kind = headers["dsh-kind"].decode()
+        seq, count = int(headers["dsh-seq"]), int(headers["dsh-count"])
+        if kind in _KINDS and record.key and record.value is not None and seq >= 0 and count >= 0:
+            return SessionRecord(record.key.decode("utf-8"), kind, seq, count, record.value,
+                                 int(headers["dsh-format"]))
+    except (KeyError, ValueError, TypeError, AttributeError):
+        pass
+    raise _envelope_error(record)
+
+
+def _envelope_error(record: KafkaRecord) -> DecodeError:
+    """What is wrong with a record :func:`decode_kafka_record` refused."""
     where = where_of(record)
     if not record.key:
-        raise DecodeError(f"{where}: record has no key (the session id)")
+        return DecodeError(f"{where}: record has no key (the session id)")
     try:
-        session_id = record.key.decode("utf-8")
+        record.key.decode("utf-8")
     except UnicodeDecodeError:
-        raise DecodeError(f"{where}: key is not UTF-8") from None
+        return DecodeError(f"{where}: key is not UTF-8")
     headers = dict(record.headers or ())
     fields = {}
     for name in ("dsh-kind", "dsh-seq", "dsh-count", "dsh-format"):
         value = headers.get(name)
         if value is None:
-            raise DecodeError(f"{where}: header {name} is missing")
+            return DecodeError(f"{where}: header {name} is missing")
         fields[name] = value.decode("utf-8", "replace")
     kind = fields["dsh-kind"]
     if kind not in _KINDS:
-        raise DecodeError(f"{where}: dsh-kind {kind!r} is not one of {sorted(_KINDS)}")
+        return DecodeError(f"{where}: dsh-kind {kind!r} is not one of {sorted(_KINDS)}")
     try:
-        seq, count, version = int(fields["dsh-seq"]), int(fields["dsh-count"]), int(fields["dsh-format"])
+        numbers = [int(fields[name]) for name in ("dsh-seq", "dsh-count", "dsh-format")]
     except ValueError:
-        raise DecodeError(f"{where}: dsh-seq/dsh-count/dsh-format must be integers, got {fields}") from None
+        return DecodeError(f"{where}: dsh-seq/dsh-count/dsh-format must be integers, got {fields}")
+    if min(numbers[:2]) < 0:
+        return DecodeError(f"{where}: dsh-seq and dsh-count must not be negative, got {fields}")
     if record.value is None:
-        raise DecodeError(f"{where}: record has no value")
-    return SessionRecord(session_id, kind, seq, count, bytes(record.value), version)
+        return DecodeError(f"{where}: record has no value")
+    return DecodeError(f"{where}: the record envelope cannot be read")

@@ -61,3 +61,22 @@ def test_every_violation_reported_and_checker_continues():
                  ("step/end", {"turn": 2, "step": 2}), ("turn/end", {"turn": 2, "reason": {"kind": "completed"}}),
                  ("turn/start", {"turn": 3})])
     assert found == [("turn-number", 0), ("step-number", 1)]
+
+
+def test_chunk_run_reports_what_its_members_would():
+    prefixes = {
+        "in step": [("turn/start", {"turn": 1}), ("step/start", {"turn": 1, "step": 1})],
+        "no step": [("turn/start", {"turn": 1})],
+        "other step": [("turn/start", {"turn": 1}), ("step/start", {"turn": 1, "step": 2})],
+    }
+    for name, prefix in prefixes.items():
+        one_by_one, packed = InvariantChecker(), InvariantChecker()
+        for seq, (event_type, data) in enumerate(prefix):
+            one_by_one.check(event_type, seq, data)
+            packed.check(event_type, seq, data)
+        seq0 = len(prefix) + 3  # also exercises seq-order bookkeeping across the run
+        expected = [v for seq in range(seq0, seq0 + 4)
+                    for v in one_by_one.check("assistant/chunk", seq, {"turn": 1, "step": 1})]
+        assert packed.check_chunk_run(1, 1, seq0, 4) == expected, name
+        assert packed.last_seq == one_by_one.last_seq == seq0 + 3
+    assert [v.rule for v in InvariantChecker().check_chunk_run(1, 1, 0, 3)] == ["outside-step"] * 3

@@ -64,6 +64,10 @@ def test_header_and_attestation_records():
     (Fetched(b"s", b"{}", [("dsh-kind", b"record"), ("dsh-seq", b"x"), ("dsh-count", b"1"), ("dsh-format", b"0")]),
      "must be integers"),
     (Fetched(b"\xff", b"{}", []), "key is not UTF-8"),
+    (Fetched(b"s", b"{}", [("dsh-kind", b"record"), ("dsh-seq", b"-1"), ("dsh-count", b"1"), ("dsh-format", b"0")]),
+     "must not be negative"),
+    (Fetched(b"s", None, [("dsh-kind", b"record"), ("dsh-seq", b"1"), ("dsh-count", b"1"), ("dsh-format", b"0")]),
+     "record has no value"),
 ])
 def test_bad_envelopes_name_the_coordinates(fetched, message):
     with pytest.raises(DecodeError, match=message):
