@@ -16,7 +16,7 @@ from dsh_core.errors import (
     SurfaceError,
 )
 from dsh_core.events import KNOWN_TYPES
-from dsh_core.jsonvalue import decode_json, encode_json, thaw
+from dsh_core.jsonvalue import _write, canonical_json, decode_json, encode_json, thaw
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import compress_frame
@@ -95,3 +95,23 @@ def test_mutations_are_refused_with_the_right_error(case):
         assert all(e["type"] == "assistant/message" for e in events if e.get("sourceEventSeqs") == [])
     else:
         assert isinstance(result.error, EXPECTED[kind]), (name, result.error)
+
+
+_json_leaves = (st.none() | st.booleans() | st.integers(min_value=-(2**60), max_value=2**60)
+                | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != 0 or str(f) == "0.0")
+                | st.integers(min_value=-999, max_value=999).map(float)
+                | st.sampled_from([1e21, 1e-7, 2.5e300, 123456789012345678.0])
+                | st.text(alphabet="0123456789e.-,]}:{\"abc\U0001f600\u20ac", max_size=12))
+_json_keys = st.text(alphabet="0123456789ab\U0001f600\ufb33", max_size=4)
+_json_values = st.recursive(_json_leaves, lambda inner: st.lists(inner, max_size=4)
+                            | st.dictionaries(_json_keys, inner, max_size=4), max_leaves=12)
+
+
+@PROPS
+@given(_json_values)
+def test_fast_encoders_agree_with_the_exact_writer(value):
+    # msgspec's bytes are taken only where they equal JSON.stringify's / JCS's
+    for encoder, canonical_form in ((encode_json, False), (canonical_json, True)):
+        out: list[str] = []
+        _write(value, out, canonical=canonical_form)
+        assert encoder(value) == "".join(out).encode("utf-8", "surrogatepass")
