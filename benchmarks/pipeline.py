@@ -125,21 +125,26 @@ async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: fl
                                 settings=ConsumerSettings(group_id=f"lat{uuid.uuid4().hex[:6]}", auto_offset_reset="latest"))
     stop = asyncio.Event()
     task = asyncio.create_task(projector.run(stop))
-    await asyncio.sleep(3)  # let the group settle before the clock starts
+    # Sessions are generated before the clock starts: generating one blocks
+    # the event loop the projector shares (agents publish from elsewhere).
     config = SimulatorConfig(sessions=2000, seed=77)
+    batches, planned, index = [], 0, 0
+    while planned < rate * seconds:
+        for batch in simulate_session(config, index)[1]:
+            batches.append(batch)
+            planned += sum(r.count for r in batch)
+        index += 1
+    await asyncio.sleep(3)  # let the group settle before the clock starts
     async with Publisher(kafka, names) as publisher:
         start = time.monotonic()
         sent = 0
-        index = 0
-        while time.monotonic() - start < seconds:
-            for batch in simulate_session(config, index)[1]:
-                await publisher.send_many(batch)
-                sent += sum(r.count for r in batch)
-                await publisher.flush()
-                ahead = sent / rate - (time.monotonic() - start)
-                if ahead > 0:
-                    await asyncio.sleep(ahead)
-            index += 1
+        for batch in batches:
+            await publisher.send_many(batch)
+            sent += sum(r.count for r in batch)
+            await publisher.flush()
+            ahead = sent / rate - (time.monotonic() - start)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
     await asyncio.sleep(2)
     stop.set()
     await task

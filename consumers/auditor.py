@@ -176,6 +176,7 @@ class _Session:
 
 class Auditor(ConsumerService):
     service = "auditor"
+    overlap_commits = False  # the commit ends a transaction the next batch's sends must not join
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, *, group: str = "dsh-auditor",
                  instance: str = "0", settings: ConsumerSettings | None = None) -> None:

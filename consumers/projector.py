@@ -348,8 +348,7 @@ class Projector(ConsumerService):
             head["seq"] = head.pop("nextSeq")
             head["turns"] = len(head["turns"] or ())
             await self.producer.send(self.topics.views, key=session_id.encode(), value=encode_json(head))
-        await self.producer.flush()
-        self._evict()
+        self._evict()  # the runner waits for the heads' acknowledgement before committing offsets
 
     def _evict(self) -> None:
         while len(self._hot) > self.hot_sessions:

@@ -10,9 +10,14 @@ runner guarantees:
   :meth:`~ConsumerService.on_error` — by default to ``dsh.dead-letter`` with
   the reason and its ``topic[partition]@offset`` — and is counted; the
   service keeps going; nothing is skipped silently;
-* offsets are committed only after :meth:`persist` returned (never on a
-  failure), auto-commit is off; on revoke the service persists and commits
+* offsets are committed only after :meth:`persist` returned and every record
+  the service produced (dead letters, view heads) was acknowledged — never on
+  a failure; auto-commit is off; on revoke the service persists and commits
   before the partitions go; on assign it may load state lazily;
+* that acknowledgement wait and the commit run while the next batch is
+  fetched and handled (unless the service sets ``overlap_commits = False``);
+  the next checkpoint waits for them, so commits stay in order and a
+  failure still stops the service;
 * SIGTERM (``stop``) drains: the current batch finishes, is persisted and
   committed, then everything closes.
 
@@ -22,6 +27,7 @@ It also serves ``/metrics`` (Prometheus) and ``/healthz`` on one port.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from typing import Any, Iterable
@@ -41,7 +47,7 @@ DEAD_LETTERS = Counter("dsh_consumer_dead_letters_total", "Records sent to the d
                        ["service", "reason"])
 BATCH_RECORDS = Histogram("dsh_consumer_batch_records", "Records per poll batch.", ["service"],
                           buckets=(1, 10, 50, 100, 250, 500, 1000, 2000, 5000))
-BATCH_SECONDS = Histogram("dsh_consumer_batch_seconds", "Time to handle, persist and commit one batch.", ["service"],
+BATCH_SECONDS = Histogram("dsh_consumer_batch_seconds", "Time to handle and persist one batch (its commit overlaps the next).", ["service"],
                           buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 LAG = Gauge("dsh_consumer_lag_records", "Records behind the partition's end offset.", ["service", "partition"])
 COMMITS = Counter("dsh_consumer_commits_total", "Offset commits after durable effects.", ["service"])
@@ -67,6 +73,8 @@ class ConsumerService(ABC):
     """Base of the projector, auditor and archiver."""
 
     service = "consumer"
+    #: Commit a batch's offsets while the next batch is handled.
+    overlap_commits = True
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, settings: ConsumerSettings) -> None:
         self.kafka = kafka
@@ -81,6 +89,7 @@ class ConsumerService(ABC):
         self.lock = asyncio.Lock()  # batch handling vs rebalance callbacks
         self._record_counters: dict[str, Any] = {}
         self._tally: dict[Any, float] = {}  # counter child -> increments this batch
+        self._committing: asyncio.Task[None] | None = None  # the last checkpoint's flush and commit
 
     # ------------------------------------------------------------ the hooks
 
@@ -105,7 +114,9 @@ class ConsumerService(ABC):
         """Release resources (idempotent)."""
 
     def producer_options(self) -> dict[str, Any]:
-        return ProducerSettings().producer_options(self.kafka)
+        # Every checkpoint flushes this producer, and aiokafka's flush waits
+        # out the linger: lingering would only delay each batch's commit.
+        return ProducerSettings(linger_ms=0).producer_options(self.kafka)
 
     async def on_error(self, error: DshError, record: KafkaRecord) -> None:
         """The error policy: dead-letter the record with its reason and
@@ -140,14 +151,30 @@ class ConsumerService(ABC):
         assert self.consumer is not None
         await self.consumer.commit(offsets)
 
-    async def _checkpoint(self) -> None:
-        """Persist effects, then commit what they cover."""
+    async def _checkpoint(self, wait: bool = True) -> None:
+        """Persist effects, then commit what they cover once every record
+        produced so far is acknowledged (in the background if ``wait`` is
+        false and the service overlaps commits)."""
+        await self._commit_done()
         if not self._positions:
             return
         await self.persist()
         offsets, self._positions = dict(self._positions), {}
+        self._committing = asyncio.create_task(self._flush_and_commit(offsets))
+        if wait or not self.overlap_commits:
+            await self._commit_done()
+
+    async def _flush_and_commit(self, offsets: dict[TopicPartition, int]) -> None:
+        assert self.producer is not None
+        await self.producer.flush()
         await self.commit(offsets)
         COMMITS.labels(self.service).inc()
+
+    async def _commit_done(self) -> None:
+        """Wait for the last checkpoint's commit; its failure is raised here."""
+        committing, self._committing = self._committing, None
+        if committing is not None:
+            await committing
 
     # ------------------------------------------------------------------ run
 
@@ -167,7 +194,7 @@ class ConsumerService(ABC):
                     started = time.perf_counter()
                     async with self.lock:
                         await self._handle_batch(batch)
-                        await self._checkpoint()
+                        await self._checkpoint(wait=False)
                     BATCH_SECONDS.labels(self.service).observe(time.perf_counter() - started)
                     BATCH_RECORDS.labels(self.service).observe(sum(len(r) for r in batch.values()))
                 self._update_lag()
@@ -175,6 +202,10 @@ class ConsumerService(ABC):
                 await self._checkpoint()  # drain: what was handled is persisted and committed
         finally:
             self.healthy = False
+            if self._committing is not None:  # only when failing: a clean drain awaited it
+                self._committing.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._committing
             try:
                 await self.consumer.stop()
             finally:

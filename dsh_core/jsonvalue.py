@@ -244,17 +244,15 @@ def es_number(value: float) -> str:
 
 
 _ARRAY_INDEX = re.compile(r"^(?:0|[1-9][0-9]*)$")
-# Where msgspec's bytes may differ from JSON.stringify's, matched on number
-# tokens only (a number starts after ':', ',' or '['): an exponent, an
-# integral float ("1.0"), a long digit run (an integer beyond 2^53), or an
-# integer-like key (JS sorts those first). Only then the exact writer runs.
-_SLOW_PATH = re.compile(rb'[:,\[](?:-?[0-9]+(?:\.[0-9]+)?e|-?[0-9]+\.0[,\]}]|-?[0-9]{17})'
-                        rb'|[{,]"(?:0|[1-9][0-9]*)":')
-# The same shapes with every digit written as 0 and '-' removed, as plain
-# substrings: found with C-speed scans, they rule out the regex (a per-byte
-# scan four times slower) for almost every value.
+# Where msgspec's bytes may differ from JSON.stringify's: a number token with
+# an exponent, an integral float ("1.0"), a long digit run (an integer beyond
+# 2^53), or an integer-like key (JS sorts those first). Looked for with
+# C-speed scans (a regex over every byte costs more than the encoding): digits
+# are mapped to 0 and '-' dropped, so each number shape is a plain substring;
+# string contents are cut out before those are searched.
 _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else byte for byte in range(256))
-_SLOW_PATH_HINTS = (b"0e", b"0.0,", b"0.0]", b"0.0}", b"0" * 17, b'{"0', b',"0')
+_NUMBER_SHAPES = (b"0e", b"0.0,", b"0.0]", b"0.0}", b"0" * 17)
+_INDEX_KEY = re.compile(rb',"(?:0|[1-9][0-9]*)":')
 
 
 def _needs_exact_writer(fast: bytes) -> bool:
@@ -262,10 +260,16 @@ def _needs_exact_writer(fast: bytes) -> bool:
     if not fast.startswith((b"{", b"[", b'"')):
         return True  # a bare scalar: the exact writer is as cheap
     digits = fast.translate(_DIGITS_AS_ZERO, b"-")
-    for hint in _SLOW_PATH_HINTS:
-        if hint in digits:
-            return _SLOW_PATH.search(fast) is not None
-    return False
+    if any(shape in digits for shape in _NUMBER_SHAPES):
+        unescaped = digits.replace(b"\\\\", b"").replace(b'\\"', b"")
+        outside_strings = b"".join(unescaped.split(b'"')[0::2])
+        if any(shape in outside_strings for shape in _NUMBER_SHAPES):
+            return True
+    # An integer-like key after the first (the first needs no moving) shows
+    # as ,"0...":, which a regex confirms.
+    return b',"0' in digits and b'0":' in digits and _INDEX_KEY.search(fast) is not None
+
+
 _encoder = msgspec.json.Encoder()
 _sorted_encoder = msgspec.json.Encoder(order="sorted")
 _ASTRAL = re.compile(rb"[\xf0-\xf4]")  # the lead byte of a 4-byte UTF-8 character

@@ -101,7 +101,7 @@ _json_leaves = (st.none() | st.booleans() | st.integers(min_value=-(2**60), max_
                 | st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != 0 or str(f) == "0.0")
                 | st.integers(min_value=-999, max_value=999).map(float)
                 | st.sampled_from([1e21, 1e-7, 2.5e300, 123456789012345678.0])
-                | st.text(alphabet="0123456789e.-,]}:{\"abc\U0001f600\u20ac", max_size=12))
+                | st.text(alphabet="0123456789e.-,]}:{\"\\abc\U0001f600\u20ac", max_size=12))
 _json_keys = st.text(alphabet="0123456789ab\U0001f600\ufb33", max_size=4)
 _json_values = st.recursive(_json_leaves, lambda inner: st.lists(inner, max_size=4)
                             | st.dictionaries(_json_keys, inner, max_size=4), max_leaves=12)
