@@ -1,11 +1,13 @@
 """Consumer throughput against a bare getmany loop, latency, and memory.
 
-    python -m benchmarks.pipeline [--events N] [--sessions-rss N] [--bootstrap HOST:PORT]
+    python -m benchmarks.pipeline [--events N] [--sessions-rss N] [--members N] [--bootstrap HOST:PORT]
 
 1. Fills a topic with simulator traffic (≥ N events, default 500k), then, in
    the same run, reads it with a bare aiokafka ``getmany`` loop (baseline),
    with the projector (views committed) and with the auditor (findings and
-   offsets committed); prints events/s and the ratios to the baseline.
+   offsets committed), each as one process; then with ``--members``
+   processes of each in one consumer group (default: one per CPU), the way
+   the services scale out; prints events/s and the ratios to the baseline.
 2. End-to-end latency: publishes at a steady 5k events/s for 20 s while a
    projector runs; latency is view-commit time minus the record's Kafka
    timestamp (its publish time), p50 and p99.
@@ -152,6 +154,90 @@ async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: fl
     return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
 
 
+# One group member of a scaled-out service. It joins the group, reports its
+# partition count in a file, and handles nothing until the parent creates the
+# go file (all members assigned: the clock must not run through group
+# formation, which the baseline also leaves out). It prints the wall-clock
+# times of its first handled record and of reaching the end offsets.
+_MEMBER_CHILD = """
+import asyncio, json, signal, sys, time
+from pathlib import Path
+from consumers.auditor import Auditor
+from consumers.projector import Projector
+from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
+from dsh_core.kafka.topics import TopicNames
+service, bootstrap, prefix, group, db, instance, work, ends = sys.argv[1:9]
+ends = {int(p): e for p, e in json.loads(ends).items()}
+work = Path(work)
+kind = Projector if service == "projector" else Auditor
+class Member(kind):
+    first = None
+    async def open(self):
+        await super().open()
+        fetch = self.consumer.getmany
+        async def gated(*args, **kwargs):
+            while not (work / "go").exists():
+                await asyncio.sleep(0.005)
+            return await fetch(*args, **kwargs)
+        self.consumer.getmany = gated
+    async def on_assign(self, partitions):
+        await super().on_assign(partitions)
+        (work / f"assigned-{instance}").write_text(str(len(self.consumer.assignment())))
+    async def handle(self, record, decoded):
+        if self.first is None:
+            self.first = time.time()
+        await super().handle(record, decoded)
+async def main():
+    settings = ConsumerSettings(group_id=group)
+    names = TopicNames.with_prefix(prefix)
+    member = (Member(KafkaConfig(bootstrap), names, Path(db), settings=settings) if service == "projector"
+              else Member(KafkaConfig(bootstrap), names, instance=instance, settings=settings))
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    task = asyncio.create_task(member.run(stop))
+    done = None
+    while not stop.is_set():
+        if task.done():
+            task.result()
+        mine = member.consumer.assignment() if member.consumer else ()
+        if done is None and mine and member.first is not None and all(
+                member._consumed.get(tp, 0) >= ends.get(tp.partition, 0) for tp in mine):
+            done = time.time()
+            print(json.dumps({"first": member.first, "done": done}), flush=True)
+        await asyncio.sleep(0.005)
+    await task
+asyncio.run(main())
+"""
+
+
+def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, members: int, work: Path) -> float:
+    """Seconds for ``members`` processes of one group to catch up, from the
+    first record any of them handled to the last one reaching its ends."""
+    prefix = names.events[:-len("dsh.session-events")]
+    group = f"{service[0]}x{uuid.uuid4().hex[:6]}"
+    command = [sys.executable, "-c", _MEMBER_CHILD, service, bootstrap, prefix, group, str(work / "views.sqlite")]
+    children = [subprocess.Popen(command + [str(index), str(work), json.dumps(ends)], stdout=subprocess.PIPE,
+                                 text=True) for index in range(members)]
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # every member holds a share of one generation's partitions
+            counts = [(work / f"assigned-{index}") for index in range(members)]
+            shares = [int(path.read_text() or 0) if path.exists() else 0 for path in counts]
+            if all(shares) and sum(shares) == len(ends):
+                break
+            if time.monotonic() > deadline or any(child.poll() is not None for child in children):
+                raise RuntimeError(f"{service} members did not form a group: {shares}")
+            time.sleep(0.01)  # wait-ok: polling a condition with a deadline
+        (work / "go").touch()
+        times = [json.loads(child.stdout.readline()) for child in children]
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait(60)
+    return max(t["done"] for t in times) - min(t["first"] for t in times)
+
+
 _RSS_CHILD = """
 import asyncio, resource, sys, time
 from pathlib import Path
@@ -177,6 +263,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=500_000)
     parser.add_argument("--sessions-rss", type=int, default=50_000)
     parser.add_argument("--bootstrap", default=os.environ.get(BOOTSTRAP_ENV))
+    parser.add_argument("--members", type=int, default=os.cpu_count() or 2,
+                        help="processes in one group for the scaled-out runs (default: the CPU count)")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
@@ -193,9 +281,15 @@ def main() -> None:
                                                       settings=ConsumerSettings(group_id=f"p{uuid.uuid4().hex[:6]}")), ends))
         audit = asyncio.run(_catch_up(Auditor(kafka, names, settings=ConsumerSettings(group_id=f"a{uuid.uuid4().hex[:6]}")),
                                       ends))
-        rates = {"baseline": events / base, "projector": events / project, "auditor": events / audit}
+        members = args.members
+        with tempfile.TemporaryDirectory() as tmp:
+            project_scaled = _scaled_out("projector", bootstrap, names, ends, members, Path(tmp))
+        with tempfile.TemporaryDirectory() as tmp:
+            audit_scaled = _scaled_out("auditor", bootstrap, names, ends, members, Path(tmp))
+        rates = {"baseline": events / base, "projector": events / project, "auditor": events / audit,
+                 f"projector x{members}": events / project_scaled, f"auditor x{members}": events / audit_scaled}
         for name, rate in rates.items():
-            print(f"{name:>9}: {rate:12,.0f} events/s  ({rate / rates['baseline']:.2f}x)")
+            print(f"{name:>12}: {rate:12,.0f} events/s  ({rate / rates['baseline']:.2f}x)")
         lat_names = TopicNames.with_prefix(f"lat{uuid.uuid4().hex[:6]}.")
         asyncio.run(prepare_topics(kafka, lat_names, 12))
         p50, p99 = asyncio.run(_latency(kafka, lat_names, 5000, 20))
@@ -214,6 +308,9 @@ def main() -> None:
         print(json.dumps({"baseline_events_per_s": round(rates["baseline"]),
                           "projector_ratio": round(rates["projector"] / rates["baseline"], 3),
                           "auditor_ratio": round(rates["auditor"] / rates["baseline"], 3),
+                          "group_members": members,
+                          "projector_group_ratio": round(rates[f"projector x{members}"] / rates["baseline"], 3),
+                          "auditor_group_ratio": round(rates[f"auditor x{members}"] / rates["baseline"], 3),
                           "latency_p50_ms": round(p50), "latency_p99_ms": round(p99),
                           "projector_peak_rss_mb": round(rss_mb)}))
 

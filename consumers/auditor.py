@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +41,7 @@ from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record
 from dsh_core.kafka.topics import TopicNames
-from dsh_core.request import Boundary, BoundaryTracker, build_request, request_digest
+from dsh_core.request import Boundary, BoundaryTracker, MessagesDigest, request_frame
 from dsh_core.session import SessionState
 from dsh_core.storage.reader import StagedFold
 from dsh_core.storage.records import ChunkRow
@@ -59,12 +58,13 @@ AUDITED = Counter("dsh_audit_events_total", "Session events audited.")
 _INVARIANT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end", "assistant/chunk",
                               "assistant/message", "tool/call", "tool/result", "todo/write", "request/header",
                               "request/context"})
-# Pre-filters, each a C-speed scan of the whole value (a per-byte regex
-# costs more than the fold): a "-0" that could end a number token (negative
-# zero), or a run of 16 digits (an integer that may exceed 2^53). Only a
-# value that passes one gets the exact (slower) check.
-_NEGATIVE_ZERO = re.compile(rb"-0(?:[.eE,\]}\s]|$)")
-_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+# Pre-filter, a C-speed scan of the whole value (a per-byte regex costs more
+# than the fold): digits become '0', '-' stays, a byte that can end a number
+# token ('.', 'e', 'E', ',', ']', '}', whitespace) a space, any other 'x'; then
+# a "-0" before a space or at the end (a possible negative zero) or a run of
+# 16 digits (an integer that may exceed 2^53) sends the value to the exact check.
+_NUMBER_SKELETON = bytes(0x30 if 0x30 <= byte <= 0x39 else byte if byte == 0x2D else
+                         0x20 if byte in b".eE,]} \t\r\n" else 0x78 for byte in range(256))
 _SIXTEEN_DIGITS = b"0" * 16
 
 
@@ -93,7 +93,8 @@ class Finding:
 
 def lossless_problem(value: bytes) -> str | None:
     """What in a record's JSON would not survive a round trip, if anything."""
-    if not _NEGATIVE_ZERO.search(value) and _SIXTEEN_DIGITS not in value.translate(_DIGITS_AS_ZEROS):
+    skeleton = value.translate(_NUMBER_SKELETON)
+    if b"-0 " not in skeleton and not skeleton.endswith(b"-0") and _SIXTEEN_DIGITS not in skeleton:
         return None
     found: list[str] = []
 
@@ -169,6 +170,9 @@ class _Session:
     pending: dict[int, SessionRecord] = field(default_factory=dict)  # attestations by boundary seq
     attested: set[int] = field(default_factory=set)
     boundaries: dict[int, Boundary] = field(default_factory=dict)
+    request_digest: MessagesDigest = field(default_factory=MessagesDigest)
+    frame_header: Any = None  # the request header the frame below was built from
+    frame: tuple[bytes, bytes] = (b"", b"")
 
     def emit(self, rule: str, seq: Any, detail: str, turn: Any = None, step: Any = None) -> None:
         self.auditor.emit(Finding(rule, self.session_id, seq, detail, turn, step))
@@ -371,7 +375,11 @@ class Auditor(ConsumerService):
             session.emit("no-request-header", attestation.seq, "an attested request with no request/header in force",
                          body.get("turn"), body.get("step"))
             return
-        rebuilt = request_digest(build_request(state.header, state.messages(), session.session_id))
+        if state.header is not session.frame_header:
+            session.frame_header, session.frame = state.header, request_frame(state.header, session.session_id)
+        generation = state.surface.replace_generation
+        rebuilt = session.request_digest.of(state.history.current(state.surface.nodes, generation), generation,
+                                            *session.frame)
         if rebuilt == body.get("digest"):
             REQUESTS.labels("verified").inc()
             return

@@ -17,7 +17,6 @@ compacted ``dsh.session-views`` topic.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -28,11 +27,12 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DshError, ValidationError
-from dsh_core.jsonvalue import canonical_json, decode_json, encode_json, thaw
+from dsh_core.jsonvalue import decode_json, dump_json
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
 from dsh_core.kafka.topics import TopicNames
 from dsh_core.checkpoint import restore_fold, snapshot_fold
+from dsh_core.request import MessagesDigest
 from dsh_core.storage.reader import StagedFold
 
 from .runner import ConsumerService
@@ -110,31 +110,6 @@ class ViewStore:
         self.db.close()
 
 
-class _HistoryDigest:
-    """``sha256_jcs`` of a session's derived messages, kept incrementally:
-    new messages are hashed once; a replace (new generation) starts over."""
-
-    __slots__ = ("_hasher", "_count", "_generation")
-
-    def __init__(self) -> None:
-        self._hasher = hashlib.sha256(b"[")
-        self._count = 0
-        self._generation = -1
-
-    def of(self, state: Any) -> tuple[int, str]:
-        messages = state.history.current(state.surface.nodes, state.surface.replace_generation)
-        if state.surface.replace_generation != self._generation:
-            self._hasher, self._count = hashlib.sha256(b"["), 0
-            self._generation = state.surface.replace_generation
-        for message in messages[self._count:]:
-            self._hasher.update(b"," if self._count else b"")
-            self._hasher.update(canonical_json(message))
-            self._count += 1
-        final = self._hasher.copy()
-        final.update(b"]")
-        return self._count, final.hexdigest()
-
-
 def _count_turn_end(reason: Any) -> None:
     TURN_ENDS.labels(str(reason.get("kind")) if isinstance(reason, dict) else "unknown").inc()
 
@@ -157,7 +132,7 @@ class _Session:
     error: str | None = None
     held: dict[int, tuple[bytes, int]] = field(default_factory=dict)
     held_dirty: bool = False
-    digest: _HistoryDigest = field(default_factory=_HistoryDigest)
+    digest: MessagesDigest = field(default_factory=MessagesDigest)
     stored_surface: set[int] = field(default_factory=set)  # seqs with a row in the surface table
 
 
@@ -291,11 +266,12 @@ class Projector(ConsumerService):
                                 "lastTurnEnd": turns[-1]["reason"] if turns else None,
                                 "usage": [{"provider": p, "model": m, **dict(t)} for (p, m), t in analysis.usage.items()]}
         if fold is not None:
-            count, digest = session.digest.of(fold.state)
-            view |= {"surfaceLength": len(fold.state.surface.nodes),
-                     "replaceGeneration": fold.state.surface.replace_generation,
-                     "messageCount": count, "messagesDigest": digest,
-                     "requestHeader": thaw(fold.state.header), "requestContext": thaw(fold.state.context)}
+            surface = fold.state.surface
+            messages = fold.state.history.current(surface.nodes, surface.replace_generation)
+            view |= {"surfaceLength": len(surface.nodes), "replaceGeneration": surface.replace_generation,
+                     "messageCount": len(messages),
+                     "messagesDigest": session.digest.of(messages, surface.replace_generation),
+                     "requestHeader": fold.state.header, "requestContext": fold.state.context}
         if session.status == "held":
             view["heldFrom"] = self._expected(session)
             view["heldRecords"] = len(session.held)
@@ -322,14 +298,14 @@ class Projector(ConsumerService):
                     db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
                                    [(session.session_id, seq) for seq in gone])
                     db.executemany("INSERT INTO surface (session_id, seq, type, data) VALUES (?, ?, ?, ?)",
-                                   [(session.session_id, seq, current[seq][0], encode_json(current[seq][1]).decode())
+                                   [(session.session_id, seq, current[seq][0], dump_json(current[seq][1]).decode())
                                     for seq in new])
                     session.stored_surface = set(current)
                 db.execute("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error) "
                            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET status=excluded.status, "
                            "next_seq=excluded.next_seq, view=excluded.view, snapshot=excluded.snapshot, "
                            "error=excluded.error",
-                           (session.session_id, view["status"], view["nextSeq"], encode_json(view).decode(), snapshot,
+                           (session.session_id, view["status"], view["nextSeq"], dump_json(view).decode(), snapshot,
                             session.error))
                 if session.held_dirty:
                     db.execute("DELETE FROM held WHERE session_id = ?", (session.session_id,))
@@ -347,7 +323,7 @@ class Projector(ConsumerService):
         for session_id, head in heads:
             head["seq"] = head.pop("nextSeq")
             head["turns"] = len(head["turns"] or ())
-            await self.producer.send(self.topics.views, key=session_id.encode(), value=encode_json(head))
+            await self.producer.send(self.topics.views, key=session_id.encode(), value=dump_json(head))
         self._evict()  # the runner waits for the heads' acknowledgement before committing offsets
 
     def _evict(self) -> None:

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from .analysis import LogAnalysis
-from .jsonvalue import decode_json, encode_json, freeze, thaw
+from .jsonvalue import decode_json, dump_json, freeze
 from .session import SessionState
 from .session_header import SessionHeader
 from .storage.reader import StagedFold
@@ -33,9 +33,9 @@ def snapshot_fold(fold: StagedFold, with_surface_events: bool = True) -> bytes:
         "state": {
             "nextSeq": state.next_seq, "lastTime": state.last_time, "nodes": state.surface.nodes,
             "replaceGeneration": state.surface.replace_generation,
-            "surfaceEvents": ([[seq, kind, thaw(payload)] for seq, (kind, payload) in state._surface_events.items()]
+            "surfaceEvents": ([[seq, kind, payload] for seq, (kind, payload) in state._surface_events.items()]
                               if with_surface_events else None),
-            "header": thaw(state.header), "context": thaw(state.context),
+            "header": state.header, "context": state.context,
         },
         "tracker": {"openTurn": tracker.open_turn, "openStep": tracker.open_step, "lastSeq": tracker.last_seq,
                     "lastTime": tracker.last_time,
@@ -49,7 +49,7 @@ def snapshot_fold(fold: StagedFold, with_surface_events: bool = True) -> bytes:
             "boundaries": [[list(key) if isinstance(key, tuple) else key.decode(), value]
                            for key, value in analysis.boundaries._steps.items()],
         }
-    return encode_json(data)
+    return dump_json(data)
 
 
 def restore_fold(blob: bytes, where: str, analysis: LogAnalysis | None,

@@ -350,6 +350,17 @@ def encode_json(value: Any) -> bytes:
     return "".join(out).encode("utf-8", "surrogatepass")
 
 
+def dump_json(value: Any) -> bytes:
+    """Lossless JSON for the pipeline's own stores (checkpoints, views):
+    bytes :func:`decode_json` reads back as an equal value, frozen values
+    included, but not necessarily ``JSON.stringify``'s — anything dsh or a
+    digest sees goes through :func:`encode_json` or :func:`canonical_json`."""
+    try:
+        return _encoder.encode(value)
+    except UnicodeEncodeError:  # a lone surrogate, which msgspec cannot write
+        return encode_json(value)
+
+
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 (JCS) canonical form: keys sorted by UTF-16 code units, no
     whitespace, ECMAScript numbers, ``JSON.stringify`` string escapes.

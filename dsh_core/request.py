@@ -11,11 +11,13 @@ attestation digest: SHA-256 of its RFC 8785 (JCS) canonical JSON.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import hashlib
+from typing import Any, NamedTuple, Sequence
 
 from .jsonvalue import canonical_json, sha256_jcs
 
-__all__ = ["Boundary", "BoundaryTracker", "build_request", "request_digest", "DIGEST_ALGORITHM"]
+__all__ = ["Boundary", "BoundaryTracker", "build_request", "request_digest", "request_frame", "MessagesDigest",
+           "DIGEST_ALGORITHM"]
 
 DIGEST_ALGORITHM = "sha256-jcs"
 
@@ -93,3 +95,49 @@ def build_request(header: Any, messages: list[Any], session_id: str) -> dict[str
 def request_digest(request: dict[str, Any]) -> str:
     """Hex SHA-256 of the JCS canonical JSON of a request (``sha256-jcs``)."""
     return sha256_jcs(request)
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def request_frame(header: Any, session_id: str) -> tuple[bytes, bytes]:
+    """The JCS text of a request around its messages array: everything up to
+    and including ``"messages":[`` and everything from the closing ``]``.
+    With :class:`MessagesDigest` it gives :func:`request_digest` of
+    :func:`build_request` without encoding the messages again each time."""
+    fields = build_request(header, [], session_id)
+    del fields["messages"]
+    keys = sorted(fields, key=_utf16)
+    before = [key for key in keys if _utf16(key) < _utf16("messages")]
+    members = {key: canonical_json(key) + b":" + canonical_json(fields[key]) for key in keys}
+    prefix = b"{" + b"".join(members[key] + b"," for key in before) + b'"messages":['
+    suffix = b"]" + b"".join(b"," + members[key] for key in keys[len(before):]) + b"}"
+    return prefix, suffix
+
+
+class MessagesDigest:
+    """Hex SHA-256 of ``prefix``, the JCS array elements of a derived history,
+    and ``suffix``, kept incrementally: derived messages only grow within a
+    replace generation, so each is encoded once; a new generation or prefix
+    starts over. With the default frame it is ``sha256_jcs(messages)``."""
+
+    __slots__ = ("_hasher", "_count", "_key")
+
+    def __init__(self) -> None:
+        self._hasher = hashlib.sha256()
+        self._count = 0
+        self._key: tuple[int, bytes] | None = None
+
+    def of(self, messages: Sequence[Any], generation: int, prefix: bytes = b"[", suffix: bytes = b"]") -> str:
+        if (generation, prefix) != self._key:
+            self._hasher, self._count, self._key = hashlib.sha256(prefix), 0, (generation, prefix)
+        hasher = self._hasher
+        for message in messages[self._count:]:
+            if self._count:
+                hasher.update(b",")
+            hasher.update(canonical_json(message))
+            self._count += 1
+        final = hasher.copy()
+        final.update(suffix)
+        return final.hexdigest()

@@ -7,8 +7,8 @@ import pytest
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import RequestHeaderError
 from dsh_core.header import canonical_header, header_equals
-from dsh_core.jsonvalue import canonical_json, encode_json
-from dsh_core.request import build_request, request_digest
+from dsh_core.jsonvalue import canonical_json, encode_json, sha256_jcs
+from dsh_core.request import MessagesDigest, build_request, request_digest, request_frame
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.reader import load_session_bytes
@@ -115,3 +115,21 @@ def test_request_and_digest_input():
     assert request_digest(build_request({"config": {"model": "deepseek-chat", "provider": "deepseek", "maxTokens": 4096.0},
                                          "system": "sys"}, messages, "demo-1")) == request_digest(request)
     assert encode_json(request) != canonical_json(request)
+
+
+@pytest.mark.parametrize("header", [
+    {"config": {**CONFIG, "maxTokens": 4096}, "system": "sys", "tools": [{"name": "ls", "parameters": {}}]},
+    {"config": {"model": "m", "provider": "p", "messages": ["ignored"], "z": 1.5, "\U0001f600": 1, "\uff61": 2}},
+    {"config": {"n": 1, "messagez": True, "message": None}},  # keys sorting right around "messages"
+])
+def test_incremental_digest_equals_the_rebuilt_request(header):
+    digest = MessagesDigest()
+    frame = request_frame(header, "s-1")
+    history = []
+    for index in range(5):
+        assert digest.of(history, 0, *frame) == request_digest(build_request(header, history, "s-1"))
+        history.append(user(f"m{index}"))
+    replaced = [assistant("summary")]  # a replace: new generation, the history starts over
+    assert digest.of(replaced, 1, *frame) == request_digest(build_request(header, replaced, "s-1"))
+    plain = MessagesDigest()
+    assert plain.of(history, 0) == sha256_jcs(history)
