@@ -56,9 +56,9 @@ def check_views(db, truths) -> list[str]:
 
 
 def test_findings_equal_injected_defects(kafka, topics, group_id, tmp_path):
-    names = topics(partitions=6)
-    faults = FaultPlan(unlogged=4, dropped=3, duplicate=3, lossless=3, unknown=2)
-    config = SimulatorConfig(sessions=60, seed=33, max_turns=4, faults=faults)
+    names = topics(partitions=12)
+    faults = FaultPlan(unlogged=6, dropped=4, duplicate=4, lossless=4, unknown=3)
+    config = SimulatorConfig(sessions=300, seed=33, max_turns=4, faults=faults)
     truths = asyncio.run(publish_fleet(kafka, names, config))
     expected = expected_findings(truths)
     assert sum(expected.values()) == faults.total - faults.duplicate
