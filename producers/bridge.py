@@ -107,6 +107,11 @@ class WorkerBridge:
         self._sessions: dict[str, _Session] = {}
         self._died: str | None = None
 
+    @property
+    def pid(self) -> int | None:
+        """The runtime's process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
     async def __aenter__(self) -> "WorkerBridge":
         await self.start()
         return self

@@ -27,6 +27,7 @@ class Reply:
     tool_calls: tuple[tuple[str, str], ...] = ()  # (name, arguments JSON text)
     finish: str = "stop"  # stop | tool_calls | length
     status: int = 200
+    hang: bool = False  # stream the text, then hold the response open until the client goes away
 
 
 SCRIPTS: dict[str, list[Reply]] = {
@@ -39,6 +40,7 @@ SCRIPTS: dict[str, list[Reply]] = {
     "retry": [Reply(status=500), Reply(text="Answered on the second attempt.")],
     "max-tokens": [Reply(text="This answer is cut off because it ran out of", finish="length")],
     "two-turns": [Reply(text="First answer."), Reply(text="Second answer.")],
+    "hang": [Reply(text="Thinking about it", hang=True)],
 }
 
 
@@ -119,8 +121,15 @@ class ScriptedModel:
                 return
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
                          b"connection: close\r\n\r\n")
-            for chunk in _stream(reply, body.get("model", "model")):
+            chunks = _stream(reply, body.get("model", "model"))
+            if reply.hang:  # the text so far, then nothing until the caller disconnects
+                chunks = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None]
+            for chunk in chunks:
                 writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            if reply.hang:
+                await writer.drain()
+                await reader.read()
+                return
             writer.write(b"data: [DONE]\n\n")
         finally:
             await writer.drain()

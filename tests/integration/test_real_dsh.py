@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import platform
+import signal
 import sys
+import time
 
 import pytest
 
@@ -16,7 +19,7 @@ from dsh_core.kafka.records import decode_kafka_record
 from dsh_core.storage.reader import load_session, read_events
 from dsh_core.storage.records import decode_row
 from dsh_core.jsonvalue import decode_json
-from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
+from producers.bridge import RuntimeConfig, RuntimeDiedError, WorkerBridge, find_runtime
 from producers.publisher import Publisher
 from producers.shipper import discover_session_files
 from tests.conftest import canonical
@@ -101,3 +104,55 @@ def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, 
     sent = asyncio.run(ship())
     shipped = _events_of(asyncio.run(consume_all(kafka, shipped_names.events, sent, timeout=30)))
     assert canonical(shipped) == canonical(live_events)
+
+
+class _Recording:
+    """A publisher wrapper that notes the event types the bridge published."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+        self.types: list[str] = []
+
+    async def publish_header(self, header) -> None:
+        await self.publisher.publish_header(header)
+
+    async def publish_event(self, session_id: str, event: dict) -> None:
+        self.types.append(event["type"])
+        await self.publisher.publish_event(session_id, event)
+
+    async def flush(self) -> None:
+        await self.publisher.flush()
+
+
+def test_runtime_killed_mid_turn_is_reported_and_nothing_it_streamed_is_lost(kafka, topics, tmp_path):
+    names = topics(partitions=1)
+    executable, cordis = find_runtime()
+    root = tmp_path / "sessions"
+
+    async def run(model_url: str) -> str:
+        async with Publisher(kafka, names) as publisher:
+            recording = _Recording(publisher)
+            config = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=tmp_path / "ws",
+                                   session_root=root, home=tmp_path / "home", model_url=model_url,
+                                   api_key=Secret("test-key"))
+            async with WorkerBridge(config, recording) as bridge:
+                turn = asyncio.ensure_future(bridge.prompt("real-hang", "[script:hang#hang] go"))
+                deadline = time.monotonic() + 60
+                while "assistant/chunk" not in recording.types:  # the model is answering, the turn is open
+                    assert time.monotonic() < deadline and not turn.done(), "the turn never streamed"
+                    await asyncio.sleep(0.02)  # wait-ok: polling a condition with a deadline
+                os.kill(bridge.pid, signal.SIGKILL)
+                with pytest.raises(RuntimeDiedError, match=r"died mid-turn in session 'real-hang' after seq (\d+)") as died:
+                    await turn
+                return str(died.value)
+
+    with ScriptedModel() as model:
+        message = asyncio.run(asyncio.wait_for(run(model.url), 90))
+    last_seq = int(message.split("after seq ")[1].split(":")[0])
+    records = asyncio.run(consume_all(kafka, names.events, last_seq + 2, timeout=30))  # the header + seq 0..last
+    live = _events_of(records)["real-hang"]
+    assert [e["seq"] for e in live] == list(range(last_seq + 1)), "every streamed event was published, in order"
+    assert any(e["type"] == "assistant/chunk" for e in live) and not any(e["type"] == "turn/end" for e in live)
+    # what dsh had written to its file when it was killed is the same log (a prefix: its writes may lag the stream)
+    stored = read_events(next(iter(discover_session_files(root))))[1]
+    assert 0 < len(stored) <= len(live) and canonical(stored) == canonical(live[:len(stored)])
