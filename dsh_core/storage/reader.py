@@ -240,19 +240,28 @@ class StagedFold:
 
     def _envelope(self, envelope: _Envelope) -> None:
         event_type, seq, time = envelope.type, envelope.seq, envelope.time
-        if (event_type in _PASSIVE_TYPES and event_type not in self.watched and envelope.surfaceOp is UNSET
+        if (event_type in _PASSIVE_TYPES and envelope.surfaceOp is UNSET
                 and envelope.sourceEventSeqs is UNSET and seq <= MAX_SAFE_INTEGER
                 and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
                 and not (self.stage3 or self.stage4 or self.stage5 or self.stage6)):
             # A known type that no upgrade touches and that has no surface,
             # header or context effect: the envelope Struct already proved
-            # stage 6, so it folds to a count. Only crash repair reads the
-            # payloads of step and tool-call markers; the rest stay unparsed.
+            # stage 6, so it folds to a count. Only crash repair and a
+            # watching observer read payloads; the rest stay unparsed.
+            watched = event_type in self.watched
+            data = decode_json(envelope.data) if watched or event_type in _REPAIR_TYPES else None
             if event_type in _REPAIR_TYPES:
-                self._observe_repair(event_type, seq, time, decode_json(envelope.data))
+                self._observe_repair(event_type, seq, time, data)
             else:
                 self.tracker.observe_passive(seq, time)
-            if self.stage5 is None:
+            if self.stage5 is not None:
+                return
+            if watched:
+                event = {"type": event_type, "seq": seq, "time": time, "data": data}
+                self.observer.before_event(event, self.state)
+                self.state.apply_chunk_run(seq, 1, time)
+                self.observer.after_event(event, self.state)
+            else:
                 self.state.apply_chunk_run(seq, 1, time)
             return
         event: dict[str, Any] = {"type": event_type, "seq": seq, "time": time, "data": decode_json(envelope.data)}
