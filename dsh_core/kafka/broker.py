@@ -34,7 +34,7 @@ from pathlib import Path
 from ..errors import PipelineError
 
 __all__ = ["KAFKA_VERSION", "LocalKafka", "BrokerState", "cache_root", "ensure_kafka_jars", "read_state",
-           "probe_metadata", "stop_detached"]
+           "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
 
 KAFKA_VERSION = "4.1.1"
 _LOG4J_VERSION = "2.25.4"
@@ -180,6 +180,25 @@ def read_state(data_dir: Path) -> BrokerState | None:
         return None
 
 
+_TEMPORARY_PREFIX = "dsh-kafka-"
+_OWNER_FILE = "owner.pid"
+
+
+def sweep_abandoned_data_dirs(root: Path | None = None) -> list[Path]:
+    """Remove temporary broker folders whose owning process is gone (it was
+    killed before it could clean up; its broker died with it). Returns them."""
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(_TEMPORARY_PREFIX + "*"):
+        try:
+            owner = int((folder / _OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not one of ours, or still being created
+        if not _alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -200,7 +219,12 @@ class LocalKafka:
 
     def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g") -> None:
         self._temporary = data_dir is None
-        self.data_dir = Path(tempfile.mkdtemp(prefix="dsh-kafka-")) if data_dir is None else Path(data_dir)
+        if data_dir is None:
+            sweep_abandoned_data_dirs()
+            data_dir = Path(tempfile.mkdtemp(prefix=_TEMPORARY_PREFIX))
+            if attached:  # a detached broker outlives the process that started it
+                (data_dir / _OWNER_FILE).write_text(str(os.getpid()))
+        self.data_dir = Path(data_dir)
         self.attached = attached
         self.heap = heap
         self.process: subprocess.Popen | None = None

@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from dsh_core.errors import PipelineError
-from dsh_core.kafka.broker import LocalKafka, probe_metadata
+from dsh_core.kafka.broker import LocalKafka, probe_metadata, sweep_abandoned_data_dirs
 from dsh_core.kafka.topics import TopicNames
 from tests.kafka_fixtures import create_topics
 
@@ -30,18 +31,22 @@ def _alive(pid: int) -> bool:
 
 
 
-def test_broker_dies_with_a_crashed_caller(tmp_path):
+def test_broker_dies_with_a_crashed_caller_and_its_folder_is_swept(tmp_path):
     script = ("import sys\nfrom dsh_core.kafka.broker import LocalKafka\n"
               "broker = LocalKafka(heap='512m')\nbroker.start()\n"
-              "print(broker.process.pid, broker.bootstrap, flush=True)\nsys.stdin.read()\n")
+              "print(broker.process.pid, broker.bootstrap, broker.data_dir, flush=True)\nsys.stdin.read()\n")
     with subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True) as caller:
-        pid_text, bootstrap = caller.stdout.readline().split()
+        pid_text, bootstrap, data_dir = caller.stdout.readline().split()
         broker_pid = int(pid_text)
         assert probe_metadata(bootstrap)
         caller.send_signal(signal.SIGKILL)
         caller.wait()
     wait_for(lambda: not _alive(broker_pid) or _zombie(broker_pid), 60, "the orphaned broker to exit")
+    # the killed caller could not remove its temporary folder: the next broker's start-up does
+    assert Path(data_dir).is_dir()
+    assert Path(data_dir) in sweep_abandoned_data_dirs()
+    assert not Path(data_dir).exists()
 
 
 def _zombie(pid: int) -> bool:
