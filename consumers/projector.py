@@ -17,6 +17,7 @@ compacted ``dsh.session-views`` topic.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -110,13 +111,18 @@ class ViewStore:
         self.db.close()
 
 
+# Label lookups cost more than the increments (one per assistant message).
+_turn_ends = functools.lru_cache(maxsize=256)(TURN_ENDS.labels)
+_tokens = functools.lru_cache(maxsize=4096)(TOKENS.labels)
+
+
 def _count_turn_end(reason: Any) -> None:
-    TURN_ENDS.labels(str(reason.get("kind")) if isinstance(reason, dict) else "unknown").inc()
+    _turn_ends(str(reason.get("kind")) if isinstance(reason, dict) else "unknown").inc()
 
 
 def _count_usage(provider: str, model: str, counted: dict[str, int]) -> None:
     for kind, value in counted.items():
-        TOKENS.labels(provider, model, kind).inc(value)
+        _tokens(provider, model, kind).inc(value)
 
 
 def _analysis() -> LogAnalysis:
