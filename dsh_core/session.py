@@ -69,19 +69,22 @@ class SessionState:
         event_type, data = found
         return (data if event_type == "user/message" else data["message"]).get("id")
 
-    def check_and_apply(self, event: dict[str, Any], *, messages_checked: bool = False) -> Replacement | None:
+    def check_and_apply(self, event: dict[str, Any], *, messages_checked: bool = False,
+                        envelope_checked: bool = False) -> Replacement | None:
         """Validate one decoded event object at the next seq and fold it.
 
         Order follows the reference's seed validation: envelope, message and
         header shapes, retired vocabulary, seq contiguity, then surface rules.
-        ``messages_checked`` skips the message-shape check for a caller (the
-        storage reader) that already made it. Raises a
+        ``messages_checked`` and ``envelope_checked`` skip the message-shape
+        and envelope checks for a caller (the storage reader) that already
+        made them. Raises a
         :class:`~dsh_core.errors.ValidationError` and leaves the state
         unchanged when the event is refused. Returns the replacement a
         ``replace`` made, so callers can keep a history of them.
         """
         index = self.next_seq
-        check_envelope(event, index)
+        if not envelope_checked:
+            check_envelope(event, index)
         event_type = event["type"]
         seq = event["seq"]
         data = event["data"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Literal, Protocol
+from typing import Annotated, Any, BinaryIO, Literal, Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -101,11 +101,13 @@ _UPGRADED_TYPES = SURFACE_TYPES | {"turn/start", "turn/end", "steering/message",
 
 
 class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
-    """A line that is a plain event envelope (the common case)."""
+    """A line that is a plain event envelope (the common case). Decoding
+    proves everything ``check_envelope`` checks; a line it refuses takes the
+    dict path, which names the problem."""
 
     type: str
-    seq: int
-    time: int
+    seq: Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INTEGER)]
+    time: Annotated[int, msgspec.Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
     data: msgspec.Raw
     surfaceOp: Any = UNSET
     sourceEventSeqs: Any = UNSET
@@ -240,9 +242,7 @@ class StagedFold:
 
     def _envelope(self, envelope: _Envelope) -> None:
         event_type, seq, time = envelope.type, envelope.seq, envelope.time
-        if (event_type in _PASSIVE_TYPES and envelope.surfaceOp is UNSET
-                and envelope.sourceEventSeqs is UNSET and seq <= MAX_SAFE_INTEGER
-                and -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER
+        if (event_type in _PASSIVE_TYPES and envelope.surfaceOp is UNSET and envelope.sourceEventSeqs is UNSET
                 and not (self.stage3 or self.stage4 or self.stage5 or self.stage6)):
             # A known type that no upgrade touches and that has no surface,
             # header or context effect: the envelope Struct already proved
@@ -271,7 +271,7 @@ class StagedFold:
             event["sourceEventSeqs"] = envelope.sourceEventSeqs
         if envelope.ignorable is not UNSET:
             event["ignorable"] = envelope.ignorable
-        self._event(event)
+        self._event(event, envelope_checked=True)
 
     def _observe_repair(self, event_type: Any, seq: Any, time: Any, data: Any) -> None:
         try:
@@ -294,7 +294,7 @@ class StagedFold:
         if self.observer is not None:
             self.observer.chunk_run(row, self.state)
 
-    def _event(self, event: dict[str, Any]) -> None:
+    def _event(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
         if self.stage3 is not None:
             return
         event_type = event.get("type")
@@ -320,17 +320,17 @@ class StagedFold:
             self._observe_repair(event_type, event.get("seq"), event.get("time"), event.get("data"))
         if self.stage5 is not None or self.stage6 is not None:
             return
-        self._fold(event)
+        self._fold(event, envelope_checked)
 
     def _where(self, event: dict[str, Any]) -> str:
         return f'{self.where}: session {self.header.id!r} seq {event.get("seq")} "{event.get("type")}"'
 
-    def _fold(self, event: dict[str, Any]) -> None:
+    def _fold(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
         observer, state = self.observer, self.state
         if observer is not None:
             observer.before_event(event, state)
         try:
-            state.check_and_apply(event, messages_checked=True)
+            state.check_and_apply(event, messages_checked=True, envelope_checked=envelope_checked)
         except ValidationError as exc:
             self.stage6 = exc
             return
