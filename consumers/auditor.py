@@ -180,7 +180,6 @@ class _Session:
 
 class Auditor(ConsumerService):
     service = "auditor"
-    overlap_commits = False  # the commit ends a transaction the next batch's sends must not join
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, *, group: str = "dsh-auditor",
                  instance: str = "0", settings: ConsumerSettings | None = None) -> None:
@@ -188,6 +187,7 @@ class Auditor(ConsumerService):
         self.transactional_id = f"{self.settings.group_id}-{instance}"
         self._sessions: dict[str, _Session] = {}
         self._findings: list[Finding] = []
+        self._dead_letters: list[tuple[KafkaRecord, DshError]] = []
         self._muted = False
         self._in_transaction = False
 
@@ -195,6 +195,12 @@ class Auditor(ConsumerService):
         return {**super().producer_options(), "transactional_id": self.transactional_id}
 
     # ---------------------------------------------------------- transactions
+    #
+    # Handling a batch sends nothing: its findings and dead letters wait for
+    # persist, which opens the batch's transaction once the previous one has
+    # committed (the runner awaits that commit first). So the commit of one
+    # batch overlaps the handling of the next, and no record joins the wrong
+    # transaction.
 
     async def _begin(self) -> None:
         if not self._in_transaction:
@@ -202,17 +208,19 @@ class Auditor(ConsumerService):
             self._in_transaction = True
 
     async def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
-        await self._begin()
-        await super().dead_letter(record, error)
+        self._dead_letters.append((record, error))
 
     def emit(self, finding: Finding) -> None:
         if not self._muted:
             self._findings.append(finding)
 
     async def persist(self) -> None:
-        if not self._findings:
+        if not self._findings and not self._dead_letters:
             return
         await self._begin()
+        dead_letters, self._dead_letters = self._dead_letters, []
+        for record, error in dead_letters:
+            await super().dead_letter(record, error)
         deliveries = [await self.producer.send(self.topics.findings, key=finding.session.encode(),
                                                value=finding.to_json()) for finding in self._findings]
         await asyncio.gather(*deliveries)  # a failed send fails the batch: nothing is committed

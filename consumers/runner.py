@@ -15,9 +15,8 @@ runner guarantees:
   a failure; auto-commit is off; on revoke the service persists and commits
   before the partitions go; on assign it may load state lazily;
 * that acknowledgement wait and the commit run while the next batch is
-  fetched and handled (unless the service sets ``overlap_commits = False``);
-  the next checkpoint waits for them, so commits stay in order and a
-  failure still stops the service;
+  fetched and handled; the next checkpoint waits for them, so commits stay
+  in order and a failure still stops the service;
 * SIGTERM (``stop``) drains: the current batch finishes, is persisted and
   committed, then everything closes.
 
@@ -73,8 +72,6 @@ class ConsumerService(ABC):
     """Base of the projector, auditor and archiver."""
 
     service = "consumer"
-    #: Commit a batch's offsets while the next batch is handled.
-    overlap_commits = True
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, settings: ConsumerSettings) -> None:
         self.kafka = kafka
@@ -153,15 +150,14 @@ class ConsumerService(ABC):
 
     async def _checkpoint(self, wait: bool = True) -> None:
         """Persist effects, then commit what they cover once every record
-        produced so far is acknowledged (in the background if ``wait`` is
-        false and the service overlaps commits)."""
+        produced so far is acknowledged (in the background unless ``wait``)."""
         await self._commit_done()
         if not self._positions:
             return
         await self.persist()
         offsets, self._positions = dict(self._positions), {}
         self._committing = asyncio.create_task(self._flush_and_commit(offsets))
-        if wait or not self.overlap_commits:
+        if wait:
             await self._commit_done()
 
     async def _flush_and_commit(self, offsets: dict[TopicPartition, int]) -> None:
