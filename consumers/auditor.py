@@ -19,17 +19,29 @@ checker. Findings (one record each on ``dsh.audit-findings``, and a metric):
 * ``invariant:<rule>`` — a turn/step/tool relation of spec §7.1 is broken.
 
 Exactly-once findings: each batch's findings and its consumer offsets are
-committed in one Kafka transaction. On partition assignment the auditor
-rebuilds its sessions by replaying the partition from offset 0 to the
-committed offset with findings muted, so a restart neither repeats nor
-loses a finding.
+committed in one Kafka transaction.
+
+Session state lives in a bounded LRU backed by a SQLite state store that
+only ever holds *committed* state: a session the LRU evicts is written once
+the commit covering it has landed, and every ``checkpoint_seconds`` (and on
+revoke and clean shutdown) each changed session is written together with
+its partition's committed offset. On assignment the auditor replays the
+partition from that stored offset (from offset 0 without one) up to the
+committed offset with findings muted, loading stored sessions as their
+records appear; a stored session already past a replayed record skips it as
+a duplicate. So a restart neither repeats nor loses a finding, and replays
+at most one checkpoint interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -37,7 +49,8 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import DecodeError, DshError
 from dsh_core.invariants import InvariantChecker
-from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
+from dsh_core.checkpoint import restore_fold, snapshot_fold
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, dump_json, encode_json
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record
 from dsh_core.kafka.topics import TopicNames
@@ -48,12 +61,15 @@ from dsh_core.storage.records import ChunkRow
 
 from .runner import ConsumerService
 
-__all__ = ["Auditor", "Finding", "lossless_problem"]
+__all__ = ["Auditor", "AuditStore", "Finding", "lossless_problem"]
 
 FINDINGS = Counter("dsh_audit_findings_total", "Audit findings, by rule.", ["rule"])
 REQUESTS = Counter("dsh_audit_requests_total", "Attested requests checked, by verdict.", ["verdict"])
 PENDING = Gauge("dsh_audit_attestations_pending", "Attestations waiting for the events below their boundary.")
 AUDITED = Counter("dsh_audit_events_total", "Session events audited.")
+AUDIT_SESSIONS = Gauge("dsh_audit_sessions", "Sessions held in memory by the auditor.")
+REPLAYED = Counter("dsh_audit_replayed_records_total", "Records replayed (findings muted) to rebuild state on assignment.")
+STORE_WRITES = Counter("dsh_audit_state_writes_total", "Session states written to the auditor's state store.")
 
 _INVARIANT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end", "assistant/chunk",
                               "assistant/message", "tool/call", "tool/result", "todo/write", "request/header",
@@ -123,15 +139,15 @@ class _BoundaryAudit:
 
     watched_types = _INVARIANT_TYPES
 
-    def __init__(self, session: "_Session") -> None:
+    def __init__(self, session: "_Session", boundaries: BoundaryTracker | None = None,
+                 invariants: InvariantChecker | None = None) -> None:
         self.session = session
-        self.boundaries = BoundaryTracker()
-        self.invariants = InvariantChecker()
+        self.boundaries = boundaries or BoundaryTracker()
+        self.invariants = invariants or InvariantChecker()
 
     def _boundary(self, boundary: Boundary | None, state: SessionState) -> None:
         if boundary is None:
             return
-        self.session.boundaries[boundary.seq] = boundary
         if boundary.seq in self.session.attested:
             return
         if state.header is None:
@@ -167,9 +183,8 @@ class _Session:
     refused: bool = False
     held: dict[int, bytes] = field(default_factory=dict)
     gap_reported: int | None = None
-    pending: dict[int, SessionRecord] = field(default_factory=dict)  # attestations by boundary seq
-    attested: set[int] = field(default_factory=set)
-    boundaries: dict[int, Boundary] = field(default_factory=dict)
+    pending: dict[int, bytes] = field(default_factory=dict)  # attestation values by boundary seq
+    attested: set[int] = field(default_factory=set)  # verified boundaries the fold has not passed yet
     request_digest: MessagesDigest = field(default_factory=MessagesDigest)
     frame_header: Any = None  # the request header the frame below was built from
     frame: tuple[bytes, bytes] = (b"", b"")
@@ -177,15 +192,137 @@ class _Session:
     def emit(self, rule: str, seq: Any, detail: str, turn: Any = None, step: Any = None) -> None:
         self.auditor.emit(Finding(rule, self.session_id, seq, detail, turn, step))
 
+    def snapshot(self) -> "_Saved":
+        """Everything later records need, for the state store."""
+        fold = self.fold
+        state: dict[str, Any] = {"refused": self.refused, "gapReported": self.gap_reported}
+        if fold is not None:
+            self.attested = {seq for seq in self.attested if seq >= fold.count}
+            state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
+                      "invariants": fold.observer.invariants.to_json()}
+        return _Saved(self.partition, snapshot_fold(fold) if fold is not None else None, dump_json(state),
+                      dict(self.held), dict(self.pending))
+
+    @classmethod
+    def restore(cls, session_id: str, saved: "_Saved", auditor: "Auditor") -> "_Session":
+        session = cls(session_id, saved.partition, auditor, held=dict(saved.held), pending=dict(saved.pending))
+        state = decode_json(saved.state)
+        session.refused, session.gap_reported = state["refused"], state["gapReported"]
+        if saved.fold is not None:
+            observer = _BoundaryAudit(session, BoundaryTracker.from_json(state["boundaries"]),
+                                      InvariantChecker.from_json(state["invariants"]))
+            session.fold = restore_fold(saved.fold, f"session {session_id!r}", observer)
+            session.attested = set(state["attested"])
+        return session
+
+
+@dataclass(frozen=True)
+class _Saved:
+    """One session's stored state."""
+
+    partition: int
+    fold: bytes | None
+    state: bytes
+    held: dict[int, bytes]
+    pending: dict[int, bytes]
+
+
+_STORE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY, topic TEXT NOT NULL, partition INTEGER NOT NULL, fold BLOB, state BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS records (
+    session_id TEXT NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (session_id, kind, seq));
+CREATE TABLE IF NOT EXISTS partitions (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY (topic, partition));
+"""
+
+
+class AuditStore:
+    """The auditor's SQLite state store (WAL). It holds committed state only:
+    ``partitions`` says up to which offset every session of a partition is
+    stored; a session row may be further along (written when evicted), never
+    beyond the partition's committed offset. ``None`` keeps it in memory."""
+
+    def __init__(self, path: Path | None, topic: str) -> None:
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.topic = topic
+        self.db = sqlite3.connect(":memory:" if path is None else path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_STORE_SCHEMA)
+
+    def load(self, session_id: str) -> _Saved | None:
+        row = self.db.execute("SELECT partition, fold, state FROM sessions WHERE session_id = ? AND topic = ?",
+                              (session_id, self.topic)).fetchone()
+        if row is None:
+            return None
+        records: dict[str, dict[int, bytes]] = {"held": {}, "attestation": {}}
+        for kind, seq, value in self.db.execute("SELECT kind, seq, value FROM records WHERE session_id = ?",
+                                                (session_id,)):
+            records[kind][seq] = value
+        return _Saved(row[0], row[1], row[2], records["held"], records["attestation"])
+
+    def stored_offset(self, partition: int) -> int | None:
+        row = self.db.execute("SELECT next_offset FROM partitions WHERE topic = ? AND partition = ?",
+                              (self.topic, partition)).fetchone()
+        return None if row is None else row[0]
+
+    def write(self, sessions: dict[str, _Saved], offsets: dict[int, int]) -> None:
+        """Store session states and, for partitions whose every changed
+        session is among them, the offset they are all stored up to."""
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            for session_id, saved in sessions.items():
+                db.execute("INSERT OR REPLACE INTO sessions (session_id, topic, partition, fold, state) "
+                           "VALUES (?, ?, ?, ?, ?)", (session_id, self.topic, saved.partition, saved.fold, saved.state))
+                db.execute("DELETE FROM records WHERE session_id = ?", (session_id,))
+                db.executemany("INSERT INTO records (session_id, kind, seq, value) VALUES (?, ?, ?, ?)",
+                               [(session_id, "held", seq, value) for seq, value in saved.held.items()]
+                               + [(session_id, "attestation", seq, value) for seq, value in saved.pending.items()])
+            db.executemany("INSERT OR REPLACE INTO partitions (topic, partition, next_offset) VALUES (?, ?, ?)",
+                           [(self.topic, partition, offset) for partition, offset in offsets.items()])
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        STORE_WRITES.inc(len(sessions))
+
+    def forget(self, partition: int) -> None:
+        """Drop a partition's stored state (it is ahead of the committed offset)."""
+        db = self.db
+        db.execute("BEGIN")
+        db.execute("DELETE FROM records WHERE session_id IN (SELECT session_id FROM sessions WHERE topic = ? "
+                   "AND partition = ?)", (self.topic, partition))
+        db.execute("DELETE FROM sessions WHERE topic = ? AND partition = ?", (self.topic, partition))
+        db.execute("DELETE FROM partitions WHERE topic = ? AND partition = ?", (self.topic, partition))
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
 
 class Auditor(ConsumerService):
     service = "auditor"
 
-    def __init__(self, kafka: KafkaConfig, topics: TopicNames, *, group: str = "dsh-auditor",
-                 instance: str = "0", settings: ConsumerSettings | None = None) -> None:
+    def __init__(self, kafka: KafkaConfig, topics: TopicNames, *, state: Path | None = None,
+                 group: str = "dsh-auditor", instance: str = "0", hot_sessions: int = 20_000,
+                 checkpoint_seconds: float = 30.0, settings: ConsumerSettings | None = None) -> None:
         super().__init__(kafka, topics, settings or ConsumerSettings(group_id=group))
         self.transactional_id = f"{self.settings.group_id}-{instance}"
-        self._sessions: dict[str, _Session] = {}
+        self.state_path = state
+        self.hot_sessions = hot_sessions
+        self.checkpoint_seconds = checkpoint_seconds
+        self.store: AuditStore | None = None
+        self.replayed = 0  # records replayed on assignment
+        self._hot: OrderedDict[str, _Session] = OrderedDict()
+        self._changed: dict[str, _Session] = {}  # since their last store write
+        self._staged: dict[str, _Saved] = {}  # stored once the commit in flight lands
+        self._staged_checkpoint = False  # ... together with every partition's offset
+        self._next_checkpoint = time.monotonic() + checkpoint_seconds
+        self._committed: dict[TopicPartition, int] = {}
         self._findings: list[Finding] = []
         self._dead_letters: list[tuple[KafkaRecord, DshError]] = []
         self._muted = False
@@ -193,6 +330,17 @@ class Auditor(ConsumerService):
 
     def producer_options(self) -> dict[str, Any]:
         return {**super().producer_options(), "transactional_id": self.transactional_id}
+
+    async def open(self) -> None:
+        self.store = AuditStore(self.state_path, self.topics.events)
+
+    async def close(self) -> None:
+        if self.store is not None:
+            try:
+                self._store_now(set(self._committed))
+            finally:
+                self.store.close()
+                self.store = None
 
     # ---------------------------------------------------------- transactions
     #
@@ -215,31 +363,69 @@ class Auditor(ConsumerService):
             self._findings.append(finding)
 
     async def persist(self) -> None:
-        if not self._findings and not self._dead_letters:
-            return
-        await self._begin()
-        dead_letters, self._dead_letters = self._dead_letters, []
-        for record, error in dead_letters:
-            await super().dead_letter(record, error)
-        deliveries = [await self.producer.send(self.topics.findings, key=finding.session.encode(),
-                                               value=finding.to_json()) for finding in self._findings]
-        await asyncio.gather(*deliveries)  # a failed send fails the batch: nothing is committed
-        for finding in self._findings:
-            FINDINGS.labels(finding.rule).inc()
-        self._findings = []
+        if self._findings or self._dead_letters:
+            await self._begin()
+            dead_letters, self._dead_letters = self._dead_letters, []
+            for record, error in dead_letters:
+                await super().dead_letter(record, error)
+            deliveries = [await self.producer.send(self.topics.findings, key=finding.session.encode(),
+                                                   value=finding.to_json()) for finding in self._findings]
+            await asyncio.gather(*deliveries)  # a failed send fails the batch: nothing is committed
+            for finding in self._findings:
+                FINDINGS.labels(finding.rule).inc()
+            self._findings = []
+        # The state now is exactly what the commit in flight covers.
+        if time.monotonic() >= self._next_checkpoint:
+            self._next_checkpoint = time.monotonic() + self.checkpoint_seconds
+            self._staged.update((session_id, session.snapshot()) for session_id, session in self._changed.items())
+            self._changed.clear()
+            self._staged_checkpoint = True
+        self._staged.update(self._evict())
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         await self._begin()
         await self.producer.send_offsets_to_transaction(offsets, self.settings.group_id)
         await self.producer.commit_transaction()
         self._in_transaction = False
-        PENDING.set(sum(len(s.pending) for s in self._sessions.values()))
+        self._committed.update(offsets)
+        staged, self._staged = self._staged, {}
+        partitions = set(self._committed) if self._staged_checkpoint else set()
+        self._staged_checkpoint = False
+        if staged or partitions:
+            self.store.write(staged, {tp.partition: self._committed[tp] for tp in partitions})
+        PENDING.set(sum(len(s.pending) for s in self._hot.values()))
+
+    # ---------------------------------------------------------- state store
+
+    def _evict(self) -> dict[str, _Saved]:
+        """Take the least recently used sessions beyond the bound out of
+        memory; returns the snapshots of those changed since stored."""
+        evicted = {}
+        while len(self._hot) > self.hot_sessions:
+            session_id, session = self._hot.popitem(last=False)
+            if self._changed.pop(session_id, None) is not None:
+                evicted[session_id] = session.snapshot()
+        AUDIT_SESSIONS.set(len(self._hot))
+        return evicted
+
+    def _store_now(self, partitions: set[TopicPartition]) -> None:
+        """Store the changed sessions of the given partitions whose state in
+        memory is exactly their committed state, with those offsets."""
+        clean = {tp for tp in partitions if tp in self._committed
+                 and self._consumed.get(tp, self._committed[tp]) == self._committed[tp]}
+        numbers = {tp.partition for tp in clean}
+        sessions = {session_id: session.snapshot() for session_id, session in self._changed.items()
+                    if session.partition in numbers}
+        for session_id in sessions:
+            del self._changed[session_id]
+        self.store.write(sessions, {tp.partition: self._committed[tp] for tp in clean})
 
     # ------------------------------------------------------------- rebuild
 
     async def on_assign(self, partitions: set[TopicPartition]) -> None:
-        """Rebuild the assigned partitions' sessions up to the committed
-        offsets, findings muted (they were emitted before)."""
+        """Rebuild the assigned partitions' state: replay each from its
+        stored offset (0 without one) to the committed offset, findings
+        muted (they were emitted before)."""
         replay = AIOKafkaConsumer(**{**self.kafka.client_options(), "enable_auto_commit": False,
                                      "auto_offset_reset": "earliest", "isolation_level": "read_committed",
                                      "max_partition_fetch_bytes": 32 * 1024 * 1024})
@@ -247,11 +433,19 @@ class Auditor(ConsumerService):
         self._muted = True
         try:
             for partition in partitions:
-                committed = await self.consumer.committed(partition) or 0
-                if committed <= 0:
+                committed = await self.consumer.committed(partition)
+                if committed is None:
+                    continue
+                self._committed[partition] = committed
+                stored = self.store.stored_offset(partition.partition)
+                if stored is not None and stored > committed:  # the group's offsets were moved back
+                    self.store.forget(partition.partition)
+                    stored = None
+                start = stored or 0
+                if start >= committed:
                     continue
                 replay.assign([partition])
-                await replay.seek_to_beginning(partition)
+                replay.seek(partition, start)
                 done = False
                 while not done:
                     batch = await replay.getmany(partition, timeout_ms=1000, max_records=5000)
@@ -262,27 +456,42 @@ class Auditor(ConsumerService):
                         await self._replay_one(record)
                     if not batch:
                         done = await replay.position(partition) >= committed
+                    self.store.write(self._evict(), {})  # replayed state is committed state
         finally:
             self._muted = False
             await replay.stop()
 
     async def _replay_one(self, record: KafkaRecord) -> None:
+        self.replayed += 1
+        REPLAYED.inc()
         try:
             await self.handle(record, decode_kafka_record(record))
         except DshError:
             pass  # already dead-lettered when it was first consumed
 
     async def on_revoke(self, partitions: set[TopicPartition]) -> None:
+        self._store_now(partitions)
         gone = {p.partition for p in partitions}
-        for session_id in [s for s, state in self._sessions.items() if state.partition in gone]:
-            del self._sessions[session_id]
+        for session_id in [s for s, state in self._hot.items() if state.partition in gone]:
+            del self._hot[session_id]
+            self._changed.pop(session_id, None)
+        for partition in partitions:
+            self._committed.pop(partition, None)
+        AUDIT_SESSIONS.set(len(self._hot))
 
     # -------------------------------------------------------------- records
 
     def _session(self, decoded: SessionRecord, record: KafkaRecord) -> _Session:
-        session = self._sessions.get(decoded.session_id)
-        if session is None:
-            session = self._sessions[decoded.session_id] = _Session(decoded.session_id, record.partition, self)
+        session_id = decoded.session_id
+        session = self._hot.get(session_id)
+        if session is not None:
+            self._hot.move_to_end(session_id)
+        else:
+            saved = self._staged.get(session_id) or self.store.load(session_id)
+            session = (_Session.restore(session_id, saved, self) if saved is not None
+                       else _Session(session_id, record.partition, self))
+            self._hot[session_id] = session
+        self._changed[session_id] = session
         return session
 
     async def on_error(self, error: DshError, record: KafkaRecord) -> None:
@@ -366,21 +575,22 @@ class Auditor(ConsumerService):
             session.emit("attestation-late", boundary, f"attestation for boundary {boundary} arrived after seq "
                          f"{position - 1}; its prefix is gone")
             return
-        session.pending[boundary] = decoded
+        session.pending[boundary] = decoded.value
         self._verify_pending(session)
 
     def _verify_pending(self, session: _Session) -> None:
         if not session.pending or session.fold is None:
             return
-        attestation = session.pending.pop(session.fold.count, None)
+        boundary = session.fold.count
+        attestation = session.pending.pop(boundary, None)
         if attestation is None:
             return
-        body = decode_json(attestation.value)
+        body = decode_json(attestation)
         state = session.fold.state
-        session.attested.add(attestation.seq)
+        session.attested.add(boundary)
         if state.header is None:
             REQUESTS.labels("no-header").inc()
-            session.emit("no-request-header", attestation.seq, "an attested request with no request/header in force",
+            session.emit("no-request-header", boundary, "an attested request with no request/header in force",
                          body.get("turn"), body.get("step"))
             return
         if state.header is not session.frame_header:
@@ -392,6 +602,6 @@ class Auditor(ConsumerService):
             REQUESTS.labels("verified").inc()
             return
         REQUESTS.labels("mismatch").inc()
-        session.emit("request-mismatch", attestation.seq,
+        session.emit("request-mismatch", boundary,
                      f"the request sent (digest {body.get('digest')}) is not the one the log rebuilds ({rebuilt}): "
                      "model-visible content outside the log", body.get("turn"), body.get("step"))

@@ -62,6 +62,8 @@ class _Rebalance(ConsumerRebalanceListener):
         async with self.service.lock:
             await self.service._checkpoint()
             await self.service.on_revoke(set(revoked))
+            for partition in revoked:
+                self.service._consumed.pop(partition, None)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         async with self.service.lock:

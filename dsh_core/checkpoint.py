@@ -14,6 +14,7 @@ from typing import Any
 
 from .analysis import LogAnalysis
 from .jsonvalue import decode_json, dump_json, freeze
+from .request import BoundaryTracker
 from .session import SessionState
 from .session_header import SessionHeader
 from .storage.reader import StagedFold
@@ -46,16 +47,17 @@ def snapshot_fold(fold: StagedFold, with_surface_events: bool = True) -> bytes:
             "turns": analysis.turns, "steps": analysis.steps, "requests": analysis.request_count,
             "usage": [[provider, model, dict(totals)] for (provider, model), totals in analysis.usage.items()],
             "endReasons": dict(analysis.end_reasons),
-            "boundaries": [[list(key) if isinstance(key, tuple) else key.decode(), value]
-                           for key, value in analysis.boundaries._steps.items()],
+            "boundaries": analysis.boundaries.to_json(),
         }
     return dump_json(data)
 
 
-def restore_fold(blob: bytes, where: str, analysis: LogAnalysis | None,
+def restore_fold(blob: bytes, where: str, analysis: Any,
                  surface_events: list[tuple[int, str, Any]] | None = None) -> StagedFold:
     """A fold from :func:`snapshot_fold`; ``surface_events`` supplies the
-    ``(seq, type, data)`` rows a snapshot made without them left out."""
+    ``(seq, type, data)`` rows a snapshot made without them left out.
+    ``analysis`` is the fold's observer; a :class:`LogAnalysis` gets its
+    saved state back."""
     data = decode_json(blob)
     fold = StagedFold(where, analysis)
     header = data["header"]
@@ -75,11 +77,10 @@ def restore_fold(blob: bytes, where: str, analysis: LogAnalysis | None,
     fold.tracker.open_turn, fold.tracker.open_step = tracker["openTurn"], tracker["openStep"]
     fold.tracker.last_seq, fold.tracker.last_time = tracker["lastSeq"], tracker["lastTime"]
     fold.tracker.pending = {call_id: [step, call_seq] for call_id, step, call_seq in tracker["pending"]}
-    if analysis is not None and "analysis" in data:
+    if isinstance(analysis, LogAnalysis) and "analysis" in data:
         saved = data["analysis"]
         analysis.turns, analysis.steps, analysis.request_count = saved["turns"], saved["steps"], saved["requests"]
         analysis.usage = {(provider, model): Counter(totals) for provider, model, totals in saved["usage"]}
         analysis.end_reasons = Counter(saved["endReasons"])
-        analysis.boundaries._steps = {(tuple(key) if isinstance(key, list) else key.encode()): list(value)
-                                      for key, value in saved["boundaries"]}
+        analysis.boundaries = BoundaryTracker.from_json(saved["boundaries"])
     return fold

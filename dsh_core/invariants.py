@@ -41,6 +41,18 @@ class InvariantChecker:
         self.next_step = 1
         self.pending: set[Any] = set()
 
+    def to_json(self) -> dict[str, Any]:
+        """The checker's state as a JSON value (for :meth:`from_json`)."""
+        return {"lastSeq": self.last_seq, "openTurn": self.open_turn, "openStep": self.open_step,
+                "nextTurn": self.next_turn, "nextStep": self.next_step, "pending": list(self.pending)}
+
+    @classmethod
+    def from_json(cls, saved: dict[str, Any]) -> "InvariantChecker":
+        checker = cls()
+        checker.last_seq, checker.open_turn, checker.open_step = saved["lastSeq"], saved["openTurn"], saved["openStep"]
+        checker.next_turn, checker.next_step, checker.pending = saved["nextTurn"], saved["nextStep"], set(saved["pending"])
+        return checker
+
     def check(self, event_type: str, seq: int, data: Any, surface_op: Any = "append") -> list[Violation]:
         found: list[Violation] = []
         d = data if isinstance(data, dict) else {}

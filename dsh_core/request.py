@@ -73,6 +73,17 @@ class BoundaryTracker:
         an attempt."""
         return self.observe("assistant/chunk", seq0, {"turn": turn, "step": step})
 
+    def to_json(self) -> list[Any]:
+        """The tracker's state as a JSON value (for :meth:`from_json`)."""
+        return [[list(key) if isinstance(key, tuple) else key.decode(), list(value)]
+                for key, value in self._steps.items()]
+
+    @classmethod
+    def from_json(cls, saved: list[Any]) -> "BoundaryTracker":
+        tracker = cls()
+        tracker._steps = {(tuple(key) if isinstance(key, list) else key.encode()): list(value) for key, value in saved}
+        return tracker
+
 
 def build_request(header: Any, messages: list[Any], session_id: str) -> dict[str, Any]:
     """The request a loop sends from a prefix (spec §6.2)::

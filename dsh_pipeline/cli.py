@@ -192,7 +192,8 @@ def _project(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from consumers.auditor import Auditor
-    return _consume(args, lambda kafka, names: Auditor(kafka, names, instance=args.instance,
+    return _consume(args, lambda kafka, names: Auditor(kafka, names, state=Path(args.state), instance=args.instance,
+                                                       checkpoint_seconds=args.checkpoint_seconds,
                                                        settings=_consumer_settings(args)))
 
 
@@ -322,6 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     audit = commands.add_parser("audit", help="prove every model request rebuildable from the log; report findings")
     audit.add_argument("--instance", default="0", help="instance id (part of the transactional id)")
+    audit.add_argument("--state", default="auditor-state.sqlite",
+                       help="the SQLite state store (committed session state; restarts replay from it)")
+    audit.add_argument("--checkpoint-seconds", type=float, default=30.0,
+                       help="how often every changed session is stored (bounds the replay after a crash)")
     _add_consumer_options(audit, "dsh-auditor")
     audit.set_defaults(run=_audit)
 

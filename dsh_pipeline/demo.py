@@ -156,7 +156,8 @@ def run_demo(config: DemoConfig) -> int:
         asyncio.run(prepare_topics(kafka, names, 12))
         logs = workdir / "logs"
         logs.mkdir(exist_ok=True)
-        for name, args in (("projector", ["project", "--db", str(db)]), ("auditor", ["audit"]),
+        for name, args in (("projector", ["project", "--db", str(db)]),
+                           ("auditor", ["audit", "--state", str(workdir / "auditor-state.sqlite")]),
                            ("archiver", ["archive", "--root", str(archive)])):
             children.append(subprocess.Popen(_cli(*args, *common), stdout=open(logs / f"{name}.log", "wb"),
                                               stderr=subprocess.STDOUT))

@@ -40,7 +40,8 @@ def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
     commands = {
         projector_group: [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group",
                           projector_group, *common],
-        auditor_group: [sys.executable, "-m", "dsh_pipeline.cli", "audit", "--group", auditor_group, *common],
+        auditor_group: [sys.executable, "-m", "dsh_pipeline.cli", "audit", "--state", str(tmp_path / "auditor.sqlite"),
+                        "--checkpoint-seconds", "0.2", "--group", auditor_group, *common],
     }
     rng = random.Random(7)
     kills = collections.Counter()

@@ -67,7 +67,10 @@ def test_findings_equal_injected_defects(kafka, topics, group_id, tmp_path):
     async def consume() -> list:
         ends = await end_offsets(kafka, names.events)
         projector = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group_id("projector")))
-        auditor = Auditor(kafka, names, settings=ConsumerSettings(group_id=group_id("auditor")))
+        # a small LRU and a store checkpoint every batch: sessions go cold
+        # and come back from the auditor's state store
+        auditor = Auditor(kafka, names, state=tmp_path / "auditor.sqlite", hot_sessions=40, checkpoint_seconds=0,
+                          settings=ConsumerSettings(group_id=group_id("auditor")))
         archiver = Archiver(kafka, names, tmp_path / "archive", settings=ConsumerSettings(group_id=group_id("archiver")))
         await asyncio.gather(run_until(projector, lambda: caught_up(projector, ends)),
                              run_until(auditor, lambda: caught_up(auditor, ends)),

@@ -1,0 +1,103 @@
+"""The auditor's state store: a restart resumes from committed state instead
+of replaying the partitions, and a member without the store replays them
+without repeating a finding."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from consumers.auditor import Auditor, AuditStore
+from dsh_core.kafka.config import ConsumerSettings
+from producers.simulator import FaultPlan, SimulatorConfig
+from tests.integration.test_pipeline import expected_findings
+from tests.integration.test_projector import publish_fleet, run_until
+from tests.kafka_fixtures import caught_up, consume_all, end_offsets, group_lag
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.kafka
+
+
+def _findings(kafka, names, expected: collections.Counter) -> collections.Counter:
+    records = asyncio.run(consume_all(kafka, names.findings, sum(expected.values()), timeout=30, settle=1.5,
+                                      committed_only=True))
+    return collections.Counter((f["session"], f["rule"], f["seq"]) for f in (json.loads(r.value) for r in records))
+
+
+def test_restart_resumes_from_the_state_store(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=4)
+    group = group_id("auditor")
+    faults = FaultPlan(unlogged=2, dropped=2, lossless=1, unknown=1)
+    first = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=60, seed=51, max_turns=4, faults=faults)))
+    state = tmp_path / "auditor.sqlite"
+
+    def auditor(path) -> Auditor:
+        return Auditor(kafka, names, state=path, hot_sessions=25, settings=ConsumerSettings(group_id=group))
+
+    async def catch_up(service: Auditor) -> None:
+        ends = await end_offsets(kafka, names.events)
+        await run_until(service, lambda: caught_up(service, ends))
+
+    before = auditor(state)
+    asyncio.run(catch_up(before))  # a clean stop stores every session with its partition's offset
+    assert before.replayed == 0
+    ends = asyncio.run(end_offsets(kafka, names.events))
+    store = AuditStore(state, names.events)
+    try:
+        assert {p: store.stored_offset(p) for p in ends} == ends
+    finally:
+        store.close()
+
+    # more traffic: new sessions, and the stored ones continue in memory
+    second = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=40, seed=52, max_turns=4,
+                                                                     faults=FaultPlan(unlogged=1, dropped=1))))
+    resumed = auditor(state)
+    asyncio.run(catch_up(resumed))
+    assert resumed.replayed == 0
+
+    # a member on another host, without the store, rebuilds by replaying
+    # every committed record with findings muted, then goes on
+    committed = sum(asyncio.run(end_offsets(kafka, names.events)).values())
+    third = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=10, seed=53, max_turns=3,
+                                                                    faults=FaultPlan(unlogged=1))))
+    elsewhere = auditor(tmp_path / "elsewhere.sqlite")
+    asyncio.run(catch_up(elsewhere))
+    assert elsewhere.replayed == committed
+
+    expected = expected_findings(first) + expected_findings(second) + expected_findings(third)
+    got = _findings(kafka, names, expected)
+    assert got == expected, f"extra: {got - expected}, missing: {expected - got}"
+
+
+def test_rebalance_two_auditors_one_stopped_midway(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=6)
+    faults = FaultPlan(unlogged=3, dropped=2, lossless=2, unknown=1)
+    truths = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=150, seed=61, max_turns=4,
+                                                                     faults=faults)))
+    group = group_id("auditor")
+    prefix = names.events[: -len("dsh.session-events")]
+    total = asyncio.run(group_lag(kafka, names.events, group))
+
+    def member(instance: str) -> subprocess.Popen:
+        # both on one host: they share the state store, as partitions move
+        return subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "audit", "--state",
+                                 str(tmp_path / "auditor.sqlite"), "--instance", instance, "--group", group,
+                                 "--max-records", "300", "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix,
+                                 "--partitions", "6"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    with member("a") as first, member("b") as second:
+        wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) < total * 0.7, 120, "progress")
+        first.send_signal(signal.SIGTERM)  # one member leaves mid-run: its partitions move
+        assert first.wait(60) == 0
+        wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) == 0, 120, "the group to finish")
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0
+    expected = expected_findings(truths)
+    got = _findings(kafka, names, expected)
+    assert got == expected, f"extra: {got - expected}, missing: {expected - got}"
