@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from consumers.projector import Projector, ViewStore
+from dsh_core.jsonvalue import sha256_jcs
 from dsh_core.kafka.config import ConsumerSettings
+from dsh_core.kafka.records import KIND_RECORD
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, fleet, simulate_session
+from tests.kafka_fixtures import group_lag
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -71,8 +76,6 @@ def test_views_equal_ground_truth_and_view_command(kafka, topics, group_id, tmp_
     session_id = truths[0].session_id
     shown = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "view", session_id, "--db", str(db), "--json"],
                            capture_output=True, check=True)
-    _, batches = simulate_session(config, int(session_id.split("-")[2]))
-    from dsh_core.jsonvalue import sha256_jcs
     assert sha256_jcs(json.loads(shown.stdout)) == truths[0].messages_digest
     human = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "view", session_id, "--db", str(db)],
                            capture_output=True, text=True, check=True)
@@ -80,7 +83,6 @@ def test_views_equal_ground_truth_and_view_command(kafka, topics, group_id, tmp_
 
 
 def test_gap_holds_then_heals_when_the_record_is_reshipped(kafka, topics, group_id, tmp_path):
-    from dsh_core.kafka.records import KIND_RECORD
     names = topics(partitions=2)
     config = SimulatorConfig(sessions=1, seed=5, min_turns=3, max_turns=3)
     truth, batches = simulate_session(config, 0)
@@ -122,21 +124,12 @@ def test_rebalance_two_projectors_one_stopped_midway(kafka, topics, group_id, tm
     prefix = names.events[: -len("dsh.session-events")]
     command = [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group", group,
                "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6"]
-    from tests.kafka_fixtures import group_lag
     total = asyncio.run(group_lag(kafka, names.events, group))
-    import signal
-    import threading
-    import time
     with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as first, \
             subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as second:
-        deadline = time.monotonic() + 120
-        while asyncio.run(group_lag(kafka, names.events, group)) > total * 0.8:
-            assert time.monotonic() < deadline, "no progress"
-            threading.Event().wait(0.05)  # wait-ok: polling a condition with a deadline
+        wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) <= total * 0.8, 120, "progress")
         first.send_signal(signal.SIGTERM)  # one member leaves mid-run: its partitions move
-        first.wait(60)
-        while not views_match(db, truths):
-            assert time.monotonic() < deadline + 60, "views did not converge"
-            threading.Event().wait(0.1)  # wait-ok: polling a condition with a deadline
+        assert first.wait(60) == 0
+        wait_for(lambda: views_match(db, truths), 120, "views to converge", poll=0.1)
         second.send_signal(signal.SIGTERM)
-        second.wait(60)
+        assert second.wait(60) == 0
