@@ -8,9 +8,10 @@
    offsets committed), each as one process; then with ``--members``
    processes of each in one consumer group (default: one per CPU), the way
    the services scale out; prints events/s and the ratios to the baseline.
-2. End-to-end latency: publishes at a steady 5k events/s for 20 s while a
-   projector runs; latency is view-commit time minus the record's Kafka
-   timestamp (its publish time), p50 and p99.
+2. End-to-end latency: a publisher process (the agents) publishes at a
+   steady 5k events/s for 20 s while a projector runs; latency is
+   view-commit time minus the record's Kafka timestamp (its publish time),
+   p50 and p99, over every record.
 3. Peak RSS of a projector process that touches ``--sessions-rss`` sessions
    (default 50k).
 
@@ -122,24 +123,28 @@ class _TimedProjector(Projector):
         self.stamps = []
 
 
-async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: float) -> tuple[float, float]:
-    projector = _TimedProjector(kafka, names, Path(tempfile.mkdtemp()) / "v.sqlite",
-                                settings=ConsumerSettings(group_id=f"lat{uuid.uuid4().hex[:6]}", auto_offset_reset="latest"))
-    stop = asyncio.Event()
-    task = asyncio.create_task(projector.run(stop))
-    # Sessions are generated before the clock starts: generating one blocks
-    # the event loop the projector shares (agents publish from elsewhere).
-    config = SimulatorConfig(sessions=2000, seed=77)
-    batches, planned, index = [], 0, 0
-    while planned < rate * seconds:
-        for batch in simulate_session(config, index)[1]:
-            batches.append(batch)
-            planned += sum(r.count for r in batch)
-        index += 1
-    await asyncio.sleep(3)  # let the group settle before the clock starts
-    async with Publisher(kafka, names) as publisher:
-        start = time.monotonic()
-        sent = 0
+# The agents of the latency run, in a process of their own (as agents are):
+# generates its sessions first, prints "ready", waits for a line on stdin,
+# then publishes at a steady rate, one flush per batch.
+_PUBLISH_CHILD = """
+import asyncio, sys, time
+from dsh_core.kafka.config import KafkaConfig
+from dsh_core.kafka.topics import TopicNames
+from producers.publisher import Publisher
+from producers.simulator import SimulatorConfig, simulate_session
+bootstrap, prefix, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+config = SimulatorConfig(sessions=2000, seed=77)
+batches, planned, index = [], 0, 0
+while planned < rate * seconds:
+    for batch in simulate_session(config, index)[1]:
+        batches.append(batch)
+        planned += sum(r.count for r in batch)
+    index += 1
+print("ready", flush=True)
+sys.stdin.readline()
+async def main():
+    async with Publisher(KafkaConfig(bootstrap), TopicNames.with_prefix(prefix)) as publisher:
+        start, sent = time.monotonic(), 0
         for batch in batches:
             await publisher.send_many(batch)
             sent += sum(r.count for r in batch)
@@ -147,7 +152,38 @@ async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: fl
             ahead = sent / rate - (time.monotonic() - start)
             if ahead > 0:
                 await asyncio.sleep(ahead)
-    await asyncio.sleep(2)
+asyncio.run(main())
+"""
+
+
+async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: float) -> tuple[float, float]:
+    projector = _TimedProjector(kafka, names, Path(tempfile.mkdtemp()) / "v.sqlite",
+                                settings=ConsumerSettings(group_id=f"lat{uuid.uuid4().hex[:6]}", auto_offset_reset="latest"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    agents = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PUBLISH_CHILD, kafka.bootstrap, names.events[:-len("dsh.session-events")], str(rate),
+        str(seconds), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    assert await agents.stdout.readline() == b"ready\n"
+    # the clock starts once the projector holds every partition at a known
+    # position ("latest" would skip what is published before that)
+    partitions = len(await _ends(kafka, names.events))
+    while projector.consumer is None or len(projector.consumer.assignment()) < partitions:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    for partition in projector.consumer.assignment():
+        await projector.consumer.position(partition)
+    agents.stdin.write(b"go\n")
+    await agents.stdin.drain()
+    if await agents.wait() != 0:
+        raise RuntimeError("the latency publisher failed")
+    ends = await _ends(kafka, names.events)
+    while projector.stamps or any({tp.partition: offset for tp, offset in projector._consumed.items()}.get(p, 0) < end
+                                  for p, end in ends.items()):
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)  # until every record's view is committed
     stop.set()
     await task
     latencies = sorted(projector.latencies)
