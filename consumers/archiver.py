@@ -21,7 +21,6 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from dsh_core.errors import ValidationError
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
 from dsh_core.kafka.topics import TopicNames
@@ -31,7 +30,7 @@ from dsh_core.storage.layout import Compression, log_path
 from dsh_core.storage.reader import load_session_bytes, read_events
 from dsh_core.storage.writer import SessionFileWriter
 
-from .runner import ConsumerService
+from .runner import HELD_LIMIT, ConsumerService, held_limit_error
 
 __all__ = ["Archiver"]
 
@@ -39,7 +38,6 @@ ARCHIVED = Counter("dsh_archiver_events_total", "Session events written to archi
 FRAMES = Counter("dsh_archiver_frames_total", "Append batches (zstd frames) written.")
 ARCHIVE_SKIPPED = Counter("dsh_archiver_records_skipped_total", "Records not archived, by reason.", ["reason"])
 
-_HELD_LIMIT = 10_000
 
 
 @dataclass
@@ -91,9 +89,8 @@ class Archiver(ConsumerService):
             ARCHIVE_SKIPPED.labels("duplicate").inc()
             return
         if session.header is None or decoded.seq > session.next_seq:
-            if len(session.held) >= _HELD_LIMIT:
-                raise ValidationError(f"session {decoded.session_id!r}: {_HELD_LIMIT} records already wait for a "
-                                      f"missing seq; seq {decoded.seq} is dead-lettered")
+            if len(session.held) >= HELD_LIMIT:
+                raise held_limit_error(decoded.session_id, session.next_seq, decoded.seq)
             session.held[decoded.seq] = (decoded.value, decoded.count)
             return
         self._take(session, decoded.value, decoded.count)

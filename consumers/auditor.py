@@ -10,8 +10,9 @@ checker. Findings (one record each on ``dsh.audit-findings``, and a metric):
   its boundary (the prefix can no longer be rebuilt);
 * ``no-request-header`` / ``empty-history`` — a request boundary with no
   request header in force, or with nothing to send;
-* ``sequence-gap`` — a record above the next seq (the session is held until
-  the missing record arrives);
+* ``sequence-gap`` — a record above the next seq, or before the session
+  header (the session is held until the missing record arrives; at most
+  ``HELD_LIMIT`` records, later ones are dead-lettered);
 * ``lossless`` — a record whose JSON would not survive a round trip
   (integers beyond 2^53, negative zero);
 * ``unsupported-format`` / ``invalid-log`` / ``corrupt-storage`` — the
@@ -59,7 +60,7 @@ from dsh_core.session import SessionState
 from dsh_core.storage.reader import StagedFold
 from dsh_core.storage.records import ChunkRow
 
-from .runner import ConsumerService
+from .runner import HELD_LIMIT, ConsumerService, held_limit_error
 
 __all__ = ["Auditor", "AuditStore", "Finding", "lossless_problem"]
 
@@ -526,11 +527,16 @@ class Auditor(ConsumerService):
         if decoded.seq < expected:
             return  # a duplicate: transport, not a log defect
         if decoded.seq > expected or session.fold is None:
-            if session.fold is not None and session.gap_reported != expected:
+            if session.gap_reported != expected:
                 session.gap_reported = expected
-                session.emit("sequence-gap", expected, f"records from seq {expected} to {decoded.seq - 1} are "
-                             f"missing (got seq {decoded.seq} at {record.topic}[{record.partition}]@{record.offset})")
-            session.held.setdefault(decoded.seq, decoded.value)
+                missing = (f"records from seq {expected} to {decoded.seq - 1} are" if session.fold is not None
+                           else "the session header is")
+                session.emit("sequence-gap", expected, f"{missing} missing (got seq {decoded.seq} at "
+                             f"{record.topic}[{record.partition}]@{record.offset})")
+            if decoded.seq not in session.held:
+                if len(session.held) >= HELD_LIMIT:
+                    raise held_limit_error(decoded.session_id, expected, decoded.seq)
+                session.held[decoded.seq] = decoded.value
             return
         self._apply(session, decoded.value, decoded.seq)
         self._drain(session)

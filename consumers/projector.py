@@ -27,7 +27,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DshError, ValidationError
+from dsh_core.errors import DshError
 from dsh_core.jsonvalue import decode_json, dump_json
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
@@ -36,9 +36,9 @@ from dsh_core.checkpoint import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_core.storage.reader import StagedFold
 
-from .runner import ConsumerService
+from .runner import HELD_LIMIT, ConsumerService, held_limit_error
 
-__all__ = ["Projector", "ViewStore", "HELD_LIMIT"]
+__all__ = ["Projector", "ViewStore"]
 
 APPLIED = Counter("dsh_projector_events_applied_total", "Session events folded into views.")
 DUPLICATES = Counter("dsh_projector_duplicates_total", "Records skipped as already applied (seq below expected).")
@@ -49,9 +49,6 @@ SESSIONS = Gauge("dsh_projector_sessions", "Sessions by state (hot in memory, he
 TOKENS = Counter("dsh_tokens_total", "Tokens reported by assistant messages, by provider, model and kind.",
                  ["provider", "model", "kind"])
 TURN_ENDS = Counter("dsh_turn_ends_total", "Turns ended, by end reason.", ["reason"])
-
-#: Records kept per held session while it waits for a missing seq.
-HELD_LIMIT = 10_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -216,8 +213,7 @@ class Projector(ConsumerService):
                 self.count(GAPS)
                 if len(session.held) >= HELD_LIMIT:
                     SKIPPED.labels("held-limit").inc()
-                    raise ValidationError(f"session {decoded.session_id!r} is held at seq {expected} and already "
-                                          f"keeps {HELD_LIMIT} later records; seq {decoded.seq} is dead-lettered")
+                    raise held_limit_error(decoded.session_id, expected, decoded.seq)
                 session.held[decoded.seq] = (decoded.value, decoded.count)
                 session.held_dirty = True
             session.status = "held"

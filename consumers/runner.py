@@ -34,12 +34,12 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
-from dsh_core.errors import DecodeError, DshError
+from dsh_core.errors import DecodeError, DshError, ValidationError
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig, ProducerSettings
 from dsh_core.kafka.records import KafkaRecord, SessionRecord, decode_kafka_record
 from dsh_core.kafka.topics import TopicNames
 
-__all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "serve_http"]
+__all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "HELD_LIMIT", "held_limit_error", "serve_http"]
 
 RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind.", ["service", "kind"])
 DEAD_LETTERS = Counter("dsh_consumer_dead_letters_total", "Records sent to the dead-letter topic, by service and reason.",
@@ -50,6 +50,17 @@ BATCH_SECONDS = Histogram("dsh_consumer_batch_seconds", "Time to handle and pers
                           buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 LAG = Gauge("dsh_consumer_lag_records", "Records behind the partition's end offset.", ["service", "partition"])
 COMMITS = Counter("dsh_consumer_commits_total", "Offset commits after durable effects.", ["service"])
+
+
+#: Records a service keeps per session while it waits for a missing seq.
+HELD_LIMIT = 10_000
+
+
+def held_limit_error(session_id: str, waiting_for: int, seq: int) -> ValidationError:
+    """The refusal of a record beyond :data:`HELD_LIMIT` (it is dead-lettered;
+    re-shipping the session brings it back once the gap is filled)."""
+    return ValidationError(f"session {session_id!r} waits for seq {waiting_for} and already keeps {HELD_LIMIT} "
+                           f"later records; seq {seq} is dead-lettered")
 
 
 class _Rebalance(ConsumerRebalanceListener):
