@@ -6,18 +6,27 @@ were shipped (packed rows stay packed). An archived session opens in dsh and
 in ``dsh-pipeline inspect`` as the logical log that was shipped, and an
 archive root is itself shippable.
 
-The file is the state: on first sight of a session after a restart its
-stored length says which seq comes next (a frame torn by a crash is cut
+The file is the state: on first sight of a session (after a restart or a
+rebalance) its archive file is looked up in the root's project folders and
+its stored length says which seq comes next (a frame torn by a crash is cut
 off; its records are read again from Kafka, whose offsets were not yet
 committed). Duplicates are skipped by seq; a gap holds the session's later
-records until the missing one arrives. Offsets are committed after fsync.
+records in memory until the missing one arrives, and the partition's
+committed offset stays below the first held record, so a restart reads
+them again rather than losing them. Offsets are committed after fsync.
+Sessions live in a bounded LRU (only those not waiting at a gap are
+dropped); a revoked partition's sessions are dropped at once, since
+another member continues their files.
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from aiokafka import TopicPartition
 
 from prometheus_client import Counter
 
@@ -26,7 +35,7 @@ from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, Sessio
 from dsh_core.kafka.topics import TopicNames
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.jsonvalue import decode_json
-from dsh_core.storage.layout import Compression, log_path
+from dsh_core.storage.layout import Compression, encode_segment, log_name, log_path
 from dsh_core.storage.reader import load_session_bytes, read_events
 from dsh_core.storage.writer import SessionFileWriter
 
@@ -42,59 +51,95 @@ ARCHIVE_SKIPPED = Counter("dsh_archiver_records_skipped_total", "Records not arc
 
 @dataclass
 class _Session:
+    partition: int
     header: SessionHeader | None = None
     writer: SessionFileWriter | None = None
     lines: list[bytes] = field(default_factory=list)
     first_seq: int = 0
     next_seq: int = 0
-    held: dict[int, tuple[bytes, int]] = field(default_factory=dict)
+    held: dict[int, tuple[bytes, int, int]] = field(default_factory=dict)  # seq -> (value, count, offset)
 
 
 class Archiver(ConsumerService):
     service = "archiver"
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, root: Path, *, group: str = "dsh-archiver",
-                 compression: Compression = "zstd", settings: ConsumerSettings | None = None) -> None:
+                 compression: Compression = "zstd", hot_sessions: int = 20_000,
+                 settings: ConsumerSettings | None = None) -> None:
         super().__init__(kafka, topics, settings or ConsumerSettings(group_id=group))
         self.root = root
         self.compression = compression
-        self._sessions: dict[str, _Session] = {}
+        self.hot_sessions = hot_sessions
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._dirty: dict[str, _Session] = {}  # with lines to write
+        self._holding: dict[str, _Session] = {}  # with records held behind a gap
+        self._commit_caps: dict[int, int] = {}  # partition -> offset of its first held record
 
-    def _open(self, header: SessionHeader) -> _Session:
-        path = log_path(self.root, header.cwd if isinstance(header.cwd, str) else None, header.id, self.compression)
+    # ------------------------------------------------------------- sessions
+
+    def _session(self, session_id: str, partition: int) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            self._sessions.move_to_end(session_id)
+            return session
+        path = self._existing(session_id)
+        session = self._open(path, partition) if path is not None else _Session(partition)
+        self._sessions[session_id] = session
+        return session
+
+    def _existing(self, session_id: str) -> Path | None:
+        """The session's archive file if a run before wrote one (its project
+        folder comes from the header, which this run may never see)."""
+        if not self.root.is_dir():
+            return None
+        segment, name = encode_segment(session_id), log_name(self.compression)
+        for project in self.root.iterdir():
+            path = project / segment / name
+            if path.is_file():
+                return path
+        return None
+
+    def _open(self, path: Path, partition: int, header: SessionHeader | None = None) -> _Session:
+        """A session writing to ``path``: continuing the file there (whose
+        header it is) or, with ``header``, starting it."""
         next_seq = 0
         if path.exists():
-            next_seq = _resume(path)
-        session = _Session(header=header, next_seq=next_seq, first_seq=next_seq)
+            header, next_seq = _resume(path)
+        assert header is not None
+        session = _Session(partition, header=header, next_seq=next_seq, first_seq=next_seq)
         session.writer = SessionFileWriter(path, header, self.compression, next_seq=next_seq)
         return session
 
+    # -------------------------------------------------------------- records
+
     async def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
-        session = self._sessions.get(decoded.session_id)
-        if decoded.kind == KIND_HEADER:
-            if session is None or session.header is None:
-                header = parse_header_line(decode_json(decoded.value), f"session {decoded.session_id!r} header")
-                opened = self._open(header)
-                if session is not None:
-                    opened.held = session.held
-                session = self._sessions[decoded.session_id] = opened
-                self._drain(session)
-            return
-        if decoded.kind != KIND_RECORD:
+        if decoded.kind not in (KIND_HEADER, KIND_RECORD):
             ARCHIVE_SKIPPED.labels("attestation").inc()
             return
-        if session is None:
-            session = self._sessions[decoded.session_id] = _Session()
+        session = self._session(decoded.session_id, record.partition)
+        if decoded.kind == KIND_HEADER:
+            if session.header is None:
+                header = parse_header_line(decode_json(decoded.value), f"session {decoded.session_id!r} header")
+                opened = self._open(log_path(self.root, header.cwd if isinstance(header.cwd, str) else None,
+                                             header.id, self.compression), record.partition, header)
+                opened.held = session.held
+                self._sessions[decoded.session_id] = session = opened
+                if session.held:
+                    self._holding[decoded.session_id] = session
+                self._drain(decoded.session_id, session)
+            return
         if session.header is not None and decoded.seq < session.next_seq:
             ARCHIVE_SKIPPED.labels("duplicate").inc()
             return
         if session.header is None or decoded.seq > session.next_seq:
-            if len(session.held) >= HELD_LIMIT:
-                raise held_limit_error(decoded.session_id, session.next_seq, decoded.seq)
-            session.held[decoded.seq] = (decoded.value, decoded.count)
+            if decoded.seq not in session.held:
+                if len(session.held) >= HELD_LIMIT:
+                    raise held_limit_error(decoded.session_id, session.next_seq, decoded.seq)
+                session.held[decoded.seq] = (decoded.value, decoded.count, record.offset)
+                self._holding[decoded.session_id] = session
             return
         self._take(session, decoded.value, decoded.count)
-        self._drain(session)
+        self._drain(decoded.session_id, session)
 
     def _take(self, session: _Session, value: bytes, count: int) -> None:
         if not session.lines:
@@ -102,30 +147,62 @@ class Archiver(ConsumerService):
         session.lines.append(value)
         session.next_seq += count
 
-    def _drain(self, session: _Session) -> None:
+    def _drain(self, session_id: str, session: _Session) -> None:
         while session.held and session.header is not None:
             for seq in [s for s in session.held if s < session.next_seq]:
                 del session.held[seq]
             item = session.held.pop(session.next_seq, None)
             if item is None:
-                return
-            self._take(session, *item)
+                break
+            self._take(session, *item[:2])
+        if session.lines:
+            self._dirty[session_id] = session
+
+    # -------------------------------------------------------------- persist
 
     async def persist(self) -> None:
-        for session in self._sessions.values():
-            if session.lines and session.writer is not None:
-                session.writer.append_lines(session.lines, session.first_seq, session.next_seq)
-                ARCHIVED.inc(session.next_seq - session.first_seq)
-                FRAMES.inc()
-                session.lines = []
+        for session in self._dirty.values():
+            session.writer.append_lines(session.lines, session.first_seq, session.next_seq)
+            ARCHIVED.inc(session.next_seq - session.first_seq)
+            FRAMES.inc()
+            session.lines = []
+        self._dirty.clear()
+        # Held records are in no file yet: the commit stops before the first.
+        self._commit_caps = {}
+        for session_id, session in list(self._holding.items()):
+            if not session.held:
+                del self._holding[session_id]
+                continue
+            first = min(offset for _, _, offset in session.held.values())
+            self._commit_caps[session.partition] = min(first, self._commit_caps.get(session.partition, first))
+        self._evict()
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        await super().commit({tp: min(offset, self._commit_caps.get(tp.partition, offset))
+                              for tp, offset in offsets.items()})
+
+    def _evict(self) -> None:
+        for session_id in list(self._sessions)[: max(0, len(self._sessions) - self.hot_sessions)]:
+            if session_id not in self._holding:
+                del self._sessions[session_id]
+
+    async def on_revoke(self, partitions: set[TopicPartition]) -> None:
+        gone = {tp.partition for tp in partitions}
+        for session_id in [s for s, session in self._sessions.items() if session.partition in gone]:
+            del self._sessions[session_id]
+            self._holding.pop(session_id, None)
 
 
-def _resume(path: Path) -> int:
-    """The next seq of an archive file, cutting off a frame torn by a crash."""
+def _resume(path: Path) -> tuple[SessionHeader, int]:
+    """The header and next seq of an archive file, cutting off a frame torn
+    by a crash (a file left with its header only goes: it is started again)."""
     data = path.read_bytes()
     result = load_session_bytes(data, str(path), "zstd" if path.name.endswith(".zstd") else "none")
     if result.header is not None and result.committed_bytes < len(data) and result.error is None:
         with open(path, "r+b") as stream:
             stream.truncate(result.committed_bytes)
             os.fsync(stream.fileno())
-    return len(read_events(path)[1])
+    header, events = read_events(path)
+    if not events:
+        path.unlink()
+    return header, len(events)

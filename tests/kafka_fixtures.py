@@ -117,23 +117,23 @@ def caught_up(service, ends: dict[int, int]) -> bool:
     return all(consumed.get(partition, 0) >= end for partition, end in ends.items() if end > 0)
 
 
-async def group_lag(kafka: KafkaConfig, topic: str, group: str) -> int:
-    """Records of ``topic`` a consumer group has not committed yet."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+async def committed_offsets(kafka: KafkaConfig, group: str) -> dict[tuple[str, int], int]:
+    """A consumer group's committed offsets by ``(topic, partition)`` (none yet: empty)."""
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import GroupCoordinatorNotAvailableError
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await consumer.start()
     await admin.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        ends = await consumer.end_offsets(partitions)
-        try:
-            committed = await admin.list_consumer_group_offsets(group)
-        except GroupCoordinatorNotAvailableError:  # the group has not committed anything yet
-            committed = {}
-        return sum(end - (committed[tp].offset if tp in committed else 0) for tp, end in ends.items())
+        committed = await admin.list_consumer_group_offsets(group)
+    except GroupCoordinatorNotAvailableError:  # the group has not committed anything yet
+        committed = {}
     finally:
         await admin.close()
-        await consumer.stop()
+    return {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()}
+
+
+async def group_lag(kafka: KafkaConfig, topic: str, group: str) -> int:
+    """Records of ``topic`` a consumer group has not committed yet."""
+    ends = await end_offsets(kafka, topic)
+    committed = await committed_offsets(kafka, group)
+    return sum(end - committed.get((topic, partition), 0) for partition, end in ends.items())
