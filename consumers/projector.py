@@ -11,7 +11,8 @@ dead-letter topic with the refusal's category.
 Views live in SQLite (WAL): one transaction per batch writes every changed
 session (view, fold snapshot, held records, next seq) before the offsets
 are committed, so views are exactly-once. Hot sessions stay in a bounded
-LRU; a cold one is restored from its snapshot. View heads go to the
+LRU; a cold one is restored from its snapshot, and so is one whose
+partition was revoked and came back (another member may have moved it on). View heads go to the
 compacted ``dsh.session-views`` topic.
 """
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
@@ -129,6 +131,7 @@ def _analysis() -> LogAnalysis:
 @dataclass
 class _Session:
     session_id: str
+    partition: int
     fold: StagedFold | None = None
     analysis: LogAnalysis = field(default_factory=_analysis)
     status: str = "open"
@@ -161,12 +164,12 @@ class Projector(ConsumerService):
 
     # ------------------------------------------------------------- sessions
 
-    def _session(self, session_id: str) -> _Session:
+    def _session(self, session_id: str, partition: int) -> _Session:
         session = self._hot.get(session_id)
         if session is not None:
             self._hot.move_to_end(session_id)
             return session
-        session = _Session(session_id)
+        session = _Session(session_id, partition)
         saved = self.store.load(session_id) if self.store else None
         if saved is not None:
             status, blob, error, held = saved
@@ -186,7 +189,7 @@ class Projector(ConsumerService):
         if decoded.kind not in (KIND_HEADER, KIND_RECORD):
             SKIPPED.labels("attestation").inc()
             return
-        session = self._session(decoded.session_id)
+        session = self._session(decoded.session_id, record.partition)
         if session.status == "refused":
             SKIPPED.labels("session-refused").inc()
             return
@@ -327,6 +330,14 @@ class Projector(ConsumerService):
             head["turns"] = len(head["turns"] or ())
             await self.producer.send(self.topics.views, key=session_id.encode(), value=dump_json(head))
         self._evict()  # the runner waits for the heads' acknowledgement before committing offsets
+
+    async def on_revoke(self, partitions: set[TopicPartition]) -> None:
+        # Another member continues these sessions in the store: what this
+        # one knows of them is stale once they come back.
+        gone = {tp.partition for tp in partitions}
+        for session_id in [s for s, session in self._hot.items() if session.partition in gone]:
+            del self._hot[session_id]
+        SESSIONS.labels("hot").set(len(self._hot))
 
     def _evict(self) -> None:
         while len(self._hot) > self.hot_sessions:

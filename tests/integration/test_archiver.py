@@ -14,6 +14,7 @@ from dsh_core.storage.reader import load_session
 from producers.publisher import Publisher
 from producers.shipper import discover_session_files
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
+from tests.integration.handover import hand_over, in_thirds
 from tests.integration.test_projector import run_until
 from tests.kafka_fixtures import committed_offsets, end_offsets
 
@@ -73,56 +74,8 @@ def assert_archive_is_the_truth(root, truths) -> None:
 
 def test_partitions_come_back_after_another_member_carried_their_files_on(kafka, topics, group_id, tmp_path):
     names = topics(partitions=4)
-    config = SimulatorConfig(sessions=40, seed=72, min_turns=3, max_turns=4)
-    truths, thirds = [], ([], [], [])
-    for index in range(config.sessions):
-        truth, batches = simulate_session(config, index)
-        records = [r for batch in batches for r in batch]
-        truths.append(truth)
-        for part in range(3):
-            thirds[part].extend(records[len(records) * part // 3: len(records) * (part + 1) // 3])
+    truths, thirds = in_thirds(SimulatorConfig(sessions=40, seed=72, min_turns=3, max_turns=4))
     settings = ConsumerSettings(group_id=group_id("archiver"))
     root = tmp_path / "archive"
-
-    async def scenario() -> None:
-        first, second = Archiver(kafka, names, root, settings=settings), Archiver(kafka, names, root, settings=settings)
-        stop_first, stop_second = asyncio.Event(), asyncio.Event()
-        tasks = [asyncio.create_task(first.run(stop_first))]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 120
-
-        async def until(condition, what: str) -> None:
-            while not condition():
-                assert loop.time() < deadline and not any(t.done() for t in tasks), f"timed out waiting for {what}"
-                await asyncio.sleep(0.01)  # wait-ok: polling a condition with a deadline
-
-        async def publish_and_wait(records, members) -> None:
-            async with Publisher(kafka, names) as publisher:
-                await publisher.send_many(records)
-                await publisher.flush()
-            ends = await end_offsets(kafka, names.events)
-
-            def done() -> bool:
-                consumed = {tp.partition: offset for member in members for tp, offset in member._consumed.items()
-                            if tp in member.consumer.assignment()}
-                return all(consumed.get(p, 0) >= end for p, end in ends.items() if end)
-            await until(done, "the members to catch up")
-
-        await until(lambda: first.consumer and first.consumer.assignment(), "the first member's partitions")
-        await publish_and_wait(thirds[0], [first])
-        # a second member takes some partitions and carries their files on
-        tasks.append(asyncio.create_task(second.run(stop_second)))
-        await until(lambda: second.consumer and second.consumer.assignment()
-                    and len(first.consumer.assignment()) + len(second.consumer.assignment()) == 4, "the rebalance")
-        await publish_and_wait(thirds[1], [first, second])
-        # it leaves: the first takes them back and must continue from the
-        # files, not from what it knew before it lost them
-        stop_second.set()
-        await tasks.pop()
-        await until(lambda: len(first.consumer.assignment()) == 4, "the partitions to come back")
-        await publish_and_wait(thirds[2], [first])
-        stop_first.set()
-        await tasks.pop()
-
-    asyncio.run(scenario())
+    asyncio.run(hand_over(kafka, names, lambda: Archiver(kafka, names, root, settings=settings), thirds))
     assert_archive_is_the_truth(root, truths)
