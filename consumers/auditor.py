@@ -552,7 +552,8 @@ class Auditor(ConsumerService):
         if fold.error is not None:
             self._refuse(session, fold.error, seq)
             return
-        self.count(AUDITED, fold.count - before)
+        if not self._muted:
+            self.count(AUDITED, fold.count - before)
         self._verify_pending(session)
 
     def _drain(self, session: _Session) -> None:
@@ -573,11 +574,15 @@ class Auditor(ConsumerService):
 
     # -------------------------------------------------------- attestations
 
+    def _verdict(self, verdict: str) -> None:
+        if not self._muted:  # a replay re-checks what was counted before
+            REQUESTS.labels(verdict).inc()
+
     def _attestation(self, session: _Session, decoded: SessionRecord) -> None:
         boundary = decoded.seq
         position = session.fold.count if session.fold is not None else 0
         if position > boundary:
-            REQUESTS.labels("late").inc()
+            self._verdict("late")
             session.emit("attestation-late", boundary, f"attestation for boundary {boundary} arrived after seq "
                          f"{position - 1}; its prefix is gone")
             return
@@ -595,7 +600,7 @@ class Auditor(ConsumerService):
         state = session.fold.state
         session.attested.add(boundary)
         if state.header is None:
-            REQUESTS.labels("no-header").inc()
+            self._verdict("no-header")
             session.emit("no-request-header", boundary, "an attested request with no request/header in force",
                          body.get("turn"), body.get("step"))
             return
@@ -605,9 +610,9 @@ class Auditor(ConsumerService):
         rebuilt = session.request_digest.of(state.history.current(state.surface.nodes, generation), generation,
                                             *session.frame)
         if rebuilt == body.get("digest"):
-            REQUESTS.labels("verified").inc()
+            self._verdict("verified")
             return
-        REQUESTS.labels("mismatch").inc()
+        self._verdict("mismatch")
         session.emit("request-mismatch", boundary,
                      f"the request sent (digest {body.get('digest')}) is not the one the log rebuilds ({rebuilt}): "
                      "model-visible content outside the log", body.get("turn"), body.get("step"))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from prometheus_client import REGISTRY
 
 from consumers.auditor import Auditor, AuditStore
 from dsh_core.kafka.config import ConsumerSettings
@@ -29,6 +30,10 @@ def _findings(kafka, names, expected: collections.Counter) -> collections.Counte
     records = asyncio.run(consume_all(kafka, names.findings, sum(expected.values()), timeout=30, settle=1.5,
                                       committed_only=True))
     return collections.Counter((f["session"], f["rule"], f["seq"]) for f in (json.loads(r.value) for r in records))
+
+
+def verified() -> float:
+    return REGISTRY.get_sample_value("dsh_audit_requests_total", {"verdict": "verified"}) or 0
 
 
 def test_restart_resumes_from_the_state_store(kafka, topics, group_id, tmp_path):
@@ -68,8 +73,11 @@ def test_restart_resumes_from_the_state_store(kafka, topics, group_id, tmp_path)
     third = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=10, seed=53, max_turns=3,
                                                                     faults=FaultPlan(unlogged=1))))
     elsewhere = auditor(tmp_path / "elsewhere.sqlite")
+    verified_before = verified()
     asyncio.run(catch_up(elsewhere))
     assert elsewhere.replayed == committed
+    # the replay's verdicts are not counted again: only the new requests are
+    assert verified() - verified_before == sum(t.attestations for t in third) - 1  # one unlogged
 
     expected = expected_findings(first) + expected_findings(second) + expected_findings(third)
     got = _findings(kafka, names, expected)
