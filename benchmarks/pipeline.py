@@ -9,7 +9,7 @@
    processes of each in one consumer group (default: one per CPU), the way
    the services scale out; prints events/s and the ratios to the baseline.
 2. End-to-end latency: a publisher process (the agents) publishes at a
-   steady 5k events/s for 20 s while a projector runs; latency is
+   steady 5k events/s for 20 s while a projector process runs; latency is
    view-commit time minus the record's Kafka timestamp (its publish time),
    p50 and p99, over every record.
 3. Peak RSS of a projector process that touches ``--sessions-rss`` sessions
@@ -104,23 +104,53 @@ async def _catch_up(service, ends: dict) -> float:
     return elapsed
 
 
-class _TimedProjector(Projector):
-    """Records view-commit latency against each record's Kafka timestamp."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.stamps: list[int] = []
-        self.latencies: list[float] = []
-
-    async def handle(self, record, decoded) -> None:
+# The projector of the latency run, in a fresh process of its own (as it is
+# deployed): it records view-commit time minus each record's Kafka timestamp
+# (its publish time), prints "ready" once it holds every partition at a
+# resolved position ("latest" would skip what is published before that),
+# then reads the end offsets from stdin, and prints p50 and p99 as JSON once
+# every record up to them has its view committed.
+_LATENCY_CHILD = """
+import asyncio, json, sys, tempfile, time
+from pathlib import Path
+from consumers.projector import Projector
+from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
+from dsh_core.kafka.topics import TopicNames
+bootstrap, prefix, group, partitions = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+class Timed(Projector):
+    stamps, latencies = [], []
+    async def handle(self, record, decoded):
         self.stamps.append(record.timestamp)
         await super().handle(record, decoded)
-
-    async def persist(self) -> None:
+    async def persist(self):
         await super().persist()
         now = time.time() * 1000
         self.latencies.extend(now - stamp for stamp in self.stamps)
         self.stamps = []
+async def main():
+    projector = Timed(KafkaConfig(bootstrap), TopicNames.with_prefix(prefix), Path(tempfile.mkdtemp()) / "v.sqlite",
+                      settings=ConsumerSettings(group_id=group, auto_offset_reset="latest"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    while projector.consumer is None or len(projector.consumer.assignment()) < partitions:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    for partition in projector.consumer.assignment():
+        await projector.consumer.position(partition)
+    print("ready", flush=True)
+    ends = {int(p): end for p, end in json.loads(await asyncio.to_thread(sys.stdin.readline)).items()}
+    while projector.stamps or any({tp.partition: o for tp, o in projector._consumed.items()}.get(p, 0) < end
+                                  for p, end in ends.items()):
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    stop.set()
+    await task
+    latencies = sorted(projector.latencies)
+    print(json.dumps([latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]]), flush=True)
+asyncio.run(main())
+"""
 
 
 # The agents of the latency run, in a process of their own (as agents are):
@@ -157,37 +187,30 @@ asyncio.run(main())
 
 
 async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: float) -> tuple[float, float]:
-    projector = _TimedProjector(kafka, names, Path(tempfile.mkdtemp()) / "v.sqlite",
-                                settings=ConsumerSettings(group_id=f"lat{uuid.uuid4().hex[:6]}", auto_offset_reset="latest"))
-    stop = asyncio.Event()
-    task = asyncio.create_task(projector.run(stop))
-    agents = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _PUBLISH_CHILD, kafka.bootstrap, names.events[:-len("dsh.session-events")], str(rate),
-        str(seconds), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-    assert await agents.stdout.readline() == b"ready\n"
-    # the clock starts once the projector holds every partition at a known
-    # position ("latest" would skip what is published before that)
+    prefix = names.events[:-len("dsh.session-events")]
     partitions = len(await _ends(kafka, names.events))
-    while projector.consumer is None or len(projector.consumer.assignment()) < partitions:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    for partition in projector.consumer.assignment():
-        await projector.consumer.position(partition)
-    agents.stdin.write(b"go\n")
-    await agents.stdin.drain()
-    if await agents.wait() != 0:
-        raise RuntimeError("the latency publisher failed")
-    ends = await _ends(kafka, names.events)
-    while projector.stamps or any({tp.partition: offset for tp, offset in projector._consumed.items()}.get(p, 0) < end
-                                  for p, end in ends.items()):
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)  # until every record's view is committed
-    stop.set()
-    await task
-    latencies = sorted(projector.latencies)
-    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    projector = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _LATENCY_CHILD, kafka.bootstrap, prefix, f"lat{uuid.uuid4().hex[:6]}", str(partitions),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    agents = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PUBLISH_CHILD, kafka.bootstrap, prefix, str(rate), str(seconds),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert await projector.stdout.readline() == b"ready\n", "the latency projector failed"
+        assert await agents.stdout.readline() == b"ready\n", "the latency publisher failed"
+        agents.stdin.write(b"go\n")
+        await agents.stdin.drain()
+        assert await agents.wait() == 0, "the latency publisher failed"
+        projector.stdin.write(json.dumps(await _ends(kafka, names.events)).encode() + b"\n")
+        await projector.stdin.drain()
+        p50, p99 = json.loads(await projector.stdout.readline())
+        assert await projector.wait() == 0, "the latency projector failed"
+        return p50, p99
+    finally:
+        for child in (projector, agents):
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
 
 
 # One group member of a scaled-out service. It joins the group, reports its
