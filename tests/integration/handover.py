@@ -26,8 +26,11 @@ def in_thirds(config: SimulatorConfig) -> tuple[list[SimulatedSession], tuple[li
     return truths, thirds
 
 
-async def hand_over(kafka, names, make_member: Callable, thirds: tuple[list, list, list], timeout: float = 120) -> None:
-    """Publish a third, let the members catch up, change the group, repeat."""
+async def hand_over(kafka, names, make_member: Callable, config: SimulatorConfig,
+                    timeout: float = 120) -> list[SimulatedSession]:
+    """Publish a third of the fleet, let the members catch up, change the
+    group, repeat; returns the fleet's ground truth."""
+    truths, thirds = in_thirds(config)
     first, second = make_member(), make_member()
     stop_first, stop_second = asyncio.Event(), asyncio.Event()
     tasks = [asyncio.create_task(first.run(stop_first))]
@@ -64,3 +67,4 @@ async def hand_over(kafka, names, make_member: Callable, thirds: tuple[list, lis
     await publish_and_wait(thirds[2], [first])
     stop_first.set()
     await tasks.pop()
+    return truths

@@ -14,7 +14,7 @@ from dsh_core.storage.reader import load_session
 from producers.publisher import Publisher
 from producers.shipper import discover_session_files
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
-from tests.integration.handover import hand_over, in_thirds
+from tests.integration.handover import hand_over
 from tests.integration.test_projector import run_until
 from tests.kafka_fixtures import committed_offsets, end_offsets
 
@@ -74,8 +74,8 @@ def assert_archive_is_the_truth(root, truths) -> None:
 
 def test_partitions_come_back_after_another_member_carried_their_files_on(kafka, topics, group_id, tmp_path):
     names = topics(partitions=4)
-    truths, thirds = in_thirds(SimulatorConfig(sessions=40, seed=72, min_turns=3, max_turns=4))
     settings = ConsumerSettings(group_id=group_id("archiver"))
     root = tmp_path / "archive"
-    asyncio.run(hand_over(kafka, names, lambda: Archiver(kafka, names, root, settings=settings), thirds))
+    truths = asyncio.run(hand_over(kafka, names, lambda: Archiver(kafka, names, root, settings=settings),
+                                   SimulatorConfig(sessions=40, seed=72, min_turns=3, max_turns=4)))
     assert_archive_is_the_truth(root, truths)

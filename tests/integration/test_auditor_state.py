@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from consumers.auditor import Auditor, AuditStore
 from dsh_core.kafka.config import ConsumerSettings
 from producers.simulator import FaultPlan, SimulatorConfig
-from tests.integration.handover import hand_over, in_thirds
+from tests.integration.handover import hand_over
 from tests.integration.test_pipeline import expected_findings
 from tests.integration.test_projector import publish_fleet, run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets, group_lag
@@ -114,13 +114,13 @@ def test_rebalance_two_auditors_one_stopped_midway(kafka, topics, group_id, tmp_
 
 def test_partitions_come_back_after_another_member_moved_their_sessions_on(kafka, topics, group_id, tmp_path):
     names = topics(partitions=4)
-    truths, thirds = in_thirds(SimulatorConfig(sessions=40, seed=74, min_turns=3, max_turns=4,
-                                               faults=FaultPlan(unlogged=2, dropped=1, lossless=1)))
     settings = ConsumerSettings(group_id=group_id("auditor"))
     state = tmp_path / "auditor.sqlite"
     members = iter("ab")
-    asyncio.run(hand_over(kafka, names, lambda: Auditor(kafka, names, state=state, instance=next(members),
-                                                        settings=settings), thirds))
+    truths = asyncio.run(hand_over(kafka, names, lambda: Auditor(kafka, names, state=state, instance=next(members),
+                                                                 settings=settings),
+                                   SimulatorConfig(sessions=40, seed=74, min_turns=3, max_turns=4,
+                                                   faults=FaultPlan(unlogged=2, dropped=1, lossless=1))))
     expected = expected_findings(truths)
     got = _findings(kafka, names, expected)
     assert got == expected, f"extra: {got - expected}, missing: {expected - got}"

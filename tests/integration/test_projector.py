@@ -16,7 +16,7 @@ from dsh_core.kafka.config import ConsumerSettings
 from dsh_core.kafka.records import KIND_RECORD
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, fleet, simulate_session
-from tests.integration.handover import hand_over, in_thirds
+from tests.integration.handover import hand_over
 from tests.kafka_fixtures import group_lag
 from tests.waiting import wait_for
 
@@ -138,8 +138,8 @@ def test_rebalance_two_projectors_one_stopped_midway(kafka, topics, group_id, tm
 
 def test_partitions_come_back_after_another_member_moved_their_views_on(kafka, topics, group_id, tmp_path):
     names = topics(partitions=4)
-    truths, thirds = in_thirds(SimulatorConfig(sessions=40, seed=73, min_turns=3, max_turns=4))
     settings = ConsumerSettings(group_id=group_id("projector"))
     db = tmp_path / "views.sqlite"
-    asyncio.run(hand_over(kafka, names, lambda: Projector(kafka, names, db, settings=settings), thirds))
+    truths = asyncio.run(hand_over(kafka, names, lambda: Projector(kafka, names, db, settings=settings),
+                                   SimulatorConfig(sessions=40, seed=73, min_turns=3, max_turns=4)))
     assert views_match(db, truths)
