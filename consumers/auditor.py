@@ -338,7 +338,8 @@ class Auditor(ConsumerService):
     async def close(self) -> None:
         if self.store is not None:
             try:
-                self._store_now(set(self._committed))
+                if self.drained:  # after a failure, memory may hold a half-applied record
+                    self._store_now(set(self._committed))
             finally:
                 self.store.close()
                 self.store = None

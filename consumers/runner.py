@@ -96,6 +96,7 @@ class ConsumerService(ABC):
         self._consumed: dict[TopicPartition, int] = {}  # next offset to read, per partition (for lag)
         self.last_poll = time.monotonic()
         self.healthy = False
+        self.drained = False  # the last run ended with everything handled persisted and committed
         self.lock = asyncio.Lock()  # batch handling vs rebalance callbacks
         self._record_counters: dict[str, Any] = {}
         self._tally: dict[Any, float] = {}  # counter child -> increments this batch
@@ -209,6 +210,7 @@ class ConsumerService(ABC):
                 self._update_lag()
             async with self.lock:
                 await self._checkpoint()  # drain: what was handled is persisted and committed
+            self.drained = True
         finally:
             self.healthy = False
             if self._committing is not None:  # only when failing: a clean drain awaited it
