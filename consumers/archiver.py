@@ -39,7 +39,7 @@ from dsh_core.storage.layout import Compression, encode_segment, log_name, log_p
 from dsh_core.storage.reader import load_session_bytes, read_events
 from dsh_core.storage.writer import SessionFileWriter
 
-from .runner import HELD_LIMIT, ConsumerService, held_limit_error
+from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error
 
 __all__ = ["Archiver"]
 
@@ -64,7 +64,7 @@ class Archiver(ConsumerService):
     service = "archiver"
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, root: Path, *, group: str = "dsh-archiver",
-                 compression: Compression = "zstd", hot_sessions: int = 20_000,
+                 compression: Compression = "zstd", hot_sessions: int = HOT_SESSIONS,
                  settings: ConsumerSettings | None = None) -> None:
         super().__init__(kafka, topics, settings or ConsumerSettings(group_id=group))
         self.root = root

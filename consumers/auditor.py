@@ -60,7 +60,7 @@ from dsh_core.session import SessionState
 from dsh_core.storage.reader import StagedFold
 from dsh_core.storage.records import ChunkRow
 
-from .runner import HELD_LIMIT, ConsumerService, held_limit_error
+from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error
 
 __all__ = ["Auditor", "AuditStore", "Finding", "lossless_problem"]
 
@@ -309,7 +309,7 @@ class Auditor(ConsumerService):
     service = "auditor"
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, *, state: Path | None = None,
-                 group: str = "dsh-auditor", instance: str = "0", hot_sessions: int = 20_000,
+                 group: str = "dsh-auditor", instance: str = "0", hot_sessions: int = HOT_SESSIONS,
                  checkpoint_seconds: float = 30.0, settings: ConsumerSettings | None = None) -> None:
         super().__init__(kafka, topics, settings or ConsumerSettings(group_id=group))
         self.transactional_id = f"{self.settings.group_id}-{instance}"

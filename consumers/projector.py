@@ -38,7 +38,7 @@ from dsh_core.checkpoint import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_core.storage.reader import StagedFold
 
-from .runner import HELD_LIMIT, ConsumerService, held_limit_error
+from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error
 
 __all__ = ["Projector", "ViewStore"]
 
@@ -146,7 +146,7 @@ class Projector(ConsumerService):
     service = "projector"
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, store_path: Path, *, group: str = "dsh-projector",
-                 hot_sessions: int = 20_000, settings: ConsumerSettings | None = None) -> None:
+                 hot_sessions: int = HOT_SESSIONS, settings: ConsumerSettings | None = None) -> None:
         super().__init__(kafka, topics, settings or ConsumerSettings(group_id=group))
         self.store_path = store_path
         self.hot_sessions = hot_sessions

@@ -39,7 +39,7 @@ from dsh_core.kafka.config import ConsumerSettings, KafkaConfig, ProducerSetting
 from dsh_core.kafka.records import KafkaRecord, SessionRecord, decode_kafka_record
 from dsh_core.kafka.topics import TopicNames
 
-__all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "HELD_LIMIT", "held_limit_error", "serve_http"]
+__all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "HELD_LIMIT", "HOT_SESSIONS", "held_limit_error", "serve_http"]
 
 RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind.", ["service", "kind"])
 DEAD_LETTERS = Counter("dsh_consumer_dead_letters_total", "Records sent to the dead-letter topic, by service and reason.",
@@ -54,6 +54,8 @@ COMMITS = Counter("dsh_consumer_commits_total", "Offset commits after durable ef
 
 #: Records a service keeps per session while it waits for a missing seq.
 HELD_LIMIT = 10_000
+#: Sessions a service keeps in memory by default (its LRU).
+HOT_SESSIONS = 20_000
 
 
 def held_limit_error(session_id: str, waiting_for: int, seq: int) -> ValidationError:

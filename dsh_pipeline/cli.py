@@ -186,7 +186,7 @@ def _consumer_settings(args: argparse.Namespace):
 
 def _project(args: argparse.Namespace) -> int:
     from consumers.projector import Projector
-    return _consume(args, lambda kafka, names: Projector(kafka, names, Path(args.db),
+    return _consume(args, lambda kafka, names: Projector(kafka, names, Path(args.db), hot_sessions=args.hot_sessions,
                                                          settings=_consumer_settings(args)))
 
 
@@ -194,12 +194,12 @@ def _audit(args: argparse.Namespace) -> int:
     from consumers.auditor import Auditor
     return _consume(args, lambda kafka, names: Auditor(kafka, names, state=Path(args.state), instance=args.instance,
                                                        checkpoint_seconds=args.checkpoint_seconds,
-                                                       settings=_consumer_settings(args)))
+                                                       hot_sessions=args.hot_sessions, settings=_consumer_settings(args)))
 
 
 def _archive(args: argparse.Namespace) -> int:
     from consumers.archiver import Archiver
-    return _consume(args, lambda kafka, names: Archiver(kafka, names, Path(args.root),
+    return _consume(args, lambda kafka, names: Archiver(kafka, names, Path(args.root), hot_sessions=args.hot_sessions,
                                                         settings=_consumer_settings(args)))
 
 
@@ -274,10 +274,13 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_consumer_options(parser: argparse.ArgumentParser, group: str) -> None:
+    from consumers.runner import HOT_SESSIONS
     from dsh_core.kafka.config import ConsumerSettings
     parser.add_argument("--group", default=group, help=f"consumer group (default {group})")
     parser.add_argument("--max-records", type=int, default=ConsumerSettings.max_records,
                         help="records per poll batch (one persist and commit each)")
+    parser.add_argument("--hot-sessions", type=int, default=HOT_SESSIONS,
+                        help="sessions kept in memory; colder ones are reloaded from the service's state")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
     _add_kafka_options(parser)
 

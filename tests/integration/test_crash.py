@@ -35,8 +35,10 @@ def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
     db = tmp_path / "views.sqlite"
     projector_group, auditor_group = group_id("projector"), group_id("auditor")
     total = asyncio.run(group_lag(kafka, names.events, projector_group))
-    # small batches: many commits, so the kills land mid-run
-    common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6", "--max-records", "500"]
+    # small batches: many commits, so the kills land mid-run; small LRUs:
+    # sessions go cold and come back from the stores across the kills
+    common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6", "--max-records", "500",
+              "--hot-sessions", "60"]
     commands = {
         projector_group: [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group",
                           projector_group, *common],
