@@ -376,7 +376,7 @@ class Auditor(ConsumerService):
             for finding in self._findings:
                 FINDINGS.labels(finding.rule).inc()
             self._findings = []
-        # The state now is exactly what the commit in flight covers.
+        # Memory now holds exactly the state the coming commit covers.
         if time.monotonic() >= self._next_checkpoint:
             self._next_checkpoint = time.monotonic() + self.checkpoint_seconds
             self._staged.update((session_id, session.snapshot()) for session_id, session in self._changed.items())
