@@ -11,17 +11,17 @@ rebalance) its archive file is looked up in the root's project folders and
 its stored length says which seq comes next (a frame torn by a crash is cut
 off; its records are read again from Kafka, whose offsets were not yet
 committed). Duplicates are skipped by seq; a gap holds the session's later
-records in memory until the missing one arrives, and the partition's
-committed offset stays below the first held record, so a restart reads
-them again rather than losing them. Offsets are committed after fsync.
-Sessions live in a bounded LRU (only those not waiting at a gap are
-dropped); a revoked partition's sessions are dropped at once, since
-another member continues their files.
+records until the missing one arrives, kept durably in the root's
+``.dsh-archiver-held.sqlite`` (written before the commit, so a restart
+finds them; the shipper's discovery ignores it). Offsets are committed
+after fsync. Sessions live in a bounded LRU; a revoked partition's sessions
+are dropped at once, since another member continues their files.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +49,10 @@ ARCHIVE_SKIPPED = Counter("dsh_archiver_records_skipped_total", "Records not arc
 
 
 
+#: The archiver's held records, in the archive root.
+HELD_FILE = ".dsh-archiver-held.sqlite"
+
+
 @dataclass
 class _Session:
     partition: int
@@ -57,7 +61,8 @@ class _Session:
     lines: list[bytes] = field(default_factory=list)
     first_seq: int = 0
     next_seq: int = 0
-    held: dict[int, tuple[bytes, int, int]] = field(default_factory=dict)  # seq -> (value, count, offset)
+    held: dict[int, tuple[bytes, int]] = field(default_factory=dict)  # seq -> (value, count)
+    held_dirty: bool = False
 
 
 class Archiver(ConsumerService):
@@ -70,10 +75,21 @@ class Archiver(ConsumerService):
         self.root = root
         self.compression = compression
         self.hot_sessions = hot_sessions
+        self.held_db: sqlite3.Connection | None = None
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._dirty: dict[str, _Session] = {}  # with lines to write
-        self._holding: dict[str, _Session] = {}  # with records held behind a gap
-        self._commit_caps: dict[int, int] = {}  # partition -> offset of its first held record
+        self._dirty: dict[str, _Session] = {}  # with lines to write or held records to store
+
+    async def open(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.held_db = sqlite3.connect(self.root / HELD_FILE, isolation_level=None, check_same_thread=False)
+        self.held_db.execute("PRAGMA journal_mode=WAL")
+        self.held_db.execute("CREATE TABLE IF NOT EXISTS held (session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+                             "value BLOB NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (session_id, seq))")
+
+    async def close(self) -> None:
+        if self.held_db is not None:
+            self.held_db.close()
+            self.held_db = None
 
     # ------------------------------------------------------------- sessions
 
@@ -84,6 +100,8 @@ class Archiver(ConsumerService):
             return session
         path = self._existing(session_id)
         session = self._open(path, partition) if path is not None else _Session(partition)
+        session.held = {seq: (value, count) for seq, value, count in self.held_db.execute(
+            "SELECT seq, value, count FROM held WHERE session_id = ?", (session_id,))}
         self._sessions[session_id] = session
         return session
 
@@ -122,10 +140,8 @@ class Archiver(ConsumerService):
                 header = parse_header_line(decode_json(decoded.value), f"session {decoded.session_id!r} header")
                 opened = self._open(log_path(self.root, header.cwd if isinstance(header.cwd, str) else None,
                                              header.id, self.compression), record.partition, header)
-                opened.held = session.held
+                opened.held, opened.held_dirty = session.held, session.held_dirty
                 self._sessions[decoded.session_id] = session = opened
-                if session.held:
-                    self._holding[decoded.session_id] = session
                 self._drain(decoded.session_id, session)
             return
         if session.header is not None and decoded.seq < session.next_seq:
@@ -135,8 +151,9 @@ class Archiver(ConsumerService):
             if decoded.seq not in session.held:
                 if len(session.held) >= HELD_LIMIT:
                     raise held_limit_error(decoded.session_id, session.next_seq, decoded.seq)
-                session.held[decoded.seq] = (decoded.value, decoded.count, record.offset)
-                self._holding[decoded.session_id] = session
+                session.held[decoded.seq] = (decoded.value, decoded.count)
+                session.held_dirty = True
+                self._dirty[decoded.session_id] = session
             return
         self._take(session, decoded.value, decoded.count)
         self._drain(decoded.session_id, session)
@@ -151,46 +168,50 @@ class Archiver(ConsumerService):
         while session.held and session.header is not None:
             for seq in [s for s in session.held if s < session.next_seq]:
                 del session.held[seq]
+                session.held_dirty = True
             item = session.held.pop(session.next_seq, None)
             if item is None:
                 break
-            self._take(session, *item[:2])
-        if session.lines:
+            session.held_dirty = True
+            self._take(session, *item)
+        if session.lines or session.held_dirty:
             self._dirty[session_id] = session
 
     # -------------------------------------------------------------- persist
 
     async def persist(self) -> None:
-        for session in self._dirty.values():
-            session.writer.append_lines(session.lines, session.first_seq, session.next_seq)
-            ARCHIVED.inc(session.next_seq - session.first_seq)
-            FRAMES.inc()
-            session.lines = []
+        held_changed = []
+        for session_id, session in self._dirty.items():
+            if session.lines:
+                session.writer.append_lines(session.lines, session.first_seq, session.next_seq)
+                ARCHIVED.inc(session.next_seq - session.first_seq)
+                FRAMES.inc()
+                session.lines = []
+            if session.held_dirty:
+                held_changed.append((session_id, session))
         self._dirty.clear()
-        # Held records are in no file yet: the commit stops before the first.
-        self._commit_caps = {}
-        for session_id, session in list(self._holding.items()):
-            if not session.held:
-                del self._holding[session_id]
-                continue
-            first = min(offset for _, _, offset in session.held.values())
-            self._commit_caps[session.partition] = min(first, self._commit_caps.get(session.partition, first))
-        self._evict()
-
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        await super().commit({tp: min(offset, self._commit_caps.get(tp.partition, offset))
-                              for tp, offset in offsets.items()})
-
-    def _evict(self) -> None:
+        # After the files: a crash in between leaves held rows the file has
+        # passed, which the next drain drops as below the next seq.
+        if held_changed:
+            db = self.held_db
+            db.execute("BEGIN")
+            try:
+                for session_id, session in held_changed:
+                    db.execute("DELETE FROM held WHERE session_id = ?", (session_id,))
+                    db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
+                                   [(session_id, seq, value, count) for seq, (value, count) in session.held.items()])
+                    session.held_dirty = False
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
         for session_id in list(self._sessions)[: max(0, len(self._sessions) - self.hot_sessions)]:
-            if session_id not in self._holding:
-                del self._sessions[session_id]
+            del self._sessions[session_id]
 
     async def on_revoke(self, partitions: set[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}
         for session_id in [s for s, session in self._sessions.items() if session.partition in gone]:
             del self._sessions[session_id]
-            self._holding.pop(session_id, None)
 
 
 def _resume(path: Path) -> tuple[SessionHeader, int]:
