@@ -175,6 +175,7 @@ def run_demo(config: DemoConfig) -> int:
         manifest = decode_json(manifest_path.read_bytes())
         deadline = time.monotonic() + 600
         last_total, last_time = 0, time.monotonic()
+        last_lags, moved = None, time.monotonic()  # when any lag last changed
         while True:
             for child in children:
                 if child.poll() is not None:
@@ -188,6 +189,11 @@ def run_demo(config: DemoConfig) -> int:
                   f"archiver lag {lags['archiver']:>7,}  ({rate:,.0f} records/s)", flush=True)
             if not any(lags.values()):
                 break
+            if lags != last_lags:
+                last_lags, moved = lags, now
+            elif now - moved > 60:
+                stalled = ", ".join(name for name, lag in lags.items() if lag)
+                raise RuntimeError(f"no progress for 60 s ({stalled} still behind); see {logs}")
             if now > deadline:
                 raise RuntimeError("the services did not catch up within 10 minutes")
             time.sleep(1.0)
