@@ -47,8 +47,6 @@ ARCHIVED = Counter("dsh_archiver_events_total", "Session events written to archi
 FRAMES = Counter("dsh_archiver_frames_total", "Append batches (zstd frames) written.")
 ARCHIVE_SKIPPED = Counter("dsh_archiver_records_skipped_total", "Records not archived, by reason.", ["reason"])
 
-
-
 #: The archiver's held records, in the archive root.
 HELD_FILE = ".dsh-archiver-held.sqlite"
 
@@ -108,8 +106,6 @@ class Archiver(ConsumerService):
     def _existing(self, session_id: str) -> Path | None:
         """The session's archive file if a run before wrote one (its project
         folder comes from the header, which this run may never see)."""
-        if not self.root.is_dir():
-            return None
         segment, name = encode_segment(session_id), log_name(self.compression)
         for project in self.root.iterdir():
             path = project / segment / name
