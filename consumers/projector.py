@@ -12,8 +12,8 @@ Views live in SQLite (WAL): one transaction per batch writes every changed
 session (view, fold snapshot, held records, next seq) before the offsets
 are committed, so views are exactly-once. Hot sessions stay in a bounded
 LRU; a cold one is restored from its snapshot, and so is one whose
-partition was revoked and came back (another member may have moved it on). View heads go to the
-compacted ``dsh.session-views`` topic.
+partition was revoked and came back (another member may have moved it
+on). View heads go to the compacted ``dsh.session-views`` topic.
 """
 
 from __future__ import annotations

@@ -52,14 +52,14 @@ def snapshot_fold(fold: StagedFold, with_surface_events: bool = True) -> bytes:
     return dump_json(data)
 
 
-def restore_fold(blob: bytes, where: str, analysis: Any,
+def restore_fold(blob: bytes, where: str, observer: Any,
                  surface_events: list[tuple[int, str, Any]] | None = None) -> StagedFold:
     """A fold from :func:`snapshot_fold`; ``surface_events`` supplies the
     ``(seq, type, data)`` rows a snapshot made without them left out.
-    ``analysis`` is the fold's observer; a :class:`LogAnalysis` gets its
+    ``observer`` is the fold's observer; a :class:`LogAnalysis` gets its
     saved state back."""
     data = decode_json(blob)
-    fold = StagedFold(where, analysis)
+    fold = StagedFold(where, observer)
     header = data["header"]
     fold.header = SessionHeader(**header) if header else None
     fold.count = data["count"]
@@ -77,7 +77,8 @@ def restore_fold(blob: bytes, where: str, analysis: Any,
     fold.tracker.open_turn, fold.tracker.open_step = tracker["openTurn"], tracker["openStep"]
     fold.tracker.last_seq, fold.tracker.last_time = tracker["lastSeq"], tracker["lastTime"]
     fold.tracker.pending = {call_id: [step, call_seq] for call_id, step, call_seq in tracker["pending"]}
-    if isinstance(analysis, LogAnalysis) and "analysis" in data:
+    if isinstance(observer, LogAnalysis) and "analysis" in data:
+        analysis = observer
         saved = data["analysis"]
         analysis.turns, analysis.steps, analysis.request_count = saved["turns"], saved["steps"], saved["requests"]
         analysis.usage = {(provider, model): Counter(totals) for provider, model, totals in saved["usage"]}
