@@ -201,8 +201,8 @@ class Archiver(ConsumerService):
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        for session_id in list(self._sessions)[: max(0, len(self._sessions) - self.hot_sessions)]:
-            del self._sessions[session_id]
+        while len(self._sessions) > self.hot_sessions:  # nothing unwritten is left to lose
+            self._sessions.popitem(last=False)
 
     async def on_revoke(self, partitions: set[TopicPartition]) -> None:
         gone = {tp.partition for tp in partitions}

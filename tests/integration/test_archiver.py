@@ -45,7 +45,7 @@ def test_restarts_continue_the_files_and_keep_held_records(kafka, topics, group_
         committed = await committed_offsets(kafka, settings.group_id)
         ends = {p: end for p, end in (await end_offsets(kafka, names.events)).items()
                 if end > committed.get((names.events, p), 0)}
-        archiver = Archiver(kafka, names, root, settings=settings)
+        archiver = Archiver(kafka, names, root, hot_sessions=5, settings=settings)  # sessions go cold, come back
 
         def caught_up() -> bool:
             consumed = {tp.partition: offset for tp, offset in archiver._consumed.items()}
