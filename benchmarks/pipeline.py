@@ -250,7 +250,7 @@ async def main():
     settings = ConsumerSettings(group_id=group)
     names = TopicNames.with_prefix(prefix)
     member = (Member(KafkaConfig(bootstrap), names, Path(db), settings=settings) if service == "projector"
-              else Member(KafkaConfig(bootstrap), names, instance=instance, settings=settings))
+              else Member(KafkaConfig(bootstrap), names, settings=settings))
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     task = asyncio.create_task(member.run(stop))

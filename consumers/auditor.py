@@ -19,8 +19,13 @@ checker. Findings (one record each on ``dsh.audit-findings``, and a metric):
   session's log is refused (unknown required type, broken rule, bad record);
 * ``invariant:<rule>`` — a turn/step/tool relation of spec §7.1 is broken.
 
-Exactly-once findings: each batch's findings and its consumer offsets are
-committed in one Kafka transaction.
+Exactly-once findings: a partition's findings, dead letters and consumer
+offsets of each batch are committed in one Kafka transaction by that
+partition's own transactional producer (transactional id
+``<group>.<topic>.<partition>``). A member that takes a partition over
+initializes that id first, which aborts the previous owner's open
+transaction and fences it: a zombie member (one the group already replaced)
+can commit nothing more, and fails.
 
 Session state lives in a bounded LRU backed by a SQLite state store that
 only ever holds *committed* state: a session the LRU evicts is written once
@@ -37,15 +42,17 @@ at most one checkpoint interval.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Iterable, Iterator
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import ProducerFenced
 from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import DecodeError, DshError
@@ -89,6 +96,19 @@ _SIXTEEN_DIGITS = b"0" * 16
 # they apply): dead letters and findings can be matched to a refusal class.
 _CATEGORY = {"sequence-gap": "corrupt-storage", "corrupt-storage": "corrupt-storage",
              "unsupported-format": "unsupported-format", "invalid-log": "invalid-log", "lossless": "invalid-log"}
+
+
+class FencedError(RuntimeError):
+    """A newer member took one of this member's partitions over."""
+
+
+async def _all(awaitables: Iterable[Awaitable[Any]]) -> None:
+    """Await every one (none is left running or unretrieved), then raise the
+    first failure."""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        raise failure
 
 
 @dataclass(frozen=True)
@@ -191,7 +211,7 @@ class _Session:
     frame: tuple[bytes, bytes] = (b"", b"")
 
     def emit(self, rule: str, seq: Any, detail: str, turn: Any = None, step: Any = None) -> None:
-        self.auditor.emit(Finding(rule, self.session_id, seq, detail, turn, step))
+        self.auditor.emit(Finding(rule, self.session_id, seq, detail, turn, step), self.partition)
 
     def snapshot(self) -> "_Saved":
         """Everything later records need, for the state store."""
@@ -309,10 +329,9 @@ class Auditor(ConsumerService):
     service = "auditor"
 
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, *, state: Path | None = None,
-                 group: str = "dsh-auditor", instance: str = "0", hot_sessions: int = HOT_SESSIONS,
+                 group: str = "dsh-auditor", hot_sessions: int = HOT_SESSIONS,
                  checkpoint_seconds: float = 30.0, settings: ConsumerSettings | None = None) -> None:
         super().__init__(kafka, topics, settings or ConsumerSettings(group_id=group))
-        self.transactional_id = f"{self.settings.group_id}-{instance}"
         self.state_path = state
         self.hot_sessions = hot_sessions
         self.checkpoint_seconds = checkpoint_seconds
@@ -324,58 +343,84 @@ class Auditor(ConsumerService):
         self._staged_checkpoint = False  # ... together with every partition's offset
         self._next_checkpoint = time.monotonic() + checkpoint_seconds
         self._committed: dict[TopicPartition, int] = {}
-        self._findings: list[Finding] = []
+        self._findings: list[tuple[int, Finding]] = []  # with the partition of the record that raised it
         self._dead_letters: list[tuple[KafkaRecord, DshError]] = []
         self._muted = False
-        self._in_transaction = False
+        self._transactions: dict[TopicPartition, AIOKafkaProducer] = {}  # one producer per assigned partition
+        self._open: set[TopicPartition] = set()  # partitions whose transaction has begun
 
-    def producer_options(self) -> dict[str, Any]:
-        return {**super().producer_options(), "transactional_id": self.transactional_id}
+    def make_producer(self) -> None:
+        return None  # every output goes through a partition's transactional producer
+
+    def transactional_id(self, partition: TopicPartition) -> str:
+        return f"{self.settings.group_id}.{partition.topic}.{partition.partition}"
 
     async def open(self) -> None:
         self.store = AuditStore(self.state_path, self.topics.events)
 
     async def close(self) -> None:
-        if self.store is not None:
-            try:
-                if self.drained:  # after a failure, memory may hold a half-applied record
-                    self._store_now(set(self._committed))
-            finally:
-                self.store.close()
-                self.store = None
+        try:
+            await self._stop_producers(set(self._transactions))
+        finally:
+            if self.store is not None:
+                try:
+                    if self.drained:  # after a failure, memory may hold a half-applied record
+                        self._store_now(set(self._committed))
+                finally:
+                    self.store.close()
+                    self.store = None
 
     # ---------------------------------------------------------- transactions
     #
     # Handling a batch sends nothing: its findings and dead letters wait for
-    # persist, which opens the batch's transaction once the previous one has
-    # committed (the runner awaits that commit first). So the commit of one
-    # batch overlaps the handling of the next, and no record joins the wrong
-    # transaction.
+    # persist, which opens the partitions' transactions once the previous
+    # ones have committed (the runner awaits that commit first). So the
+    # commit of one batch overlaps the handling of the next, and no record
+    # joins the wrong transaction.
 
-    async def _begin(self) -> None:
-        if not self._in_transaction:
-            await self.producer.begin_transaction()
-            self._in_transaction = True
+    async def _start_producers(self, partitions: set[TopicPartition]) -> None:
+        """Initialize each partition's transactional id: this aborts the
+        transaction a previous owner left open and fences that owner."""
+        async def start(partition: TopicPartition) -> None:
+            producer = AIOKafkaProducer(**self.producer_options(), transactional_id=self.transactional_id(partition))
+            await producer.start()
+            self._transactions[partition] = producer
+        await asyncio.gather(*(start(p) for p in partitions if p not in self._transactions))
+
+    async def _stop_producers(self, partitions: set[TopicPartition]) -> None:
+        for partition in partitions:
+            producer = self._transactions.pop(partition, None)
+            self._open.discard(partition)
+            if producer is not None:
+                await producer.stop()
+
+    async def _transaction(self, partition: TopicPartition) -> AIOKafkaProducer:
+        """The partition's producer, inside a transaction."""
+        producer = self._transactions[partition]
+        if partition not in self._open:
+            await producer.begin_transaction()
+            self._open.add(partition)
+        return producer
 
     async def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
         self._dead_letters.append((record, error))
 
-    def emit(self, finding: Finding) -> None:
+    def emit(self, finding: Finding, partition: int) -> None:
         if not self._muted:
-            self._findings.append(finding)
+            self._findings.append((partition, finding))
 
     async def persist(self) -> None:
         if self._findings or self._dead_letters:
-            await self._begin()
-            dead_letters, self._dead_letters = self._dead_letters, []
-            for record, error in dead_letters:
-                await super().dead_letter(record, error)
-            deliveries = [await self.producer.send(self.topics.findings, key=finding.session.encode(),
-                                                   value=finding.to_json()) for finding in self._findings]
-            await asyncio.gather(*deliveries)  # a failed send fails the batch: nothing is committed
-            for finding in self._findings:
+            outputs: dict[TopicPartition, list[Any]] = {}
+            for record, error in self._dead_letters:
+                outputs.setdefault(TopicPartition(record.topic, record.partition), []).append((record, error))
+            for partition, finding in self._findings:
+                outputs.setdefault(TopicPartition(self.topics.events, partition), []).append(finding)
+            self._dead_letters = []
+            findings, self._findings = self._findings, []
+            await _all(self._send_outputs(partition, items) for partition, items in outputs.items())
+            for _, finding in findings:
                 FINDINGS.labels(finding.rule).inc()
-            self._findings = []
         # Memory now holds exactly the state the coming commit covers.
         if time.monotonic() >= self._next_checkpoint:
             self._next_checkpoint = time.monotonic() + self.checkpoint_seconds
@@ -384,11 +429,38 @@ class Auditor(ConsumerService):
             self._staged_checkpoint = True
         self._staged.update(self._evict())
 
+    async def _send_outputs(self, partition: TopicPartition, items: list[Any]) -> None:
+        """Send a partition's findings and dead letters in its transaction;
+        a failed send fails the batch (nothing is committed)."""
+        with self._fencing(partition):
+            producer = await self._transaction(partition)
+            deliveries = []
+            for item in items:
+                if isinstance(item, Finding):
+                    deliveries.append(await producer.send(self.topics.findings, key=item.session.encode(),
+                                                          value=item.to_json()))
+                else:
+                    deliveries.append(await self.send_dead_letter(producer, *item))
+            await _all(deliveries)
+
+    async def _commit_partition(self, partition: TopicPartition, offset: int) -> None:
+        with self._fencing(partition):
+            producer = await self._transaction(partition)
+            await producer.send_offsets_to_transaction({partition: offset}, self.settings.group_id)
+            await producer.commit_transaction()
+        self._open.discard(partition)
+
+    @contextlib.contextmanager
+    def _fencing(self, partition: TopicPartition) -> Iterator[None]:
+        try:
+            yield
+        except ProducerFenced as error:
+            raise FencedError(f"{partition.topic}[{partition.partition}]: transactional id "
+                              f"{self.transactional_id(partition)!r} was taken over by a newer member; this member "
+                              "was replaced in the group and stops (its open transaction is aborted)") from error
+
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        await self._begin()
-        await self.producer.send_offsets_to_transaction(offsets, self.settings.group_id)
-        await self.producer.commit_transaction()
-        self._in_transaction = False
+        await _all(self._commit_partition(partition, offset) for partition, offset in offsets.items())
         self._committed.update(offsets)
         staged, self._staged = self._staged, {}
         partitions = set(self._committed) if self._staged_checkpoint else set()
@@ -428,6 +500,8 @@ class Auditor(ConsumerService):
         """Rebuild the assigned partitions' state: replay each from its
         stored offset (0 without one) to the committed offset, findings
         muted (they were emitted before)."""
+        # Fence the previous owners before reading what they committed.
+        await self._start_producers(partitions)
         replay = AIOKafkaConsumer(**{**self.kafka.client_options(), "enable_auto_commit": False,
                                      "auto_offset_reset": "earliest", "isolation_level": "read_committed",
                                      "max_partition_fetch_bytes": 32 * 1024 * 1024})
@@ -480,6 +554,7 @@ class Auditor(ConsumerService):
         for partition in partitions:
             self._committed.pop(partition, None)
         AUDIT_SESSIONS.set(len(self._hot))
+        await self._stop_producers(partitions)
 
     # -------------------------------------------------------------- records
 
@@ -500,7 +575,7 @@ class Auditor(ConsumerService):
         if isinstance(error, DecodeError) and record.key:
             session = record.key.decode("utf-8", "replace")
             self.emit(Finding("corrupt-storage", session, None, f"{error.message} at {record.topic}"
-                              f"[{record.partition}]@{record.offset}"))
+                              f"[{record.partition}]@{record.offset}"), record.partition)
         await self.dead_letter(record, error)
 
     async def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:

@@ -131,6 +131,11 @@ class ConsumerService(ABC):
         # out the linger: lingering would only delay each batch's commit.
         return ProducerSettings(linger_ms=0).producer_options(self.kafka)
 
+    def make_producer(self) -> AIOKafkaProducer | None:
+        """The producer of the service's outputs (dead letters, view heads),
+        flushed before each commit; ``None`` for a service that keeps its own."""
+        return AIOKafkaProducer(**self.producer_options())
+
     async def on_error(self, error: DshError, record: KafkaRecord) -> None:
         """The error policy: dead-letter the record with its reason and
         coordinates, and count it. Override to change it."""
@@ -150,14 +155,21 @@ class ConsumerService(ABC):
 
     async def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
         assert self.producer is not None
+        await self.send_dead_letter(self.producer, record, error)
+
+    async def send_dead_letter(self, producer: AIOKafkaProducer, record: KafkaRecord,
+                               error: DshError) -> asyncio.Future[Any]:
+        """Send the record to the dead-letter topic with its reason and
+        coordinates in headers; returns the delivery future."""
         reason = getattr(error, "category", "other")
         headers = list(record.headers or ()) + [
             ("dsh-dlq-service", self.service.encode()), ("dsh-dlq-reason", reason.encode()),
             ("dsh-dlq-error", f"{type(error).__name__}: {error.message}"[:4000].encode()),
             ("dsh-dlq-topic", record.topic.encode()), ("dsh-dlq-partition", str(record.partition).encode()),
             ("dsh-dlq-offset", str(record.offset).encode())]
-        await self.producer.send(self.topics.dead_letter, key=record.key, value=record.value, headers=headers)
+        delivery = await producer.send(self.topics.dead_letter, key=record.key, value=record.value, headers=headers)
         DEAD_LETTERS.labels(self.service, reason).inc()
+        return delivery
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         """Commit consumer offsets (the auditor commits inside a transaction)."""
@@ -177,8 +189,8 @@ class ConsumerService(ABC):
             await self._commit_done()
 
     async def _flush_and_commit(self, offsets: dict[TopicPartition, int]) -> None:
-        assert self.producer is not None
-        await self.producer.flush()
+        if self.producer is not None:
+            await self.producer.flush()
         await self.commit(offsets)
         COMMITS.labels(self.service).inc()
 
@@ -191,8 +203,9 @@ class ConsumerService(ABC):
     # ------------------------------------------------------------------ run
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.producer = AIOKafkaProducer(**self.producer_options())
-        await self.producer.start()
+        self.producer = self.make_producer()
+        if self.producer is not None:
+            await self.producer.start()
         self.consumer = AIOKafkaConsumer(**self.settings.consumer_options(self.kafka))
         self.consumer.subscribe([self.topics.events], listener=_Rebalance(self))
         await self.open()
@@ -225,7 +238,8 @@ class ConsumerService(ABC):
                 try:
                     await self.close()
                 finally:
-                    await self.producer.stop()
+                    if self.producer is not None:
+                        await self.producer.stop()
 
     async def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
         try:

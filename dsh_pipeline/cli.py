@@ -192,7 +192,7 @@ def _project(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from consumers.auditor import Auditor
-    return _consume(args, lambda kafka, names: Auditor(kafka, names, state=Path(args.state), instance=args.instance,
+    return _consume(args, lambda kafka, names: Auditor(kafka, names, state=Path(args.state),
                                                        checkpoint_seconds=args.checkpoint_seconds,
                                                        hot_sessions=args.hot_sessions, settings=_consumer_settings(args)))
 
@@ -325,7 +325,6 @@ def build_parser() -> argparse.ArgumentParser:
     project.set_defaults(run=_project)
 
     audit = commands.add_parser("audit", help="prove every model request rebuildable from the log; report findings")
-    audit.add_argument("--instance", default="0", help="instance id (part of the transactional id)")
     audit.add_argument("--state", default="auditor-state.sqlite",
                        help="the SQLite state store (committed session state; restarts replay from it)")
     audit.add_argument("--checkpoint-seconds", type=float, default=30.0,

@@ -93,14 +93,14 @@ def test_rebalance_two_auditors_one_stopped_midway(kafka, topics, group_id, tmp_
     prefix = names.events[: -len("dsh.session-events")]
     total = asyncio.run(group_lag(kafka, names.events, group))
 
-    def member(instance: str) -> subprocess.Popen:
+    def member() -> subprocess.Popen:
         # both on one host: they share the state store, as partitions move
         return subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "audit", "--state",
-                                 str(tmp_path / "auditor.sqlite"), "--instance", instance, "--group", group,
+                                 str(tmp_path / "auditor.sqlite"), "--group", group,
                                  "--max-records", "300", "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix,
                                  "--partitions", "6"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    with member("a") as first, member("b") as second:
+    with member() as first, member() as second:
         wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) < total * 0.7, 120, "progress")
         first.send_signal(signal.SIGTERM)  # one member leaves mid-run: its partitions move
         assert first.wait(60) == 0
@@ -116,9 +116,7 @@ def test_partitions_come_back_after_another_member_moved_their_sessions_on(kafka
     names = topics(partitions=4)
     settings = ConsumerSettings(group_id=group_id("auditor"))
     state = tmp_path / "auditor.sqlite"
-    members = iter("ab")
-    truths = asyncio.run(hand_over(kafka, names, lambda: Auditor(kafka, names, state=state, instance=next(members),
-                                                                 settings=settings),
+    truths = asyncio.run(hand_over(kafka, names, lambda: Auditor(kafka, names, state=state, settings=settings),
                                    SimulatorConfig(sessions=40, seed=74, min_turns=3, max_turns=4,
                                                    faults=FaultPlan(unlogged=2, dropped=1, lossless=1))))
     expected = expected_findings(truths)
