@@ -69,7 +69,7 @@ from dsh_core.storage.records import ChunkRow
 
 from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error
 
-__all__ = ["Auditor", "AuditStore", "Finding", "lossless_problem"]
+__all__ = ["Auditor", "AuditStore", "FencedError", "Finding", "StateStoreError", "lossless_problem"]
 
 FINDINGS = Counter("dsh_audit_findings_total", "Audit findings, by rule.", ["rule"])
 REQUESTS = Counter("dsh_audit_requests_total", "Attested requests checked, by verdict.", ["verdict"])
@@ -248,35 +248,66 @@ class _Saved:
     pending: dict[int, bytes]
 
 
-_STORE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    session_id TEXT PRIMARY KEY, topic TEXT NOT NULL, partition INTEGER NOT NULL, fold BLOB, state BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS records (
-    session_id TEXT NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL,
-    PRIMARY KEY (session_id, kind, seq));
-CREATE TABLE IF NOT EXISTS partitions (
-    topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY (topic, partition));
-"""
+_STORE_LAYOUT = 2  # PRAGMA user_version of the layout below
+_STORE_SCHEMA = (
+    "CREATE TABLE owner (singleton INTEGER PRIMARY KEY CHECK (singleton = 0), group_id TEXT NOT NULL, topic TEXT NOT NULL)",
+    "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL, fold BLOB, state BLOB NOT NULL)",
+    "CREATE TABLE records (session_id TEXT NOT NULL, kind TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
+    "PRIMARY KEY (session_id, kind, seq))",
+    "CREATE TABLE partitions (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL)",
+)
+
+
+class StateStoreError(RuntimeError):
+    """A state file that is not this auditor's."""
 
 
 class AuditStore:
-    """The auditor's SQLite state store (WAL). It holds committed state only:
-    ``partitions`` says up to which offset every session of a partition is
-    stored; a session row may be further along (written when evicted), never
-    beyond the partition's committed offset. ``None`` keeps it in memory."""
+    """The auditor's SQLite state store (WAL) of one consumer group on one
+    topic. It holds committed state only: ``partitions`` says up to which
+    offset every session of a partition is stored; a session row may be
+    further along (written when evicted), never beyond the partition's
+    committed offset. ``None`` keeps it in memory."""
 
-    def __init__(self, path: Path | None, topic: str) -> None:
+    def __init__(self, path: Path | None, group: str, topic: str) -> None:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-        self.topic = topic
         self.db = sqlite3.connect(":memory:" if path is None else path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_STORE_SCHEMA)
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._claim(str(path or ":memory:"), group, topic)
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _claim(self, where: str, group: str, topic: str) -> None:
+        """Create the layout in an empty file; refuse another group's, another
+        topic's or another layout's file (its offsets mean nothing here)."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
+                for statement in _STORE_SCHEMA:
+                    db.execute(statement)
+                db.execute("INSERT INTO owner VALUES (0, ?, ?)", (group, topic))
+                db.execute(f"PRAGMA user_version = {_STORE_LAYOUT}")
+            layout = db.execute("PRAGMA user_version").fetchone()[0]
+            if layout != _STORE_LAYOUT:
+                raise StateStoreError(f"{where}: auditor state in layout {layout}, this auditor writes layout "
+                                      f"{_STORE_LAYOUT}; remove the file (the auditor rebuilds it by replaying)")
+            owner = db.execute("SELECT group_id, topic FROM owner").fetchone()
+            if owner != (group, topic):
+                raise StateStoreError(f"{where}: auditor state of group {owner[0]!r} on {owner[1]!r}, not of group "
+                                      f"{group!r} on {topic!r}; give each group and topic its own --state")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def load(self, session_id: str) -> _Saved | None:
-        row = self.db.execute("SELECT partition, fold, state FROM sessions WHERE session_id = ? AND topic = ?",
-                              (session_id, self.topic)).fetchone()
+        row = self.db.execute("SELECT partition, fold, state FROM sessions WHERE session_id = ?",
+                              (session_id,)).fetchone()
         if row is None:
             return None
         records: dict[str, dict[int, bytes]] = {"held": {}, "attestation": {}}
@@ -286,8 +317,7 @@ class AuditStore:
         return _Saved(row[0], row[1], row[2], records["held"], records["attestation"])
 
     def stored_offset(self, partition: int) -> int | None:
-        row = self.db.execute("SELECT next_offset FROM partitions WHERE topic = ? AND partition = ?",
-                              (self.topic, partition)).fetchone()
+        row = self.db.execute("SELECT next_offset FROM partitions WHERE partition = ?", (partition,)).fetchone()
         return None if row is None else row[0]
 
     def write(self, sessions: dict[str, _Saved], offsets: dict[int, int]) -> None:
@@ -297,14 +327,14 @@ class AuditStore:
         db.execute("BEGIN")
         try:
             for session_id, saved in sessions.items():
-                db.execute("INSERT OR REPLACE INTO sessions (session_id, topic, partition, fold, state) "
-                           "VALUES (?, ?, ?, ?, ?)", (session_id, self.topic, saved.partition, saved.fold, saved.state))
+                db.execute("INSERT OR REPLACE INTO sessions (session_id, partition, fold, state) VALUES (?, ?, ?, ?)",
+                           (session_id, saved.partition, saved.fold, saved.state))
                 db.execute("DELETE FROM records WHERE session_id = ?", (session_id,))
                 db.executemany("INSERT INTO records (session_id, kind, seq, value) VALUES (?, ?, ?, ?)",
                                [(session_id, "held", seq, value) for seq, value in saved.held.items()]
                                + [(session_id, "attestation", seq, value) for seq, value in saved.pending.items()])
-            db.executemany("INSERT OR REPLACE INTO partitions (topic, partition, next_offset) VALUES (?, ?, ?)",
-                           [(self.topic, partition, offset) for partition, offset in offsets.items()])
+            db.executemany("INSERT OR REPLACE INTO partitions (partition, next_offset) VALUES (?, ?)",
+                           list(offsets.items()))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -315,10 +345,10 @@ class AuditStore:
         """Drop a partition's stored state (it is ahead of the committed offset)."""
         db = self.db
         db.execute("BEGIN")
-        db.execute("DELETE FROM records WHERE session_id IN (SELECT session_id FROM sessions WHERE topic = ? "
-                   "AND partition = ?)", (self.topic, partition))
-        db.execute("DELETE FROM sessions WHERE topic = ? AND partition = ?", (self.topic, partition))
-        db.execute("DELETE FROM partitions WHERE topic = ? AND partition = ?", (self.topic, partition))
+        db.execute("DELETE FROM records WHERE session_id IN (SELECT session_id FROM sessions WHERE partition = ?)",
+                   (partition,))
+        db.execute("DELETE FROM sessions WHERE partition = ?", (partition,))
+        db.execute("DELETE FROM partitions WHERE partition = ?", (partition,))
         db.execute("COMMIT")
 
     def close(self) -> None:
@@ -356,7 +386,7 @@ class Auditor(ConsumerService):
         return f"{self.settings.group_id}.{partition.topic}.{partition.partition}"
 
     async def open(self) -> None:
-        self.store = AuditStore(self.state_path, self.topics.events)
+        self.store = AuditStore(self.state_path, self.settings.group_id, self.topics.events)
 
     async def close(self) -> None:
         try:

@@ -54,7 +54,7 @@ def test_restart_resumes_from_the_state_store(kafka, topics, group_id, tmp_path)
     asyncio.run(catch_up(before))  # a clean stop stores every session with its partition's offset
     assert before.replayed == 0
     ends = asyncio.run(end_offsets(kafka, names.events))
-    store = AuditStore(state, names.events)
+    store = AuditStore(state, group, names.events)
     try:
         assert {p: store.stored_offset(p) for p in ends} == ends
     finally:
