@@ -150,14 +150,16 @@ def run_demo(config: DemoConfig) -> int:
         prefix = f"demo{uuid.uuid4().hex[:6]}."
         names = TopicNames.with_prefix(prefix)
         common = ["--bootstrap", bootstrap, "--topic-prefix", prefix]
-        db, archive, manifest_path = workdir / "views.sqlite", workdir / "archive", workdir / "manifest.json"
-        print(f"broker {bootstrap}; work folder {workdir}", flush=True)
+        run = workdir / prefix.rstrip(".")  # a reused --workdir keeps each run's stores apart
+        run.mkdir()
+        db, archive, manifest_path = run / "views.sqlite", run / "archive", run / "manifest.json"
+        print(f"broker {bootstrap}; work folder {run}", flush=True)
         from dsh_pipeline.runtime import prepare_topics
         asyncio.run(prepare_topics(kafka, names, 12))
-        logs = workdir / "logs"
-        logs.mkdir(exist_ok=True)
+        logs = run / "logs"
+        logs.mkdir()
         for name, args in (("projector", ["project", "--db", str(db)]),
-                           ("auditor", ["audit", "--state", str(workdir / "auditor-state.sqlite")]),
+                           ("auditor", ["audit", "--state", str(run / "auditor-state.sqlite")]),
                            ("archiver", ["archive", "--root", str(archive)])):
             children.append(subprocess.Popen(_cli(*args, *common), stdout=open(logs / f"{name}.log", "wb"),
                                               stderr=subprocess.STDOUT))
