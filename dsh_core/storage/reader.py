@@ -39,7 +39,7 @@ from ..shapes import check_message_shape, check_retired
 from .framing import READ_SIZE, decompress_frame, decompress_prefix, iter_frames
 from .layout import Compression, compression_of
 from .legacy import upgrade_event
-from .records import ChunkRow, decode_row
+from .records import ChunkRow, decode_row, decode_row_line
 from .repair import OpenTurnTracker
 
 __all__ = ["LoadObserver", "LoadResult", "StagedFold", "load_session", "load_session_bytes", "read_events"]
@@ -161,8 +161,9 @@ class StagedFold:
     def event_line(self, line: bytes) -> bool:
         """Feed one complete line; returns whether it joined the committed prefix."""
         if self.issue is None:
-            # Fast path: a plain event envelope decodes straight into a Struct
-            # (payload kept as raw JSON); anything unusual takes the full path.
+            # Fast paths: a plain event envelope decodes straight into a
+            # Struct (payload kept as raw JSON), a well-formed row into a
+            # ChunkRow; anything unusual takes the full path.
             try:
                 envelope = _decode_envelope(line)
             except (msgspec.DecodeError, msgspec.ValidationError):
@@ -171,6 +172,12 @@ class StagedFold:
                 self.line_no += 1
                 self.count += 1
                 self._envelope(envelope)
+                return True
+            row = decode_row_line(line) if envelope is None else None
+            if row is not None and row.seq0 == self.count:
+                self.line_no += 1
+                self.count += row.count
+                self._rows(row)
                 return True
         return self._line(line)
 
@@ -216,6 +223,11 @@ class StagedFold:
         if envelope is not None and envelope.type not in ROW_TAGS:
             self.count += 1
             self._envelope(envelope)
+            return
+        row = decode_row_line(line)
+        if row is not None:
+            self.count += row.count
+            self._rows(row)
             return
         value = decode_json(line)
         if isinstance(value, dict) and value.get("type") in ROW_TAGS:

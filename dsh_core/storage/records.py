@@ -10,13 +10,15 @@ bytes for any batch dsh wrote.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Any, Iterable, NamedTuple
+from typing import Annotated, Any, Iterable, NamedTuple, Union
+
+import msgspec
 
 from ..errors import DecodeError
 from ..events import ROW_TAGS
-from ..jsonvalue import MAX_SAFE_INTEGER, encode_json
+from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, float_hook
 
-__all__ = ["ChunkRow", "MIN_RUN", "decode_row", "pack_chunk_runs", "encode_records", "DELTA_TYPE"]
+__all__ = ["ChunkRow", "MIN_RUN", "decode_row", "decode_row_line", "pack_chunk_runs", "encode_records", "DELTA_TYPE"]
 
 #: Minimum members before a run packs (a format constant of dsh).
 MIN_RUN = 3
@@ -132,6 +134,76 @@ def decode_row(value: dict[str, Any]) -> ChunkRow:
     if min(times) < -MAX_SAFE_INTEGER or max(times) > MAX_SAFE_INTEGER:
         raise malformed("member times must stay safe integers")
     return ChunkRow(tag, seq0, time0, turn, step, index, dt, members, call_id, name, has_name, times[-1])
+
+
+# A well-formed row line, checked by msgspec in one pass. It accepts a subset
+# of what decode_row accepts (numbers written as 1.0, integers beyond 64 bits
+# and lone surrogates take the generic path), and builds the same ChunkRow.
+_SafeInt = Annotated[int, msgspec.Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
+_Members = Annotated[list[str], msgspec.Meta(min_length=1)]
+
+
+class _TextData(msgspec.Struct, forbid_unknown_fields=True):
+    turn: Any
+    step: Any
+    index: Any
+    dt: list[_SafeInt]
+    texts: _Members
+
+
+class _ToolData(msgspec.Struct, forbid_unknown_fields=True):
+    turn: Any
+    step: Any
+    index: Any
+    id: str
+    dt: list[_SafeInt]
+    args: _Members
+    name: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class _Row(msgspec.Struct, forbid_unknown_fields=True, tag_field="type"):
+    seq0: Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INTEGER)]
+    time0: _SafeInt
+
+
+class _TextRow(_Row, tag="text-chunks"):
+    data: _TextData
+
+
+class _ReasoningRow(_Row, tag="reasoning-chunks"):
+    data: _TextData
+
+
+class _ToolRow(_Row, tag="tool-call-chunks"):
+    data: _ToolData
+
+
+_decode_row_struct = msgspec.json.Decoder(Union[_TextRow, _ReasoningRow, _ToolRow], float_hook=float_hook).decode
+
+
+def decode_row_line(line: bytes) -> ChunkRow | None:
+    """The row of a well-formed row line, or ``None`` for any other line
+    (which :func:`decode_row` then decodes or refuses by name)."""
+    try:
+        row = _decode_row_struct(line)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    data = row.data
+    if not (_number(data.turn) and _number(data.step) and _number(data.index)):
+        return None
+    if type(data) is _ToolData:
+        members, call_id, has_name = data.args, data.id, data.name is not msgspec.UNSET
+        name = data.name if has_name else None
+    else:
+        members, call_id, name, has_name = data.texts, None, None, False
+    dt = data.dt
+    if len(dt) != len(members) - 1 or row.seq0 + len(members) - 1 > MAX_SAFE_INTEGER:
+        return None
+    times = list(accumulate(dt, initial=row.time0))
+    if min(times) < -MAX_SAFE_INTEGER or max(times) > MAX_SAFE_INTEGER:
+        return None
+    return ChunkRow(row.__struct_config__.tag, row.seq0, row.time0, data.turn, data.step, data.index, dt, members,
+                    call_id, name, has_name, times[-1])
 
 
 # ------------------------------------------------------------------ packing

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from dsh_core.errors import ValidationError
 from dsh_core.jsonvalue import encode_json, thaw
 from dsh_core.session import SessionLog
-from dsh_core.storage.records import decode_row, pack_chunk_runs
+from dsh_core.storage.records import decode_row, decode_row_line, pack_chunk_runs
 from dsh_core.errors import DecodeError
 from tests.conftest import canonical
 from tests.differential.reference import run_reference, unavailable_reason
@@ -141,12 +141,17 @@ def rows(draw: Any) -> tuple[str | None, dict[str, Any]]:
 def test_row_decoding_agrees():
     drawn = _draw_many(rows(), CASES, draw_seed=4)
     theirs = run_reference("decode", [{"records": [row]} for _, row in drawn])
-    accepted = 0
+    accepted = fast = 0
     for (defect, row), their in zip(drawn, theirs):
         try:
-            ours = {"ok": True, "events": decode_row(copy.deepcopy(row)).expand()}
+            decoded = decode_row(copy.deepcopy(row))
+            ours = {"ok": True, "events": decoded.expand()}
         except DecodeError:
-            ours = {"ok": False}
+            decoded, ours = None, {"ok": False}
+        # the one-pass line decoder takes a subset of the rows, to the same ChunkRow
+        from_line = decode_row_line(encode_json(row))
+        assert from_line is None or from_line == decoded, row
+        fast += from_line is not None
         if defect == "seq-overflow" and len(row["data"].get("texts", row["data"].get("args"))) > 1:
             # spec §11: dsh checks seq0+n-1 in floating point and lets a row at
             # 2^53-1 pass; we use exact integers and reject it.
@@ -156,4 +161,4 @@ def test_row_decoding_agrees():
         if ours["ok"]:
             accepted += 1
             assert canonical(ours["events"]) == canonical(their["events"])
-    assert 0 < accepted < len(drawn)
+    assert 0 < accepted < len(drawn) and fast == accepted

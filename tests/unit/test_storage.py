@@ -12,7 +12,7 @@ from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import compress_frame
 from dsh_core.storage.layout import encode_segment, log_path, project_key
 from dsh_core.storage.reader import load_session, load_session_bytes
-from dsh_core.storage.records import decode_row, encode_records, pack_chunk_runs
+from dsh_core.storage.records import decode_row, decode_row_line, encode_records, pack_chunk_runs
 from dsh_core.storage.repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
 from dsh_core.storage.writer import SessionFileWriter, commit_repair, encode_batch
 from tests.unit.helpers import assistant
@@ -94,6 +94,7 @@ def test_malformed_rows(mutate, match):
     mutate(row)
     with pytest.raises(DecodeError, match=match):
         decode_row(row)
+    assert decode_row_line(json.dumps(row).encode()) is None  # the generic path names the problem
 
 
 def test_one_member_row_decodes():
