@@ -91,12 +91,12 @@ async def _findings(kafka: KafkaConfig, names: TopicNames) -> list[dict]:
 
 def _compare(manifest: dict, db: Path, archive: Path, findings: list[dict]) -> list[str]:
     from consumers.projector import ViewStore
-    from producers.shipper import discover_session_files
+    from dsh_core.storage.layout import find_session_files
     from producers.simulator import messages_digest
     problems = []
     truths = manifest["truth"]
     store = ViewStore(db)
-    archived = {p.parent.name: p for p in discover_session_files(archive)}
+    archived = {p.parent.name: p for p in find_session_files(archive)}
     try:
         for session_id, truth in truths.items():
             kinds = {d["kind"] for d in truth["defects"]}

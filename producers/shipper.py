@@ -32,26 +32,16 @@ from dsh_core.jsonvalue import decode_json
 from dsh_core.kafka.records import SessionRecord, header_record, record_from_line
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import decompress_frame, iter_frames
-from dsh_core.storage.layout import compression_of, encode_segment
+from dsh_core.storage.layout import compression_of, encode_segment, find_session_files
 
-__all__ = ["ShipperConfig", "Shipper", "discover_session_files", "Checkpoints"]
+__all__ = ["ShipperConfig", "Shipper", "Checkpoints"]
 
 SHIPPED_RECORDS = Counter("dsh_shipper_records_total", "Records shipped, by kind.", ["kind"])
 SHIPPED_EVENTS = Counter("dsh_shipper_events_total", "Session events shipped.")
-SHIPPER_ERRORS = Counter("dsh_shipper_errors_total", "Session files refused, by error class.", ["error"])
+SHIPPER_ERRORS = Counter("dsh_shipper_errors_total", "Session files and directories refused, by error class.", ["error"])
 SESSIONS = Gauge("dsh_shipper_sessions", "Session files followed, by state.", ["state"])
 
 _READ_LIMIT = 8 << 20  # bytes of a raw file read per pass (bounded memory)
-
-
-def discover_session_files(root: Path) -> list[Path]:
-    """Session files in dsh's layout, in a stable order."""
-    found = []
-    for project in sorted(p for p in root.iterdir() if p.is_dir()):
-        for session in sorted(p for p in project.iterdir() if p.is_dir()):
-            found.extend(sorted(p for p in session.iterdir() if p.is_file() and p.name.startswith("session")
-                                and (p.name.endswith(".jsonl") or p.name.endswith(".jsonl.zstd"))))
-    return found
 
 
 @dataclass
@@ -204,7 +194,7 @@ class Shipper:
         """One pass over the root; returns the number of records shipped."""
         shipped = 0
         moved: dict[str, _Position] = {}
-        files = discover_session_files(self.config.root)
+        files = find_session_files(self.config.root, self._refuse_directory)
         for path in files:
             name = str(path.relative_to(self.config.root))
             position = self.checkpoints.positions.get(name, _Position())
@@ -238,6 +228,12 @@ class Shipper:
         SESSIONS.labels("shipping").set(sum(1 for p in states if not p.failed))
         SESSIONS.labels("refused").set(sum(1 for p in states if p.failed))
         return shipped
+
+    def _refuse_directory(self, error: CorruptionError) -> None:
+        if error.message not in self._reported:  # said once per process, like a refused file
+            self._reported.add(error.message)
+            SHIPPER_ERRORS.labels(type(error).__name__).inc()
+            self._report(f"refused {type(error).__name__}: {error.message}")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Follow the root until ``stop`` is set (``once``: one pass)."""

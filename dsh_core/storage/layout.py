@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 from ..errors import CorruptionError, ValidationError
 
@@ -76,20 +76,33 @@ def compression_of(path: str | os.PathLike[str]) -> Compression:
     return "zstd" if str(path).endswith(".zstd") else "none"
 
 
-def find_session_files(root: str | os.PathLike[str]) -> list[Path]:
+def find_session_files(root: str | os.PathLike[str],
+                       refuse: Callable[[CorruptionError], None] | None = None) -> list[Path]:
     """Every session file of a sessions root in dsh's layout, sorted.
 
-    A session directory holding both encodings is refused: a root holds one
-    encoding per session (spec §8.1).
+    A root holds one encoding per session (spec §8.1): a session directory
+    holding both, or a flat ``<project>/<id>.jsonl[.zstd]`` file, is refused.
+    Without ``refuse`` that raises; with it, the entry is passed over and
+    ``refuse`` gets the error.
     """
+    def refused(error: CorruptionError) -> None:
+        if refuse is None:
+            raise error
+        refuse(error)
+
     found: list[Path] = []
     root = Path(root)
     for project in sorted(p for p in root.iterdir() if p.is_dir()):
-        for directory in sorted(p for p in project.iterdir() if p.is_dir()):
-            raw, packed = directory / "session.jsonl", directory / "session.jsonl.zstd"
+        for entry in sorted(project.iterdir()):
+            if entry.is_file() and entry.name.endswith((".jsonl", ".jsonl.zstd")):
+                refused(CorruptionError(f"{entry}: a flat session file; dsh keeps each session in "
+                                        "<project>/<id>/session.jsonl[.zstd]"))
+            if not entry.is_dir():
+                continue
+            raw, packed = entry / "session.jsonl", entry / "session.jsonl.zstd"
             if raw.exists() and packed.exists():
-                raise CorruptionError(f"{directory}: holds both session.jsonl and session.jsonl.zstd")
-            if packed.exists():
+                refused(CorruptionError(f"{entry}: holds both session.jsonl and session.jsonl.zstd"))
+            elif packed.exists():
                 found.append(packed)
             elif raw.exists():
                 found.append(raw)

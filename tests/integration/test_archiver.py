@@ -12,7 +12,7 @@ from dsh_core.kafka.config import ConsumerSettings
 from dsh_core.kafka.records import KIND_RECORD
 from dsh_core.storage.reader import load_session
 from producers.publisher import Publisher
-from producers.shipper import discover_session_files
+from dsh_core.storage.layout import find_session_files
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests.integration.handover import hand_over
 from tests.integration.test_projector import run_until
@@ -64,7 +64,7 @@ def test_restarts_continue_the_files_and_keep_held_records(kafka, topics, group_
 
 
 def assert_archive_is_the_truth(root, truths) -> None:
-    archived = {path.parent.name: path for path in discover_session_files(root)}
+    archived = {path.parent.name: path for path in find_session_files(root)}
     assert sorted(archived) == sorted(t.session_id for t in truths)
     for truth in truths:
         result = load_session(archived[truth.session_id])

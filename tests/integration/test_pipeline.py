@@ -12,7 +12,7 @@ import pytest
 from consumers.archiver import Archiver
 from consumers.auditor import Auditor
 from dsh_core.storage.reader import load_session, read_events
-from producers.shipper import discover_session_files
+from dsh_core.storage.layout import find_session_files
 from producers.simulator import messages_digest
 from consumers.projector import Projector, ViewStore
 from dsh_core.kafka.config import ConsumerSettings
@@ -82,7 +82,7 @@ def test_findings_equal_injected_defects(kafka, topics, group_id, tmp_path):
 
     records = asyncio.run(consume())
     # the archive holds every shipped record: clean sessions load as the truth
-    archived = {path.parent.name: path for path in discover_session_files(tmp_path / "archive")}
+    archived = {path.parent.name: path for path in find_session_files(tmp_path / "archive")}
     assert len(archived) == len(truths)
     for truth in truths:
         kinds = {d.kind for d in truth.defects}

@@ -21,7 +21,7 @@ from dsh_core.storage.records import decode_row
 from dsh_core.jsonvalue import decode_json
 from producers.bridge import RuntimeConfig, RuntimeDiedError, WorkerBridge, find_runtime
 from producers.publisher import Publisher
-from producers.shipper import discover_session_files
+from dsh_core.storage.layout import find_session_files
 from tests.conftest import canonical
 from tests.kafka_fixtures import consume_all
 from tests.scripted_model import ScriptedModel
@@ -70,7 +70,7 @@ def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, 
             served[json.dumps(first["content"]).split("#")[1].split("]")[0]] += 1
 
     assert {name for name, _ in results} == set(SCENARIOS)
-    files = {path.parent.name: path for path in discover_session_files(root)}
+    files = {path.parent.name: path for path in find_session_files(root)}
     assert len(files) == len(SCENARIOS)
     expected_records = sum(1 + len(read_events(path)[1]) for path in files.values())
     live = asyncio.run(consume_all(kafka, names.events, expected_records, timeout=60))
@@ -154,5 +154,5 @@ def test_runtime_killed_mid_turn_is_reported_and_nothing_it_streamed_is_lost(kaf
     assert [e["seq"] for e in live] == list(range(last_seq + 1)), "every streamed event was published, in order"
     assert any(e["type"] == "assistant/chunk" for e in live) and not any(e["type"] == "turn/end" for e in live)
     # what dsh had written to its file when it was killed is the same log (a prefix: its writes may lag the stream)
-    stored = read_events(next(iter(discover_session_files(root))))[1]
+    stored = read_events(next(iter(find_session_files(root))))[1]
     assert 0 < len(stored) <= len(live) and canonical(stored) == canonical(live[:len(stored)])

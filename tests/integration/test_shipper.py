@@ -118,7 +118,7 @@ def test_kill_nine_resume_loses_nothing_and_repeats_exactly(kafka, topics, tmp_p
         data = log.read_bytes()
         place(root, data, "zstd" if i % 3 == 0 else "none")
         sources[json.loads(data.split(b"\n", 1)[0])["id"]] = data
-    v4 = root / "--home-dev-new--" / "v4-session" / "session.v4.jsonl.zstd"
+    v4 = root / "--home-dev-new--" / "v4-session" / "session.jsonl.zstd"
     v4.parent.mkdir(parents=True)
     v4.write_bytes(compress_frame(b'{"type":"session","version":4,"id":"v4-session","createdAt":1}\n')
                    + compress_frame(b'{"type":"turn/start","seq":0,"time":1,"data":{"turn":1}}\n'))
@@ -159,7 +159,7 @@ def test_kill_nine_resume_loses_nothing_and_repeats_exactly(kafka, topics, tmp_p
     assert final.returncode == 1  # the v4 session was refused
     sources.update(writer.expected)
     report = stderr_log.read_text()
-    assert "FormatUnsupportedError" in report and "session.v4.jsonl.zstd" in report and "v4" in report
+    assert "FormatUnsupportedError" in report and str(v4) in report and "v4" in report
 
     expected_records = sum(1 + len(storage_lines(log)) for log in sources.values())
     records = asyncio.run(consume_all(kafka, names.events, expected_records, timeout=120))
@@ -195,14 +195,20 @@ def test_torn_tail_waits_and_bad_file_is_reported(kafka, topics, tmp_path):
     bad_log = corpus_logs("dsh-real")[6].read_bytes().split(b"\n")
     bad_log[3] = b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":1}}'
     bad = place(root, b"\n".join(bad_log), "none")
+    both = corpus_logs("dsh-real")[7].read_bytes()  # one session in both encodings: refused, never shipped
+    place(root, both, "none")
+    both_directory = place(root, both, "zstd").parent
     done = subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert f"{bad}: line 4: seq 999 does not continue the log (expected 2)" in done.stderr
+    assert f"{both_directory}: holds both session.jsonl and session.jsonl.zstd" in done.stderr
     records = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, 4 + 3, timeout=30))]
     torn_id = json.loads(lines[0])["id"]
     assert [r.kind for r in records if r.session_id == torn_id] == ["header", "record", "record", "record"]
     with open(torn, "ab") as stream:  # the writer completes the record
         stream.write(lines[4][20:] + b"\n")
     subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, timeout=120)
-    more = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, 4 + 3 + 1, timeout=30))]
+    more = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, 4 + 3 + 1, timeout=30,
+                                                                    settle=1))]
     assert [r.value for r in more if r.session_id == torn_id][-1] == lines[4]
+    assert {r.session_id for r in more} == {torn_id, json.loads(bad_log[0])["id"]}

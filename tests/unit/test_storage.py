@@ -10,7 +10,7 @@ from dsh_core.errors import CorruptionError, DecodeError, FormatUnsupportedError
 from dsh_core.jsonvalue import encode_json
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import compress_frame
-from dsh_core.storage.layout import encode_segment, log_path, project_key
+from dsh_core.storage.layout import encode_segment, find_session_files, log_path, project_key
 from dsh_core.storage.reader import load_session, load_session_bytes
 from dsh_core.storage.records import decode_row, decode_row_line, encode_records, pack_chunk_runs
 from dsh_core.storage.repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
@@ -295,3 +295,21 @@ def test_project_key(cwd, key):
 def test_project_key_length():
     assert len(project_key("/" + "x" * 1000)) == 255
     assert project_key("/a/b-c") == project_key("/a-b/c")
+
+
+def test_find_session_files_refuses_what_the_layout_forbids(tmp_path):
+    project = tmp_path / "--home-u-proj--"
+    for name, files in (("s-1", ["session.jsonl"]), ("s-2", ["session.jsonl.zstd", "lock"]),
+                        ("s-3", ["session.jsonl", "session.jsonl.zstd"])):
+        (project / name).mkdir(parents=True)
+        for file in files:
+            (project / name / file).write_bytes(b"")
+    (project / "s-4.jsonl").write_bytes(b"")
+    with pytest.raises(CorruptionError, match=r"s-3: holds both session.jsonl and session.jsonl.zstd"):
+        find_session_files(tmp_path)
+    refused: list[str] = []
+    found = find_session_files(tmp_path, lambda error: refused.append(error.message))
+    assert found == [project / "s-1" / "session.jsonl", project / "s-2" / "session.jsonl.zstd"]
+    assert [message.split(": ", 1)[1] for message in refused] == [
+        "holds both session.jsonl and session.jsonl.zstd",
+        "a flat session file; dsh keeps each session in <project>/<id>/session.jsonl[.zstd]"]
