@@ -372,6 +372,7 @@ class Auditor(ConsumerService):
         self._staged: dict[str, _Saved] = {}  # stored once the commit in flight lands
         self._staged_checkpoint = False  # ... together with every partition's offset
         self._next_checkpoint = time.monotonic() + checkpoint_seconds
+        self._pending_gauge_due = 0.0
         self._committed: dict[TopicPartition, int] = {}
         self._findings: list[tuple[int, Finding]] = []  # with the partition of the record that raised it
         self._dead_letters: list[tuple[KafkaRecord, DshError]] = []
@@ -497,7 +498,9 @@ class Auditor(ConsumerService):
         self._staged_checkpoint = False
         if staged or partitions:
             self.store.write(staged, {tp.partition: self._committed[tp] for tp in partitions})
-        PENDING.set(sum(len(s.pending) for s in self._hot.values()))
+        if time.monotonic() >= self._pending_gauge_due:  # a sum over every session in memory: once a second
+            self._pending_gauge_due = time.monotonic() + 1.0
+            PENDING.set(sum(len(s.pending) for s in self._hot.values()))
 
     # ---------------------------------------------------------- state store
 
