@@ -414,16 +414,18 @@ class Auditor(ConsumerService):
         transaction a previous owner left open and fences that owner."""
         async def start(partition: TopicPartition) -> None:
             producer = AIOKafkaProducer(**self.producer_options(), transactional_id=self.transactional_id(partition))
-            await producer.start()
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
             self._transactions[partition] = producer
-        await asyncio.gather(*(start(p) for p in partitions if p not in self._transactions))
+        await _all(start(p) for p in partitions if p not in self._transactions)
 
     async def _stop_producers(self, partitions: set[TopicPartition]) -> None:
-        for partition in partitions:
-            producer = self._transactions.pop(partition, None)
-            self._open.discard(partition)
-            if producer is not None:
-                await producer.stop()
+        producers = [self._transactions.pop(p) for p in partitions if p in self._transactions]
+        self._open -= partitions
+        await _all(producer.stop() for producer in producers)
 
     async def _transaction(self, partition: TopicPartition) -> AIOKafkaProducer:
         """The partition's producer, inside a transaction."""
