@@ -18,7 +18,10 @@ runner guarantees:
   fetched and handled; the next checkpoint waits for them, so commits stay
   in order and a failure still stops the service;
 * SIGTERM (``stop``) drains: the current batch finishes, is persisted and
-  committed, then everything closes.
+  committed, then everything closes;
+* a rebalance callback that fails (the revoke checkpoint, a state rebuild
+  on assign) stops the service with that error before another record is
+  handled; aiokafka alone would log it and carry on.
 
 It also serves ``/metrics`` (Prometheus) and ``/healthz`` on one port.
 """
@@ -29,7 +32,7 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
@@ -70,17 +73,33 @@ class _Rebalance(ConsumerRebalanceListener):
         self.service = service
 
     # aiokafka runs these in its coordinator task, which may interleave with
-    # batch handling at any await: the service lock serializes them.
+    # batch handling at any await: the service lock serializes them. aiokafka
+    # logs a listener's exception and carries on with the rebalance, so a
+    # failure is kept for the run loop, which stops the service with it
+    # before handling another record (state after a failed checkpoint or
+    # rebuild cannot be trusted).
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         async with self.service.lock:
-            await self.service._checkpoint()
-            await self.service.on_revoke(set(revoked))
+            if self.service.rebalance_failure is None:
+                with self._kept():
+                    await self.service._checkpoint()
+                    await self.service.on_revoke(set(revoked))
             for partition in revoked:
                 self.service._consumed.pop(partition, None)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         async with self.service.lock:
-            await self.service.on_assign(set(assigned))
+            if self.service.rebalance_failure is None:
+                with self._kept():
+                    await self.service.on_assign(set(assigned))
+
+    @contextlib.contextmanager
+    def _kept(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:
+            self.service.rebalance_failure = error
+            raise
 
 
 class ConsumerService(ABC):
@@ -103,6 +122,7 @@ class ConsumerService(ABC):
         self._record_counters: dict[str, Any] = {}
         self._tally: dict[Any, float] = {}  # counter child -> increments this batch
         self._committing: asyncio.Task[None] | None = None  # the last checkpoint's flush and commit
+        self.rebalance_failure: Exception | None = None  # raised by the run loop (see _Rebalance)
 
     # ------------------------------------------------------------ the hooks
 
@@ -214,6 +234,7 @@ class ConsumerService(ABC):
         try:
             while not stop.is_set():
                 batch = await self.consumer.getmany(timeout_ms=250, max_records=self.settings.max_records)
+                self._raise_rebalance_failure()
                 self.last_poll = time.monotonic()
                 if batch:
                     started = time.perf_counter()
@@ -224,6 +245,7 @@ class ConsumerService(ABC):
                     BATCH_RECORDS.labels(self.service).observe(sum(len(r) for r in batch.values()))
                 self._update_lag()
             async with self.lock:
+                self._raise_rebalance_failure()
                 await self._checkpoint()  # drain: what was handled is persisted and committed
             self.drained = True
         finally:
@@ -240,6 +262,10 @@ class ConsumerService(ABC):
                 finally:
                     if self.producer is not None:
                         await self.producer.stop()
+
+    def _raise_rebalance_failure(self) -> None:
+        if self.rebalance_failure is not None:
+            raise self.rebalance_failure
 
     async def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
         try:
