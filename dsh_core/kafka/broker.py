@@ -17,6 +17,7 @@ fixture and the demo start one of these on free loopback ports.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import os
@@ -118,10 +119,14 @@ def ensure_kafka_jars(cache: Path | None = None) -> Path:
     return lib
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_ports(count: int) -> list[int]:
+    """Distinct free loopback ports (each probe stays bound until all are
+    chosen: probes released one by one may be given the same port)."""
+    with contextlib.ExitStack() as stack:
+        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
 
 
 def _die_with_parent() -> None:  # runs in the child before exec (Linux)
@@ -284,7 +289,7 @@ class LocalKafka:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         last_error = ""
         for _ in range(3):  # a port taken between probe and bind: try new ports
-            port, controller = _free_port(), _free_port()
+            port, controller = _free_ports(2)
             properties = self._write_config(port, controller)
             self._format(lib, properties)
             log = open(self.log_path, "ab")
