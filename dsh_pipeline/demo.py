@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 import shutil
 import signal
 import subprocess
@@ -52,25 +53,91 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "dsh_pipeline.cli", *args]
 
 
-async def _lag(kafka: KafkaConfig, names: TopicNames) -> tuple[int, dict[str, int]]:
-    """End offset total of the events topic and each service group's lag."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient
-    consumer = AIOKafkaConsumer(names.events, bootstrap_servers=kafka.bootstrap)
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await consumer.start()
-    await admin.start()
-    try:
-        partitions = [TopicPartition(names.events, p) for p in consumer.partitions_for_topic(names.events) or ()]
-        ends = await consumer.end_offsets(partitions)
+class _Monitor:
+    """The pipeline as Kafka shows it: each service group's lag behind the
+    events topic, and the outputs so far (view heads: sessions and the
+    events they cover; committed findings)."""
+
+    def __init__(self, kafka: KafkaConfig, names: TopicNames) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.admin import AIOKafkaAdminClient
+        self.names = names
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        self.events = AIOKafkaConsumer(names.events, bootstrap_servers=kafka.bootstrap)
+        self.outputs = AIOKafkaConsumer(names.views, names.findings, bootstrap_servers=kafka.bootstrap,
+                                        auto_offset_reset="earliest", isolation_level="read_committed")
+        self.heads: dict[bytes, int] = {}  # session -> next seq of its view
+        self.findings = 0
+
+    async def __aenter__(self) -> "_Monitor":
+        for client in (self.admin, self.events, self.outputs):
+            await client.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.admin.close()
+        await self.events.stop()
+        await self.outputs.stop()
+
+    async def lags(self) -> dict[str, int]:
+        from aiokafka import TopicPartition
+        from aiokafka.errors import GroupCoordinatorNotAvailableError
+        topic = self.names.events
+        ends = await self.events.end_offsets([TopicPartition(topic, p)
+                                              for p in self.events.partitions_for_topic(topic) or ()])
         lags = {}
         for service, group in GROUPS.items():
-            committed = await admin.list_consumer_group_offsets(group)
+            try:
+                committed = await self.admin.list_consumer_group_offsets(group)
+            except GroupCoordinatorNotAvailableError:  # a fresh broker: the offsets topic is still coming up
+                committed = {}
             lags[service] = sum(end - (committed[tp].offset if tp in committed else 0) for tp, end in ends.items())
-        return sum(ends.values()), lags
-    finally:
-        await admin.close()
-        await consumer.stop()
+        return lags
+
+    async def read_outputs(self) -> None:
+        """Read the output topics up to their current ends (committed ones)."""
+        ends = await self.outputs.end_offsets(list(self.outputs.assignment()))
+        while [p for p, end in ends.items() if await self.outputs.position(p) < end]:
+            batch = await self.outputs.getmany(timeout_ms=100)
+            for partition, records in batch.items():
+                if partition.topic == self.names.views:
+                    self.heads.update((r.key, json.loads(r.value)["seq"]) for r in records)
+                else:
+                    self.findings += len(records)
+
+
+async def _follow(kafka: KafkaConfig, names: TopicNames, simulator: subprocess.Popen,
+                  services: list[subprocess.Popen], logs: Path) -> None:
+    """Print progress each second until the simulator is done and every
+    service has caught up; raise if a service dies or all stall for 60 s."""
+    deadline = time.monotonic() + 600
+    last_events, last_time = None, time.monotonic()
+    last_lags, moved = None, time.monotonic()  # when any lag last changed
+    async with _Monitor(kafka, names) as monitor:
+        while True:
+            for service in services:
+                if service.poll() is not None:
+                    raise RuntimeError(f"a service exited early (code {service.returncode}); see {logs}")
+            simulating = simulator.poll() is None
+            lags = await monitor.lags()
+            await monitor.read_outputs()
+            now = time.monotonic()
+            events = sum(monitor.heads.values())
+            rate = "" if last_events is None else f"{(events - last_events) / max(now - last_time, 1e-6):,.0f}"
+            last_events, last_time = events, now
+            print(f"  {events:>8,} events in views ({rate:>7} events/s)  sessions {len(monitor.heads):>5,}  findings "
+                  f"{monitor.findings:>3,}  lag (records): projector {lags['projector']:,}, auditor "
+                  f"{lags['auditor']:,}, archiver {lags['archiver']:,}", flush=True)
+            if not simulating and (simulator.returncode != 0 or not any(lags.values())):
+                return
+            if lags != last_lags or simulating:
+                last_lags, moved = lags, now
+            elif now - moved > 60:
+                stalled = ", ".join(name for name, lag in lags.items() if lag)
+                raise RuntimeError(f"no progress for 60 s ({stalled} still behind); see {logs}")
+            if now > deadline:
+                raise RuntimeError("the services did not catch up within 10 minutes")
+            await asyncio.sleep(1.0)
 
 
 async def _findings(kafka: KafkaConfig, names: TopicNames) -> list[dict]:
@@ -134,6 +201,9 @@ def _compare(manifest: dict, db: Path, archive: Path, findings: list[dict]) -> l
 
 
 def run_demo(config: DemoConfig) -> int:
+    # The progress monitor's clients retry the leadership errors of topics
+    # just created; aiokafka would log each retry over the progress lines.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="dsh-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     broker = None
@@ -169,36 +239,16 @@ def run_demo(config: DemoConfig) -> int:
                                                                      ("unlogged", "dropped", "duplicate", "lossless",
                                                                       "unknown")])
         print(f"simulating {config.sessions} agents with {faults} fault(s) of each kind ...", flush=True)
-        sim = subprocess.run(simulate, capture_output=True, text=True)
+        sim_log = run / "simulator.log"
+        sim = subprocess.Popen(simulate, stdout=open(sim_log, "wb"), stderr=subprocess.STDOUT)
+        services = list(children)
+        children.append(sim)
+        asyncio.run(_follow(kafka, names, sim, services, logs))
         if sim.returncode != 0:
-            print(sim.stdout + sim.stderr, file=sys.stderr)
+            print(sim_log.read_text(), file=sys.stderr)
             return 1
-        print(sim.stdout.strip(), flush=True)
+        print(sim_log.read_text().strip(), flush=True)
         manifest = decode_json(manifest_path.read_bytes())
-        deadline = time.monotonic() + 600
-        last_total, last_time = 0, time.monotonic()
-        last_lags, moved = None, time.monotonic()  # when any lag last changed
-        while True:
-            for child in children:
-                if child.poll() is not None:
-                    raise RuntimeError(f"a service exited early (code {child.returncode}); see {logs}")
-            total, lags = asyncio.run(_lag(kafka, names))
-            now = time.monotonic()
-            consumed = total - lags["projector"]
-            rate = (consumed - last_total) / max(now - last_time, 1e-6)
-            last_total, last_time = consumed, now
-            print(f"  records {total:>8,}  projector lag {lags['projector']:>7,}  auditor lag {lags['auditor']:>7,}  "
-                  f"archiver lag {lags['archiver']:>7,}  ({rate:,.0f} records/s)", flush=True)
-            if not any(lags.values()):
-                break
-            if lags != last_lags:
-                last_lags, moved = lags, now
-            elif now - moved > 60:
-                stalled = ", ".join(name for name, lag in lags.items() if lag)
-                raise RuntimeError(f"no progress for 60 s ({stalled} still behind); see {logs}")
-            if now > deadline:
-                raise RuntimeError("the services did not catch up within 10 minutes")
-            time.sleep(1.0)
         findings = asyncio.run(_findings(kafka, names))
         for child in children:
             child.send_signal(signal.SIGTERM)
