@@ -235,6 +235,8 @@ class ConsumerService(ABC):
             while not stop.is_set():
                 batch = await self.consumer.getmany(timeout_ms=250, max_records=self.settings.max_records)
                 self._raise_rebalance_failure()
+                if self._committing is not None and self._committing.done():
+                    await self._commit_done()  # a failed commit stops the service even with no new batch
                 self.last_poll = time.monotonic()
                 if batch:
                     started = time.perf_counter()

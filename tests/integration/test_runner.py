@@ -1,8 +1,9 @@
-"""A failing rebalance callback stops the service with its error.
+"""Failures stop the service with their error.
 
-aiokafka logs a listener's exception and carries on with the rebalance;
-the runner must not: after a failed checkpoint or state rebuild, what it
-holds in memory cannot be trusted."""
+aiokafka logs a rebalance listener's exception and carries on with the
+rebalance; the runner must not: after a failed checkpoint or state rebuild,
+what it holds in memory cannot be trusted. A failed offset commit stops it
+too, even when no further batch comes."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import pytest
 from consumers.auditor import Auditor
 from consumers.projector import Projector
 from dsh_core.kafka.config import ConsumerSettings
+from producers.publisher import Publisher
+from producers.simulator import SimulatorConfig, simulate_session
 
 pytestmark = pytest.mark.kafka
 
 
-class _Rebuild(RuntimeError):
+class _Failure(RuntimeError):
     pass
 
 
@@ -27,13 +30,13 @@ def test_a_failed_assignment_stops_the_service(kafka, topics, group_id):
     class Broken(Auditor):
         async def on_assign(self, partitions):
             await super().on_assign(partitions)
-            raise _Rebuild("the state rebuild failed")
+            raise _Failure("the state rebuild failed")
 
     async def run() -> None:
         await asyncio.wait_for(Broken(kafka, names, settings=ConsumerSettings(group_id=group_id("auditor")))
                                .run(asyncio.Event()), 60)
 
-    with pytest.raises(_Rebuild, match="the state rebuild failed"):
+    with pytest.raises(_Failure, match="the state rebuild failed"):
         asyncio.run(run())
 
 
@@ -43,7 +46,7 @@ def test_a_failed_revoke_checkpoint_stops_the_service(kafka, topics, group_id, t
 
     class Broken(Projector):
         async def on_revoke(self, partitions):
-            raise _Rebuild("the revoke checkpoint failed")
+            raise _Failure("the revoke checkpoint failed")
 
     async def run() -> None:
         first = Broken(kafka, names, tmp_path / "a.sqlite", settings=ConsumerSettings(group_id=group))
@@ -61,5 +64,24 @@ def test_a_failed_revoke_checkpoint_stops_the_service(kafka, topics, group_id, t
             stop.set()
             await joining
 
-    with pytest.raises(_Rebuild, match="the revoke checkpoint failed"):
+    with pytest.raises(_Failure, match="the revoke checkpoint failed"):
+        asyncio.run(run())
+
+
+def test_a_failed_commit_stops_the_service_without_another_batch(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=1)
+
+    class Broken(Projector):
+        async def commit(self, offsets):
+            raise _Failure("the offset commit failed")
+
+    async def run() -> None:
+        async with Publisher(kafka, names) as publisher:
+            for batch in simulate_session(SimulatorConfig(sessions=1, seed=3, max_turns=1), 0)[1]:
+                await publisher.send_many(batch)
+            await publisher.flush()
+        broken = Broken(kafka, names, tmp_path / "views.sqlite", settings=ConsumerSettings(group_id=group_id("p")))
+        await asyncio.wait_for(broken.run(asyncio.Event()), 60)
+
+    with pytest.raises(_Failure, match="the offset commit failed"):
         asyncio.run(run())
