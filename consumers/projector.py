@@ -13,7 +13,13 @@ session (view, fold snapshot, held records, next seq) before the offsets
 are committed, so views are exactly-once. Hot sessions stay in a bounded
 LRU; a cold one is restored from its snapshot, and so is one whose
 partition was revoked and came back (another member may have moved it
-on). View heads go to the compacted ``dsh.session-views`` topic.
+on). View heads go to the compacted ``dsh.session-views`` topic; the same
+transaction notes each session whose head is not acknowledged yet, and the
+note goes once the batch's offsets are committed (after the heads were
+acknowledged). A member that is assigned a partition first publishes the
+heads still noted for its sessions, so a crash between the view commit and
+the heads' acknowledgement loses no head (the records come back only as
+duplicates, which change no view).
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ DUPLICATES = Counter("dsh_projector_duplicates_total", "Records skipped as alrea
 GAPS = Counter("dsh_projector_gaps_total", "Records that arrived above the expected seq (session held).")
 REFUSED = Counter("dsh_projector_sessions_refused_total", "Sessions whose log was refused, by category.", ["category"])
 SKIPPED = Counter("dsh_projector_records_skipped_total", "Records not applied, by reason.", ["reason"])
+REPUBLISHED = Counter("dsh_projector_heads_republished_total",
+                      "View heads published again on assignment (a crash left them unacknowledged).")
 SESSIONS = Gauge("dsh_projector_sessions", "Sessions by state (hot in memory, held at a gap).", ["state"])
 TOKENS = Counter("dsh_tokens_total", "Tokens reported by assistant messages, by provider, model and kind.",
                  ["provider", "model", "kind"])
@@ -62,7 +70,18 @@ CREATE TABLE IF NOT EXISTS surface (
 CREATE TABLE IF NOT EXISTS held (
     session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, count INTEGER NOT NULL,
     PRIMARY KEY (session_id, seq));
+CREATE TABLE IF NOT EXISTS unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL);
 """
+
+_HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
+
+
+def view_head(view: dict[str, Any]) -> bytes:
+    """The ``dsh.session-views`` value of a view."""
+    head = {field: view.get(field) for field in _HEAD_FIELDS}
+    head["seq"] = head.pop("nextSeq")
+    head["turns"] = len(head["turns"] or ())
+    return dump_json(head)
 
 
 class ViewStore:
@@ -153,6 +172,7 @@ class Projector(ConsumerService):
         self.store: ViewStore | None = None
         self._hot: OrderedDict[str, _Session] = OrderedDict()
         self._dirty: dict[str, _Session] = {}
+        self._unacknowledged: list[str] = []  # sessions whose heads the commit in flight covers
 
     async def open(self) -> None:
         self.store = ViewStore(self.store_path)
@@ -317,19 +337,49 @@ class Projector(ConsumerService):
                     db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
                                    [(session.session_id, seq, value, count) for seq, (value, count) in session.held.items()])
                     session.held_dirty = False
-                heads.append((session.session_id, {k: view.get(k) for k in (
-                    "nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status",
-                    "messagesDigest")}))
+                heads.append((session.session_id, view_head(view)))
+            db.executemany("INSERT OR REPLACE INTO unacknowledged_heads (session_id, partition) VALUES (?, ?)",
+                           [(session.session_id, session.partition) for session in self._dirty.values()])
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
         self._dirty.clear()
         for session_id, head in heads:
-            head["seq"] = head.pop("nextSeq")
-            head["turns"] = len(head["turns"] or ())
-            await self.producer.send(self.topics.views, key=session_id.encode(), value=dump_json(head))
+            await self.producer.send(self.topics.views, key=session_id.encode(), value=head)
+        self._unacknowledged.extend(session_id for session_id, _ in heads)
         self._evict()  # the runner waits for the heads' acknowledgement before committing offsets
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        await super().commit(offsets)  # the batch's heads were acknowledged before
+        self._acknowledged(self._unacknowledged)
+        self._unacknowledged = []
+
+    def _acknowledged(self, session_ids: list[str]) -> None:
+        if not session_ids:
+            return
+        db = self.store.db
+        db.execute("BEGIN")
+        db.executemany("DELETE FROM unacknowledged_heads WHERE session_id = ?", [(s,) for s in session_ids])
+        db.execute("COMMIT")
+
+    async def on_assign(self, partitions: set[TopicPartition]) -> None:
+        """Publish the heads a crash left unacknowledged for these partitions'
+        sessions (their views are committed; their records come back only
+        as duplicates)."""
+        numbers = sorted(tp.partition for tp in partitions)
+        if not numbers:
+            return
+        rows = self.store.db.execute(
+            "SELECT u.session_id, s.view FROM unacknowledged_heads u JOIN sessions s USING (session_id) "
+            f"WHERE u.partition IN ({', '.join('?' * len(numbers))})", numbers).fetchall()
+        if not rows:
+            return
+        for session_id, view in rows:
+            await self.producer.send(self.topics.views, key=session_id.encode(), value=view_head(decode_json(view)))
+        await self.producer.flush()
+        self._acknowledged([session_id for session_id, _ in rows])
+        REPUBLISHED.inc(len(rows))
 
     async def on_revoke(self, partitions: set[TopicPartition]) -> None:
         # Another member continues these sessions in the store: what this

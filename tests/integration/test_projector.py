@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from prometheus_client import REGISTRY
 
 from consumers.projector import Projector, ViewStore
 from dsh_core.jsonvalue import sha256_jcs
@@ -17,7 +18,7 @@ from dsh_core.kafka.records import KIND_RECORD
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, fleet, simulate_session
 from tests.integration.handover import hand_over
-from tests.kafka_fixtures import group_lag
+from tests.kafka_fixtures import caught_up, consume_all, end_offsets, group_lag
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
@@ -143,3 +144,48 @@ def test_partitions_come_back_after_another_member_moved_their_views_on(kafka, t
     truths = asyncio.run(hand_over(kafka, names, lambda: Projector(kafka, names, db, settings=settings),
                                    SimulatorConfig(sessions=40, seed=73, min_turns=3, max_turns=4)))
     assert views_match(db, truths)
+
+
+def test_heads_a_crash_left_unacknowledged_are_published_on_assignment(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=3)
+    truths = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=8, seed=23, max_turns=2)))
+    db, group = tmp_path / "views.sqlite", group_id("projector")
+
+    class Crash(Exception):
+        pass
+
+    class Unacknowledged:
+        """Heads that never reach Kafka: the process dies before the ack."""
+
+        async def start(self) -> None:
+            pass
+
+        async def stop(self) -> None:
+            pass
+
+        async def send(self, *args, **kwargs) -> asyncio.Future:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(None)
+            return future
+
+        async def flush(self) -> None:
+            raise Crash("died before the heads were acknowledged")
+
+    class Crashing(Projector):
+        def make_producer(self):
+            return Unacknowledged()
+
+    async def scenario() -> None:
+        crashing = Crashing(kafka, names, db, settings=ConsumerSettings(group_id=group))
+        with pytest.raises(Crash):
+            await asyncio.wait_for(crashing.run(asyncio.Event()), 60)
+        restarted = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group))
+        ends = await end_offsets(kafka, names.events)
+        await run_until(restarted, lambda: caught_up(restarted, ends))
+
+    republished = REGISTRY.get_sample_value("dsh_projector_heads_republished_total")
+    asyncio.run(scenario())
+    assert REGISTRY.get_sample_value("dsh_projector_heads_republished_total") > republished
+    heads = asyncio.run(consume_all(kafka, names.views, len(truths), timeout=30, settle=1))
+    assert sorted((r.key.decode(), json.loads(r.value)["seq"]) for r in heads) == sorted(
+        (truth.session_id, truth.next_seq) for truth in truths)  # each session's final head, once
