@@ -190,7 +190,7 @@ class Archiver(ConsumerService):
         # passed, which the next drain drops as below the next seq.
         if held_changed:
             db = self.held_db
-            db.execute("BEGIN")
+            db.execute("BEGIN IMMEDIATE")
             try:
                 for session_id, session in held_changed:
                     db.execute("DELETE FROM held WHERE session_id = ?", (session_id,))

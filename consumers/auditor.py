@@ -324,7 +324,7 @@ class AuditStore:
         """Store session states and, for partitions whose every changed
         session is among them, the offset they are all stored up to."""
         db = self.db
-        db.execute("BEGIN")
+        db.execute("BEGIN IMMEDIATE")
         try:
             for session_id, saved in sessions.items():
                 db.execute("INSERT OR REPLACE INTO sessions (session_id, partition, fold, state) VALUES (?, ?, ?, ?)",
@@ -344,7 +344,7 @@ class AuditStore:
     def forget(self, partition: int) -> None:
         """Drop a partition's stored state (it is ahead of the committed offset)."""
         db = self.db
-        db.execute("BEGIN")
+        db.execute("BEGIN IMMEDIATE")
         db.execute("DELETE FROM records WHERE session_id IN (SELECT session_id FROM sessions WHERE partition = ?)",
                    (partition,))
         db.execute("DELETE FROM sessions WHERE partition = ?", (partition,))

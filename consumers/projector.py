@@ -311,7 +311,7 @@ class Projector(ConsumerService):
             return
         db = self.store.db
         heads = []
-        db.execute("BEGIN")
+        db.execute("BEGIN IMMEDIATE")
         try:
             for session in self._dirty.values():
                 view = self._view(session)
@@ -359,7 +359,7 @@ class Projector(ConsumerService):
         if not session_ids:
             return
         db = self.store.db
-        db.execute("BEGIN")
+        db.execute("BEGIN IMMEDIATE")
         db.executemany("DELETE FROM unacknowledged_heads WHERE session_id = ?", [(s,) for s in session_ids])
         db.execute("COMMIT")
 
