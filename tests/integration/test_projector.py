@@ -127,14 +127,23 @@ def test_rebalance_two_projectors_one_stopped_midway(kafka, topics, group_id, tm
     command = [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group", group,
                "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6"]
     total = asyncio.run(group_lag(kafka, names.events, group))
-    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as first, \
-            subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as second:
-        wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) <= total * 0.8, 120, "progress")
-        first.send_signal(signal.SIGTERM)  # one member leaves mid-run: its partitions move
-        assert first.wait(60) == 0
-        wait_for(lambda: views_match(db, truths), 120, "views to converge", poll=0.1)
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(60) == 0
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+
+    def said() -> str:  # the members' output, for a failure message
+        return "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in logs)
+
+    with open(logs[0], "wb") as first_log, open(logs[1], "wb") as second_log, \
+            subprocess.Popen(command, stdout=first_log, stderr=subprocess.STDOUT) as first, \
+            subprocess.Popen(command, stdout=second_log, stderr=subprocess.STDOUT) as second:
+        try:
+            wait_for(lambda: asyncio.run(group_lag(kafka, names.events, group)) <= total * 0.8, 120, "progress")
+            first.send_signal(signal.SIGTERM)  # one member leaves mid-run: its partitions move
+            assert first.wait(60) == 0, "the first member failed"
+            wait_for(lambda: views_match(db, truths), 120, "views to converge", poll=0.1)
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(60) == 0, "the second member failed"
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{said()}") from None
 
 
 def test_partitions_come_back_after_another_member_moved_their_views_on(kafka, topics, group_id, tmp_path):
