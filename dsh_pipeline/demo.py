@@ -95,9 +95,11 @@ class _Monitor:
         return lags
 
     async def read_outputs(self) -> None:
-        """Read the output topics up to their current ends (committed ones)."""
+        """Read the output topics up to their current ends (committed ones),
+        for at most 5 s (the progress line waits for it)."""
         ends = await self.outputs.end_offsets(list(self.outputs.assignment()))
-        while [p for p, end in ends.items() if await self.outputs.position(p) < end]:
+        give_up = time.monotonic() + 5
+        while time.monotonic() < give_up and [p for p, end in ends.items() if await self.outputs.position(p) < end]:
             batch = await self.outputs.getmany(timeout_ms=100)
             for partition, records in batch.items():
                 if partition.topic == self.names.views:
