@@ -194,7 +194,7 @@ class Shipper:
         """One pass over the root; returns the number of records shipped."""
         shipped = 0
         moved: dict[str, _Position] = {}
-        files = find_session_files(self.config.root, self._refuse_directory)
+        files = find_session_files(self.config.root, self._refuse_entry)
         for path in files:
             name = str(path.relative_to(self.config.root))
             position = self.checkpoints.positions.get(name, _Position())
@@ -229,7 +229,7 @@ class Shipper:
         SESSIONS.labels("refused").set(sum(1 for p in states if p.failed))
         return shipped
 
-    def _refuse_directory(self, error: CorruptionError) -> None:
+    def _refuse_entry(self, error: CorruptionError) -> None:
         if error.message not in self._reported:  # said once per process, like a refused file
             self._reported.add(error.message)
             SHIPPER_ERRORS.labels(type(error).__name__).inc()
