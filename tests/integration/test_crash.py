@@ -14,10 +14,11 @@ import sys
 
 import pytest
 
+from consumers.projector import ViewStore
 from producers.simulator import FaultPlan, SimulatorConfig
 from tests.integration.test_pipeline import check_views, expected_findings
 from tests.integration.test_projector import publish_fleet
-from tests.kafka_fixtures import consume_all, group_lag
+from tests.kafka_fixtures import consume_all, end_offsets, group_lag
 
 from tests.waiting import wait_for  # noqa: E402
 
@@ -69,6 +70,19 @@ def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
                 child.wait(60)
     assert kills[projector_group] >= 3 and kills[auditor_group] >= 3, (kills, total)
     assert check_views(db, truths) == []
+    # the compacted view-heads topic ends on every session's stored view
+    ends = asyncio.run(end_offsets(kafka, names.views))
+    heads = {}
+    for record in sorted(asyncio.run(consume_all(kafka, names.views, sum(ends.values()), timeout=60)),
+                         key=lambda r: (r.partition, r.offset)):
+        heads[record.key.decode()] = json.loads(record.value)
+    store = ViewStore(db)
+    try:
+        views = {truth.session_id: store.view(truth.session_id) for truth in truths}
+    finally:
+        store.close()
+    assert {s: (h["seq"], h["status"], h["messagesDigest"]) for s, h in heads.items()} == {
+        s: (v["nextSeq"], v["status"], v.get("messagesDigest")) for s, v in views.items()}
     expected = expected_findings(truths)
     records = asyncio.run(consume_all(kafka, names.findings, sum(expected.values()), timeout=60, settle=1.5,
                                       committed_only=True))
