@@ -4,8 +4,10 @@
 
 1. Fills a topic with simulator traffic (≥ N events, default 500k), then, in
    the same run, reads it with a bare aiokafka ``getmany`` loop (baseline),
-   with the projector (views committed) and with the auditor (findings and
-   offsets committed), each as one process; then with ``--members``
+   with the consumer runner decoding each record and doing nothing else
+   (the ceiling of any service built on it: no fold, no store), with the
+   projector (views committed) and with the auditor (findings and offsets
+   committed), each as one process; then with ``--members``
    processes of each in one consumer group (default: one per CPU), the way
    the services scale out; prints events/s and the ratios to the baseline.
 2. End-to-end latency: a publisher process (the agents) publishes at a
@@ -38,6 +40,8 @@ from dsh_core.kafka.topics import TopicNames
 from dsh_pipeline.runtime import prepare_topics
 from consumers.auditor import Auditor
 from consumers.projector import Projector
+from consumers.runner import ConsumerService
+from dsh_core.jsonvalue import decode_json
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 
@@ -79,6 +83,19 @@ async def _baseline(kafka: KafkaConfig, names: TopicNames, ends: dict) -> float:
         return time.perf_counter() - start
     finally:
         await consumer.stop()
+
+
+class _DecodeOnly(ConsumerService):
+    """The runner with a service that decodes each record's JSON value and
+    keeps nothing: what every service pays before its own work."""
+
+    service = "decode-only"
+
+    async def handle(self, record, decoded) -> None:
+        decode_json(decoded.value)
+
+    async def persist(self) -> None:
+        pass
 
 
 async def _catch_up(service, ends: dict) -> float:
@@ -335,6 +352,8 @@ def main() -> None:
         ends = asyncio.run(_ends(kafka, names.events))
         print(f"filled: {sessions} sessions, {events:,} events, {sum(ends.values()):,} records")
         base = asyncio.run(_baseline(kafka, names, ends))
+        decode_only = asyncio.run(_catch_up(_DecodeOnly(kafka, names, ConsumerSettings(
+            group_id=f"d{uuid.uuid4().hex[:6]}")), ends))
         with tempfile.TemporaryDirectory() as tmp:
             project = asyncio.run(_catch_up(Projector(kafka, names, Path(tmp) / "v.sqlite",
                                                       settings=ConsumerSettings(group_id=f"p{uuid.uuid4().hex[:6]}")), ends))
@@ -345,7 +364,8 @@ def main() -> None:
             project_scaled = _scaled_out("projector", bootstrap, names, ends, members, Path(tmp))
         with tempfile.TemporaryDirectory() as tmp:
             audit_scaled = _scaled_out("auditor", bootstrap, names, ends, members, Path(tmp))
-        rates = {"baseline": events / base, "projector": events / project, "auditor": events / audit,
+        rates = {"baseline": events / base, "decode only": events / decode_only, "projector": events / project,
+                 "auditor": events / audit,
                  f"projector x{members}": events / project_scaled, f"auditor x{members}": events / audit_scaled}
         for name, rate in rates.items():
             print(f"{name:>12}: {rate:12,.0f} events/s  ({rate / rates['baseline']:.2f}x)")
@@ -365,6 +385,7 @@ def main() -> None:
         rss_mb = int(child.stdout.strip().splitlines()[-1]) / 1024
         print(f"projector peak RSS with {args.sessions_rss:,} sessions touched: {rss_mb:.0f} MB")
         print(json.dumps({"baseline_events_per_s": round(rates["baseline"]),
+                          "decode_only_ratio": round(rates["decode only"] / rates["baseline"], 3),
                           "projector_ratio": round(rates["projector"] / rates["baseline"], 3),
                           "auditor_ratio": round(rates["auditor"] / rates["baseline"], 3),
                           "group_members": members,
