@@ -34,6 +34,8 @@ import time
 import uuid
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
 from dsh_core.kafka.broker import LocalKafka
 from dsh_core.kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
 from dsh_core.kafka.topics import TopicNames
@@ -58,7 +60,6 @@ async def _fill(kafka: KafkaConfig, names: TopicNames, config: SimulatorConfig) 
 
 
 async def _ends(kafka: KafkaConfig, topic: str) -> dict:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
     await consumer.start()
     try:
@@ -68,19 +69,34 @@ async def _ends(kafka: KafkaConfig, topic: str) -> dict:
         await consumer.stop()
 
 
+class _Assigned(ConsumerRebalanceListener):
+    """Notes when the group first assigned the baseline its partitions."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        pass
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        if self.at is None:
+            self.at = time.perf_counter()
+
+
 async def _baseline(kafka: KafkaConfig, names: TopicNames, ends: dict) -> float:
-    from aiokafka import AIOKafkaConsumer
-    consumer = AIOKafkaConsumer(names.events, **{**ConsumerSettings(group_id=f"b{uuid.uuid4().hex[:6]}")
-                                .consumer_options(kafka)})
+    """Seconds from the group's assignment to the end offsets (start-up and
+    the group join left out, as for the services)."""
+    consumer = AIOKafkaConsumer(**ConsumerSettings(group_id=f"b{uuid.uuid4().hex[:6]}").consumer_options(kafka))
+    assigned = _Assigned()
+    consumer.subscribe([names.events], listener=assigned)
     await consumer.start()
     try:
-        start = time.perf_counter()
         done: dict[int, int] = {}
         while any(done.get(p, 0) < end for p, end in ends.items() if end):
             batch = await consumer.getmany(timeout_ms=500, max_records=ConsumerSettings.max_records)
             for tp, records in batch.items():
                 done[tp.partition] = records[-1].offset + 1
-        return time.perf_counter() - start
+        return time.perf_counter() - assigned.at
     finally:
         await consumer.stop()
 
@@ -99,23 +115,28 @@ class _DecodeOnly(ConsumerService):
 
 
 async def _catch_up(service, ends: dict) -> float:
-    """Seconds from the service's first handled record to the end offsets
-    (start-up and group join, which the baseline also leaves out, excluded)."""
+    """Seconds from the service's first assignment (its ``on_assign`` done)
+    to the end offsets: start-up and the group join left out, as for the
+    baseline; every record's fetch and handling in."""
+    assigned: list[float] = []
+    service_on_assign = service.on_assign
+
+    async def on_assign_timed(partitions) -> None:
+        await service_on_assign(partitions)
+        if not assigned:
+            assigned.append(time.perf_counter())
+
+    service.on_assign = on_assign_timed
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
-    while not service._consumed:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.001)
-    start = time.perf_counter()
     while True:
         consumed = {tp.partition: offset for tp, offset in service._consumed.items()}
-        if all(consumed.get(p, 0) >= end for p, end in ends.items() if end):
+        if assigned and all(consumed.get(p, 0) >= end for p, end in ends.items() if end):
             break
         if task.done():
             task.result()
         await asyncio.sleep(0.005)
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - assigned[0]
     stop.set()
     await task
     return elapsed
@@ -234,7 +255,7 @@ async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: fl
 # partition count in a file, and handles nothing until the parent creates the
 # go file (all members assigned: the clock must not run through group
 # formation, which the baseline also leaves out). It prints the wall-clock
-# times of its first handled record and of reaching the end offsets.
+# time of reaching the end offsets.
 _MEMBER_CHILD = """
 import asyncio, json, signal, sys, time
 from pathlib import Path
@@ -247,7 +268,6 @@ ends = {int(p): e for p, e in json.loads(ends).items()}
 work = Path(work)
 kind = Projector if service == "projector" else Auditor
 class Member(kind):
-    first = None
     async def open(self):
         await super().open()
         fetch = self.consumer.getmany
@@ -259,10 +279,6 @@ class Member(kind):
     async def on_assign(self, partitions):
         await super().on_assign(partitions)
         (work / f"assigned-{instance}").write_text(str(len(self.consumer.assignment())))
-    async def handle(self, record, decoded):
-        if self.first is None:
-            self.first = time.time()
-        await super().handle(record, decoded)
 async def main():
     settings = ConsumerSettings(group_id=group)
     names = TopicNames.with_prefix(prefix)
@@ -276,10 +292,10 @@ async def main():
         if task.done():
             task.result()
         mine = member.consumer.assignment() if member.consumer else ()
-        if done is None and mine and member.first is not None and all(
+        if done is None and mine and (work / "go").exists() and all(
                 member._consumed.get(tp, 0) >= ends.get(tp.partition, 0) for tp in mine):
             done = time.time()
-            print(json.dumps({"first": member.first, "done": done}), flush=True)
+            print(json.dumps({"done": done}), flush=True)
         await asyncio.sleep(0.005)
     await task
 asyncio.run(main())
@@ -288,7 +304,7 @@ asyncio.run(main())
 
 def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, members: int, work: Path) -> float:
     """Seconds for ``members`` processes of one group to catch up, from the
-    first record any of them handled to the last one reaching its ends."""
+    moment they may fetch (every member assigned) to the last one reaching its ends."""
     prefix = names.events[:-len("dsh.session-events")]
     group = f"{service[0]}x{uuid.uuid4().hex[:6]}"
     command = [sys.executable, "-c", _MEMBER_CHILD, service, bootstrap, prefix, group, str(work / "views.sqlite")]
@@ -304,6 +320,7 @@ def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, mem
             if time.monotonic() > deadline or any(child.poll() is not None for child in children):
                 raise RuntimeError(f"{service} members did not form a group: {shares}")
             time.sleep(0.01)  # wait-ok: polling a condition with a deadline
+        started = time.time()
         (work / "go").touch()
         times = [json.loads(child.stdout.readline()) for child in children]
     finally:
@@ -311,7 +328,7 @@ def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, mem
             child.terminate()
         for child in children:
             child.wait(60)
-    return max(t["done"] for t in times) - min(t["first"] for t in times)
+    return max(t["done"] for t in times) - started
 
 
 _RSS_CHILD = """
