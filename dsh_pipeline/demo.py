@@ -125,7 +125,7 @@ async def _follow(kafka: KafkaConfig, names: TopicNames, simulator: subprocess.P
             await monitor.read_outputs()
             now = time.monotonic()
             events = sum(monitor.heads.values())
-            rate = "" if last_events is None else f"{(events - last_events) / max(now - last_time, 1e-6):,.0f}"
+            rate = "-" if last_events is None else f"{(events - last_events) / max(now - last_time, 1e-6):,.0f}"
             last_events, last_time = events, now
             print(f"  {events:>8,} events in views ({rate:>7} events/s)  sessions {len(monitor.heads):>5,}  findings "
                   f"{monitor.findings:>3,}  lag (records): projector {lags['projector']:,}, auditor "
