@@ -36,6 +36,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from dsh_core.jsonvalue import decode_json
 from dsh_core.kafka.broker import LocalKafka
 from dsh_core.kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
 from dsh_core.kafka.topics import TopicNames
@@ -43,7 +44,6 @@ from dsh_pipeline.runtime import prepare_topics
 from consumers.auditor import Auditor
 from consumers.projector import Projector
 from consumers.runner import ConsumerService
-from dsh_core.jsonvalue import decode_json
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 
