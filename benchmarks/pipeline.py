@@ -34,13 +34,14 @@ import time
 import uuid
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import ConsumerRebalanceListener
 
 from dsh_core.jsonvalue import decode_json
-from dsh_core.kafka.broker import LocalKafka
-from dsh_core.kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
-from dsh_core.kafka.topics import TopicNames
-from dsh_pipeline.runtime import prepare_topics
+from dsh_pipeline.local_kafka import LocalKafka
+from dsh_kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
+from dsh_kafka.topics import TopicNames
+from dsh_kafka.admin import end_offsets, prepare_topics
+from dsh_kafka.clients import make_consumer
 from consumers.auditor import Auditor
 from consumers.projector import Projector
 from consumers.runner import ConsumerService
@@ -57,16 +58,6 @@ async def _fill(kafka: KafkaConfig, names: TopicNames, config: SimulatorConfig) 
                 events += sum(r.count for r in batch)
         await publisher.flush()
     return events
-
-
-async def _ends(kafka: KafkaConfig, topic: str) -> dict:
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
-    await consumer.start()
-    try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        return {tp.partition: end for tp, end in (await consumer.end_offsets(parts)).items()}
-    finally:
-        await consumer.stop()
 
 
 class _Assigned(ConsumerRebalanceListener):
@@ -86,7 +77,7 @@ class _Assigned(ConsumerRebalanceListener):
 async def _baseline(kafka: KafkaConfig, names: TopicNames, ends: dict) -> float:
     """Seconds from the group's assignment to the end offsets (start-up and
     the group join left out, as for the services)."""
-    consumer = AIOKafkaConsumer(**ConsumerSettings(group_id=f"b{uuid.uuid4().hex[:6]}").consumer_options(kafka))
+    consumer = make_consumer(kafka, ConsumerSettings(group_id=f"b{uuid.uuid4().hex[:6]}"))
     assigned = _Assigned()
     consumer.subscribe([names.events], listener=assigned)
     await consumer.start()
@@ -152,8 +143,8 @@ _LATENCY_CHILD = """
 import asyncio, json, sys, tempfile, time
 from pathlib import Path
 from consumers.projector import Projector
-from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.topics import TopicNames
 bootstrap, prefix, group, partitions = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 class Timed(Projector):
     stamps, latencies = [], []
@@ -196,8 +187,8 @@ asyncio.run(main())
 # then publishes at a steady rate, one flush per batch.
 _PUBLISH_CHILD = """
 import asyncio, sys, time
-from dsh_core.kafka.config import KafkaConfig
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.config import KafkaConfig
+from dsh_kafka.topics import TopicNames
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 bootstrap, prefix, rate, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
@@ -226,7 +217,7 @@ asyncio.run(main())
 
 async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: float) -> tuple[float, float]:
     prefix = names.events[:-len("dsh.session-events")]
-    partitions = len(await _ends(kafka, names.events))
+    partitions = len(await end_offsets(kafka, names.events))
     projector = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _LATENCY_CHILD, kafka.bootstrap, prefix, f"lat{uuid.uuid4().hex[:6]}", str(partitions),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
@@ -239,7 +230,7 @@ async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: fl
         agents.stdin.write(b"go\n")
         await agents.stdin.drain()
         assert await agents.wait() == 0, "the latency publisher failed"
-        projector.stdin.write(json.dumps(await _ends(kafka, names.events)).encode() + b"\n")
+        projector.stdin.write(json.dumps(await end_offsets(kafka, names.events)).encode() + b"\n")
         await projector.stdin.drain()
         p50, p99 = json.loads(await projector.stdout.readline())
         assert await projector.wait() == 0, "the latency projector failed"
@@ -261,8 +252,8 @@ import asyncio, json, signal, sys, time
 from pathlib import Path
 from consumers.auditor import Auditor
 from consumers.projector import Projector
-from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.topics import TopicNames
 service, bootstrap, prefix, group, db, instance, work, ends = sys.argv[1:9]
 ends = {int(p): e for p, e in json.loads(ends).items()}
 work = Path(work)
@@ -335,8 +326,8 @@ _RSS_CHILD = """
 import asyncio, resource, sys, time
 from pathlib import Path
 from consumers.projector import Projector
-from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.topics import TopicNames
 bootstrap, prefix, db, expected = sys.argv[1:5]
 async def main():
     p = Projector(KafkaConfig(bootstrap), TopicNames.with_prefix(prefix), Path(db),
@@ -366,7 +357,7 @@ def main() -> None:
         asyncio.run(prepare_topics(kafka, names, 12))
         sessions = max(50, args.events // 300)
         events = asyncio.run(_fill(kafka, names, SimulatorConfig(sessions=sessions, seed=99)))
-        ends = asyncio.run(_ends(kafka, names.events))
+        ends = asyncio.run(end_offsets(kafka, names.events))
         print(f"filled: {sessions} sessions, {events:,} events, {sum(ends.values()):,} records")
         base = asyncio.run(_baseline(kafka, names, ends))
         decode_only = asyncio.run(_catch_up(_DecodeOnly(kafka, names, ConsumerSettings(
@@ -394,7 +385,7 @@ def main() -> None:
         asyncio.run(prepare_topics(kafka, rss_names, 12))
         asyncio.run(_fill(kafka, rss_names, SimulatorConfig(sessions=args.sessions_rss, seed=5, min_turns=1,
                                                              max_turns=1)))
-        rss_ends = asyncio.run(_ends(kafka, rss_names.events))
+        rss_ends = asyncio.run(end_offsets(kafka, rss_names.events))
         with tempfile.TemporaryDirectory() as tmp:
             child = subprocess.run([sys.executable, "-c", _RSS_CHILD, bootstrap, rss_names.events[:-len("dsh.session-events")],
                                     str(Path(tmp) / "v.sqlite"), str(sum(rss_ends.values()))],

@@ -26,13 +26,14 @@ import time
 import uuid
 from pathlib import Path
 
-from dsh_core.kafka.broker import LocalKafka
-from dsh_core.kafka.config import BOOTSTRAP_ENV, KafkaConfig, ProducerSettings
-from dsh_core.kafka.topics import TopicNames
+from dsh_pipeline.local_kafka import LocalKafka
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig, ProducerSettings
+from dsh_kafka.topics import TopicNames
 from dsh_core.storage.framing import compress_frame
 from dsh_core.storage.layout import log_path
 from dsh_core.jsonvalue import decode_json
-from dsh_pipeline.runtime import prepare_topics
+from dsh_kafka.admin import prepare_topics
 from producers.publisher import Publisher
 from producers.shipper import Shipper, ShipperConfig
 from producers.simulator import SimulatorConfig, simulate_session
@@ -62,8 +63,7 @@ async def _publisher_run(kafka: KafkaConfig, names: TopicNames, batches: list) -
 
 
 async def _bare_run(kafka: KafkaConfig, names: TopicNames, batches: list) -> float:
-    from aiokafka import AIOKafkaProducer
-    producer = AIOKafkaProducer(**ProducerSettings().producer_options(kafka))
+    producer = make_producer(kafka, ProducerSettings())
     await producer.start()
     try:
         rendered = [(r.key, r.value, r.headers) for batch in batches for r in batch]

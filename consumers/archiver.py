@@ -30,9 +30,9 @@ from aiokafka import TopicPartition
 
 from prometheus_client import Counter
 
-from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
-from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
+from dsh_kafka.topics import TopicNames
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.jsonvalue import decode_json
 from dsh_core.storage.layout import Compression, encode_segment, log_name, log_path

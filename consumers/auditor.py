@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Iterable, Iterator
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 from prometheus_client import Counter, Gauge
 
@@ -59,9 +59,10 @@ from dsh_core.errors import DecodeError, DshError
 from dsh_core.invariants import InvariantChecker
 from dsh_core.checkpoint import restore_fold, snapshot_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, dump_json, encode_json
-from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
-from dsh_core.kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.clients import make_consumer, make_producer
+from dsh_kafka.config import SERVICE_PRODUCER, ConsumerSettings, KafkaConfig
+from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record
+from dsh_kafka.topics import TopicNames
 from dsh_core.request import Boundary, BoundaryTracker, MessagesDigest, request_frame
 from dsh_core.session import SessionState
 from dsh_core.storage.reader import StagedFold
@@ -413,7 +414,7 @@ class Auditor(ConsumerService):
         """Initialize each partition's transactional id: this aborts the
         transaction a previous owner left open and fences that owner."""
         async def start(partition: TopicPartition) -> None:
-            producer = AIOKafkaProducer(**self.producer_options(), transactional_id=self.transactional_id(partition))
+            producer = make_producer(self.kafka, SERVICE_PRODUCER, transactional_id=self.transactional_id(partition))
             try:
                 await producer.start()
             except BaseException:
@@ -537,9 +538,7 @@ class Auditor(ConsumerService):
         muted (they were emitted before)."""
         # Fence the previous owners before reading what they committed.
         await self._start_producers(partitions)
-        replay = AIOKafkaConsumer(**{**self.kafka.client_options(), "enable_auto_commit": False,
-                                     "auto_offset_reset": "earliest", "isolation_level": "read_committed",
-                                     "max_partition_fetch_bytes": 32 * 1024 * 1024})
+        replay = make_consumer(self.kafka, ConsumerSettings(group_id=None))
         await replay.start()
         self._muted = True
         try:

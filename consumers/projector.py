@@ -37,9 +37,9 @@ from prometheus_client import Counter, Gauge
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DshError
 from dsh_core.jsonvalue import decode_json, dump_json
-from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
-from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
+from dsh_kafka.topics import TopicNames
 from dsh_core.checkpoint import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_core.storage.reader import StagedFold

@@ -38,9 +38,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
 from dsh_core.errors import DecodeError, DshError, ValidationError
-from dsh_core.kafka.config import ConsumerSettings, KafkaConfig, ProducerSettings
-from dsh_core.kafka.records import KafkaRecord, SessionRecord, decode_kafka_record
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.clients import make_consumer, make_producer
+from dsh_kafka.config import SERVICE_PRODUCER, ConsumerSettings, KafkaConfig
+from dsh_kafka.records import KafkaRecord, SessionRecord, decode_kafka_record
+from dsh_kafka.topics import TopicNames
 
 __all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "HELD_LIMIT", "HOT_SESSIONS", "held_limit_error", "serve_http"]
 
@@ -146,15 +147,10 @@ class ConsumerService(ABC):
     async def close(self) -> None:
         """Release resources (idempotent)."""
 
-    def producer_options(self) -> dict[str, Any]:
-        # Every checkpoint flushes this producer, and aiokafka's flush waits
-        # out the linger: lingering would only delay each batch's commit.
-        return ProducerSettings(linger_ms=0).producer_options(self.kafka)
-
     def make_producer(self) -> AIOKafkaProducer | None:
         """The producer of the service's outputs (dead letters, view heads),
         flushed before each commit; ``None`` for a service that keeps its own."""
-        return AIOKafkaProducer(**self.producer_options())
+        return make_producer(self.kafka, SERVICE_PRODUCER)
 
     async def on_error(self, error: DshError, record: KafkaRecord) -> None:
         """The error policy: dead-letter the record with its reason and
@@ -226,7 +222,7 @@ class ConsumerService(ABC):
         self.producer = self.make_producer()
         if self.producer is not None:
             await self.producer.start()
-        self.consumer = AIOKafkaConsumer(**self.settings.consumer_options(self.kafka))
+        self.consumer = make_consumer(self.kafka, self.settings)
         self.consumer.subscribe([self.topics.events], listener=_Rebalance(self))
         await self.open()
         await self.consumer.start()

@@ -2,7 +2,8 @@
 
 Pure domain and codecs: event types, lossless JSON, surface fold, derived
 messages, request reconstruction, invariants and dsh's JSONL + zstd storage
-format. Nothing here (outside ``dsh_core.kafka``) does network I/O.
+format. It names no Kafka concept and does no network I/O (a test reads the
+imports); the Kafka edge, ``dsh_kafka``, builds on it.
 """
 
 from .derive import derive_event_message

@@ -45,7 +45,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _kafka(args: argparse.Namespace) -> int:
-    from dsh_core.kafka.broker import LocalKafka, probe_metadata, read_state, stop_detached
+    from dsh_pipeline.local_kafka import LocalKafka, probe_metadata, read_state, stop_detached
     from dsh_pipeline.runtime import default_broker_dir
     data_dir = Path(args.data_dir) if args.data_dir else default_broker_dir()
     state = read_state(data_dir)
@@ -68,8 +68,9 @@ def _kafka(args: argparse.Namespace) -> int:
 
 
 def _ship(args: argparse.Namespace) -> int:
-    from dsh_core.kafka.topics import TopicNames
-    from dsh_pipeline.runtime import prepare_topics, resolve_kafka, run_until_signal, start_metrics
+    from dsh_kafka.topics import TopicNames
+    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import resolve_kafka, run_until_signal, start_metrics
     from producers.publisher import Publisher
     from producers.shipper import Shipper, ShipperConfig
 
@@ -95,8 +96,9 @@ def _ship(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from dsh_core.kafka.topics import TopicNames
-    from dsh_pipeline.runtime import prepare_topics, resolve_kafka
+    from dsh_kafka.topics import TopicNames
+    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import resolve_kafka
     from producers.publisher import Publisher
     from dsh_core.jsonvalue import encode_json
     from producers.simulator import FaultPlan, SimulatorConfig, fleet, manifest
@@ -126,9 +128,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     import os
-    from dsh_core.kafka.config import Secret
-    from dsh_core.kafka.topics import TopicNames
-    from dsh_pipeline.runtime import prepare_topics, resolve_kafka
+    from dsh_kafka.config import Secret
+    from dsh_kafka.topics import TopicNames
+    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import resolve_kafka
     from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
     from producers.publisher import Publisher
 
@@ -159,8 +162,9 @@ def _worker(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace, make_service) -> int:
     """Run one consumer service until SIGTERM/SIGINT (or caught up, with --until-idle)."""
     from consumers.runner import serve_http
-    from dsh_core.kafka.topics import TopicNames
-    from dsh_pipeline.runtime import prepare_topics, resolve_kafka, run_until_signal
+    from dsh_kafka.topics import TopicNames
+    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import resolve_kafka, run_until_signal
 
     kafka = resolve_kafka(args.bootstrap)
     names = TopicNames.with_prefix(args.topic_prefix)
@@ -180,7 +184,7 @@ def _consume(args: argparse.Namespace, make_service) -> int:
 
 
 def _consumer_settings(args: argparse.Namespace):
-    from dsh_core.kafka.config import ConsumerSettings
+    from dsh_kafka.config import ConsumerSettings
     return ConsumerSettings(group_id=args.group, max_records=args.max_records)
 
 
@@ -275,7 +279,7 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_consumer_options(parser: argparse.ArgumentParser, group: str) -> None:
     from consumers.runner import HOT_SESSIONS
-    from dsh_core.kafka.config import ConsumerSettings
+    from dsh_kafka.config import ConsumerSettings
     parser.add_argument("--group", default=group, help=f"consumer group (default {group})")
     parser.add_argument("--max-records", type=int, default=ConsumerSettings.max_records,
                         help="records per poll batch (one persist and commit each)")

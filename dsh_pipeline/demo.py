@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsh_core.jsonvalue import decode_json
-from dsh_core.kafka.broker import LocalKafka
-from dsh_core.kafka.config import KafkaConfig
-from dsh_core.kafka.topics import TopicNames
+from dsh_pipeline.local_kafka import LocalKafka
+from dsh_kafka.clients import make_admin, make_consumer
+from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.topics import TopicNames
 from dsh_core.storage.reader import load_session, read_events
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -53,19 +54,19 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "dsh_pipeline.cli", *args]
 
 
+#: How the demo reads topics: from the start, committed records only, in no group.
+_READER = ConsumerSettings(group_id=None)
+
 class _Monitor:
     """The pipeline as Kafka shows it: each service group's lag behind the
     events topic, and the outputs so far (view heads: sessions and the
     events they cover; committed findings)."""
 
     def __init__(self, kafka: KafkaConfig, names: TopicNames) -> None:
-        from aiokafka import AIOKafkaConsumer
-        from aiokafka.admin import AIOKafkaAdminClient
         self.names = names
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-        self.events = AIOKafkaConsumer(names.events, bootstrap_servers=kafka.bootstrap)
-        self.outputs = AIOKafkaConsumer(names.views, names.findings, bootstrap_servers=kafka.bootstrap,
-                                        auto_offset_reset="earliest", isolation_level="read_committed")
+        self.admin = make_admin(kafka)
+        self.events = make_consumer(kafka, _READER, names.events)
+        self.outputs = make_consumer(kafka, _READER, names.views, names.findings)
         self.heads: dict[bytes, int] = {}  # session -> next seq of its view
         self.findings = 0
 
@@ -143,9 +144,7 @@ async def _follow(kafka: KafkaConfig, names: TopicNames, simulator: subprocess.P
 
 
 async def _findings(kafka: KafkaConfig, names: TopicNames) -> list[dict]:
-    from aiokafka import AIOKafkaConsumer
-    consumer = AIOKafkaConsumer(names.findings, bootstrap_servers=kafka.bootstrap, auto_offset_reset="earliest",
-                                isolation_level="read_committed")
+    consumer = make_consumer(kafka, _READER, names.findings)
     await consumer.start()
     found = []
     try:
@@ -226,7 +225,7 @@ def run_demo(config: DemoConfig) -> int:
         run.mkdir()
         db, archive, manifest_path = run / "views.sqlite", run / "archive", run / "manifest.json"
         print(f"broker {bootstrap}; work folder {run}", flush=True)
-        from dsh_pipeline.runtime import prepare_topics
+        from dsh_kafka.admin import prepare_topics
         asyncio.run(prepare_topics(kafka, names, 12))
         logs = run / "logs"
         logs.mkdir()

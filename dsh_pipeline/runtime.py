@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from dsh_core.errors import PipelineError
-from dsh_core.kafka.broker import cache_root, probe_metadata, read_state
-from dsh_core.kafka.config import BOOTSTRAP_ENV, KafkaConfig
-from dsh_core.kafka.topics import TopicNames, ensure_topics, topic_specs
+from dsh_pipeline.local_kafka import cache_root, probe_metadata, read_state
+from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig
 
-__all__ = ["default_broker_dir", "resolve_kafka", "prepare_topics", "run_until_signal", "start_metrics"]
+__all__ = ["default_broker_dir", "resolve_kafka", "run_until_signal", "start_metrics"]
 
 
 def default_broker_dir() -> Path:
@@ -30,16 +29,6 @@ def resolve_kafka(bootstrap: str | None) -> KafkaConfig:
         return KafkaConfig(bootstrap=state.bootstrap)
     raise PipelineError(f"no Kafka cluster: pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, "
                         "or start the local broker with `dsh-pipeline kafka start`")
-
-
-async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-    admin = AIOKafkaAdminClient(**kafka.client_options())
-    await admin.start()
-    try:
-        await ensure_topics(admin, topic_specs(names, partitions))
-    finally:
-        await admin.close()
 
 
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:

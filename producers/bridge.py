@@ -22,7 +22,7 @@ from prometheus_client import Counter
 
 from dsh_core.errors import DecodeError, PipelineError
 from dsh_core.jsonvalue import decode_json
-from dsh_core.kafka.config import Secret
+from dsh_kafka.config import Secret
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import decompress_frame, iter_frames
 from dsh_core.storage.layout import encode_segment

@@ -21,8 +21,9 @@ from prometheus_client import Counter, Histogram
 
 from dsh_core.errors import PipelineError
 from dsh_core.events import Event
-from dsh_core.kafka.config import KafkaConfig, ProducerSettings
-from dsh_core.kafka.records import (
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import KafkaConfig, ProducerSettings
+from dsh_kafka.records import (
     KIND_ATTESTATION,
     KIND_HEADER,
     KIND_RECORD,
@@ -32,7 +33,7 @@ from dsh_core.kafka.records import (
     header_record,
     records_for_batch,
 )
-from dsh_core.kafka.topics import TopicNames
+from dsh_kafka.topics import TopicNames
 from dsh_core.request import build_request, request_digest
 from dsh_core.session_header import SessionHeader
 
@@ -97,10 +98,9 @@ class Publisher:
         await self.close()
 
     async def start(self) -> None:
-        from aiokafka import AIOKafkaProducer
         if self._state is not _State.NEW:
             raise PipelineError(f"publisher is {self._state.value}; start it once")
-        self._producer = AIOKafkaProducer(**self.settings.producer_options(self.kafka))
+        self._producer = make_producer(self.kafka, self.settings)
         await self._producer.start()
         self._state = _State.RUNNING
 

@@ -29,7 +29,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError
 from dsh_core.jsonvalue import decode_json
-from dsh_core.kafka.records import SessionRecord, header_record, record_from_line
+from dsh_kafka.records import SessionRecord, header_record, record_from_line
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import decompress_frame, iter_frames
 from dsh_core.storage.layout import compression_of, encode_segment, find_session_files

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 from dsh_core.events import Event
 from dsh_core.jsonvalue import sha256_jcs, thaw
-from dsh_core.kafka.records import Attestation, SessionRecord, attestation_record, header_record, records_for_batch
+from dsh_kafka.records import Attestation, SessionRecord, attestation_record, header_record, records_for_batch
 from dsh_core.request import build_request, request_digest
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader

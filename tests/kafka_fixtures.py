@@ -15,8 +15,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from dsh_core.kafka.config import BOOTSTRAP_ENV, KafkaConfig
-from dsh_core.kafka.topics import TopicNames, ensure_topics, topic_specs
+from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig
+from dsh_kafka.admin import end_offsets, prepare_topics
+from dsh_kafka.clients import make_admin, make_consumer
+from dsh_kafka.config import ConsumerSettings
+from dsh_kafka.topics import TopicNames
 
 
 def _docker_available() -> bool:
@@ -36,7 +39,7 @@ def kafka_bootstrap() -> Iterator[str]:
         with KafkaContainer("confluentinc/cp-kafka:7.6.0").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
-    from dsh_core.kafka.broker import LocalKafka
+    from dsh_pipeline.local_kafka import LocalKafka
     with LocalKafka(heap="768m") as broker:
         yield broker.bootstrap
 
@@ -46,22 +49,12 @@ def kafka(kafka_bootstrap: str) -> KafkaConfig:
     return KafkaConfig(bootstrap=kafka_bootstrap)
 
 
-async def create_topics(kafka: KafkaConfig, names: TopicNames, partitions: int) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await admin.start()
-    try:
-        await ensure_topics(admin, topic_specs(names, partitions))
-    finally:
-        await admin.close()
-
-
 @pytest.fixture
 def topics(kafka: KafkaConfig) -> Any:
     """A factory: fresh, created topic names for this test (unique prefix)."""
     def make(partitions: int = 12) -> TopicNames:
         names = TopicNames.with_prefix(f"t{uuid.uuid4().hex[:10]}.")
-        asyncio.run(create_topics(kafka, names, partitions))
+        asyncio.run(prepare_topics(kafka, names, partitions))
         return names
     return make
 
@@ -75,11 +68,8 @@ async def consume_all(kafka: KafkaConfig, topic: str, expected: int, timeout: fl
                       group: str | None = None, settle: float = 0.0, committed_only: bool = False) -> list[Any]:
     """Read ``expected`` records from the start of ``topic`` (a deadline, not
     a sleep); with ``settle``, keep reading that long after to catch extras."""
-    from aiokafka import AIOKafkaConsumer
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False,
-                                auto_offset_reset="earliest", max_partition_fetch_bytes=32 * 1024 * 1024,
-                                fetch_max_bytes=64 * 1024 * 1024,
-                                isolation_level="read_committed" if committed_only else "read_uncommitted")
+    consumer = make_consumer(kafka, ConsumerSettings(
+        group_id=group, isolation_level="read_committed" if committed_only else "read_uncommitted"), topic)
     await consumer.start()
     records: list[Any] = []
     loop = asyncio.get_running_loop()
@@ -99,18 +89,6 @@ async def consume_all(kafka: KafkaConfig, topic: str, expected: int, timeout: fl
     return records
 
 
-async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:
-    """The end offset of every partition of ``topic``."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(partitions)).items()}
-    finally:
-        await consumer.stop()
-
-
 def caught_up(service, ends: dict[int, int]) -> bool:
     """Whether a consumer service has read every partition to ``ends``."""
     consumed = {tp.partition: offset for tp, offset in service._consumed.items()}
@@ -119,9 +97,8 @@ def caught_up(service, ends: dict[int, int]) -> bool:
 
 async def committed_offsets(kafka: KafkaConfig, group: str) -> dict[tuple[str, int], int]:
     """A consumer group's committed offsets by ``(topic, partition)`` (none yet: empty)."""
-    from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import GroupCoordinatorNotAvailableError
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    admin = make_admin(kafka)
     await admin.start()
     try:
         committed = await admin.list_consumer_group_offsets(group)

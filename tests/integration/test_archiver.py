@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from consumers.archiver import Archiver
-from dsh_core.kafka.config import ConsumerSettings
-from dsh_core.kafka.records import KIND_RECORD
+from dsh_kafka.config import ConsumerSettings
+from dsh_kafka.records import KIND_RECORD
 from dsh_core.storage.reader import load_session
 from producers.publisher import Publisher
 from dsh_core.storage.layout import find_session_files

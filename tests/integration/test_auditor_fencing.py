@@ -8,11 +8,12 @@ import asyncio
 import gc
 
 import pytest
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import TopicPartition
 
 from consumers.auditor import Auditor, FencedError
-from dsh_core.kafka.config import ConsumerSettings
-from dsh_core.kafka.records import KIND_HEADER
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import SERVICE_PRODUCER, ConsumerSettings
+from dsh_kafka.records import KIND_HEADER
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.kafka_fixtures import committed_offsets, consume_all, end_offsets
@@ -47,7 +48,7 @@ def test_a_replaced_member_is_fenced(kafka, topics, group_id):
             assert asyncio.get_running_loop().time() < deadline, "the auditor did not commit the honest session"
             await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
         # What a member that takes the partition over does first.
-        successor = AIOKafkaProducer(**zombie.producer_options(), transactional_id=zombie.transactional_id(partition))
+        successor = make_producer(kafka, SERVICE_PRODUCER, transactional_id=zombie.transactional_id(partition))
         await successor.start()
         try:
             await publish(headless)  # a sequence-gap finding for the zombie's next transaction

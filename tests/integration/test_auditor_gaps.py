@@ -9,8 +9,8 @@ import json
 import pytest
 
 from consumers.auditor import Auditor
-from dsh_core.kafka.config import ConsumerSettings
-from dsh_core.kafka.records import KIND_HEADER
+from dsh_kafka.config import ConsumerSettings
+from dsh_kafka.records import KIND_HEADER
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.integration.test_projector import run_until

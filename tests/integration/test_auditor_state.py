@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from consumers.auditor import Auditor, AuditStore
-from dsh_core.kafka.config import ConsumerSettings
+from dsh_kafka.config import ConsumerSettings
 from producers.simulator import FaultPlan, SimulatorConfig
 from tests.integration.handover import hand_over
 from tests.integration.test_pipeline import expected_findings

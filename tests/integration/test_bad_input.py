@@ -14,8 +14,8 @@ from consumers.auditor import Auditor
 from consumers.projector import Projector, ViewStore
 from dsh_core.errors import DecodeError
 from dsh_core.jsonvalue import thaw
-from dsh_core.kafka.config import ConsumerSettings
-from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_from_line
+from dsh_kafka.config import ConsumerSettings
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_from_line
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.conftest import canonical, corpus_logs, expected_of

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from dsh_core.errors import PipelineError
-from dsh_core.kafka.broker import LocalKafka, probe_metadata, sweep_abandoned_data_dirs
-from dsh_core.kafka.topics import TopicNames
-from tests.kafka_fixtures import create_topics
+from dsh_pipeline.local_kafka import LocalKafka, probe_metadata, sweep_abandoned_data_dirs
+from dsh_kafka.topics import TopicNames
+from dsh_kafka.admin import prepare_topics
 
 from tests.waiting import wait_for  # noqa: E402
 
@@ -32,7 +32,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_broker_dies_with_a_crashed_caller_and_its_folder_is_swept(tmp_path):
-    script = ("import sys\nfrom dsh_core.kafka.broker import LocalKafka\n"
+    script = ("import sys\nfrom dsh_pipeline.local_kafka import LocalKafka\n"
               "broker = LocalKafka(heap='512m')\nbroker.start()\n"
               "print(broker.process.pid, broker.bootstrap, broker.data_dir, flush=True)\nsys.stdin.read()\n")
     with subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -82,8 +82,8 @@ def test_cli_detached_broker_start_status_stop(tmp_path):
 
 def test_topic_setup_is_idempotent_and_checks_existing_topics(kafka, topics):
     names = topics(partitions=3)
-    asyncio.run(create_topics(kafka, names, 3))  # again: fine
+    asyncio.run(prepare_topics(kafka, names, 3))  # again: fine
     with pytest.raises(PipelineError, match=rf"topic {names.events} exists with 3 partitions, expected 5"):
-        asyncio.run(create_topics(kafka, names, 5))
+        asyncio.run(prepare_topics(kafka, names, 5))
     fresh = TopicNames.with_prefix(names.events + ".x.")
-    asyncio.run(create_topics(kafka, fresh, 2))
+    asyncio.run(prepare_topics(kafka, fresh, 2))

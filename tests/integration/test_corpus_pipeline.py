@@ -12,7 +12,7 @@ import pytest
 
 from consumers.auditor import Auditor
 from consumers.projector import Projector
-from dsh_core.kafka.config import ConsumerSettings
+from dsh_kafka.config import ConsumerSettings
 from dsh_core.jsonvalue import thaw
 from producers.publisher import Publisher
 from producers.shipper import Shipper, ShipperConfig

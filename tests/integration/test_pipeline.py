@@ -15,7 +15,7 @@ from dsh_core.storage.reader import load_session, read_events
 from dsh_core.storage.layout import find_session_files
 from producers.simulator import messages_digest
 from consumers.projector import Projector, ViewStore
-from dsh_core.kafka.config import ConsumerSettings
+from dsh_kafka.config import ConsumerSettings
 from producers.simulator import FaultPlan, SimulatorConfig
 from tests.integration.test_projector import publish_fleet, run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets

@@ -13,8 +13,8 @@ from prometheus_client import REGISTRY
 
 from consumers.projector import Projector, ViewStore
 from dsh_core.jsonvalue import sha256_jcs
-from dsh_core.kafka.config import ConsumerSettings
-from dsh_core.kafka.records import KIND_RECORD
+from dsh_kafka.config import ConsumerSettings
+from dsh_kafka.records import KIND_RECORD
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, fleet, simulate_session
 from tests.integration.handover import hand_over

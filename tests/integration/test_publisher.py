@@ -8,7 +8,7 @@ import collections
 import pytest
 from prometheus_client import REGISTRY
 
-from dsh_core.kafka.records import KIND_ATTESTATION, KIND_HEADER, decode_kafka_record
+from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, decode_kafka_record
 from dsh_core.request import build_request, request_digest
 from dsh_core.session import SessionLog
 from dsh_core.storage.reader import load_session_bytes
@@ -99,9 +99,9 @@ def test_delivery_failure_reaches_the_caller(kafka, topics):
     names = topics(partitions=1)
 
     async def produce() -> None:
-        from dsh_core.kafka.topics import TopicNames
+        from dsh_kafka.topics import TopicNames
         missing = TopicNames(events=f"{names.events}.does-not-exist")
-        from dsh_core.kafka.config import ProducerSettings
+        from dsh_kafka.config import ProducerSettings
         async with Publisher(kafka, missing, ProducerSettings(request_timeout_ms=3000)) as publisher:
             with pytest.raises(DeliveryError, match=r"session 's' seq 0: record could not be sent to .*does-not-exist"):
                 await publisher.publish_event("s", {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}})

@@ -13,7 +13,7 @@ import pytest
 
 from consumers.auditor import Auditor
 from consumers.projector import Projector
-from dsh_core.kafka.config import ConsumerSettings
+from dsh_kafka.config import ConsumerSettings
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 

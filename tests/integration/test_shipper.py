@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from dsh_core.kafka.records import decode_kafka_record
+from dsh_kafka.records import decode_kafka_record
 from dsh_core.storage.framing import compress_frame
 from dsh_core.storage.layout import log_path
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.conftest import corpus_logs
-from tests.kafka_fixtures import consume_all
+from tests.kafka_fixtures import consume_all, end_offsets
 from tests.layout_helpers import place, storage_lines
 
 from tests.waiting import wait_for  # noqa: E402
@@ -43,16 +43,7 @@ def _shipped_seq_total(state: Path) -> int:
 
 
 def _records_in_topic(kafka, topic: str) -> int:
-    async def count() -> int:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap)
-        await consumer.start()
-        try:
-            partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-            return sum((await consumer.end_offsets(partitions)).values())
-        finally:
-            await consumer.stop()
-    return asyncio.run(count())
+    return sum(asyncio.run(end_offsets(kafka, topic)).values())
 
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
 
 from dsh_core.errors import DecodeError, PipelineError
-from dsh_core.kafka.config import KafkaConfig, ProducerSettings, Secret
-from dsh_core.kafka.records import (
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import KafkaConfig, ProducerSettings, Secret
+from dsh_kafka.records import (
     Attestation,
     attestation_record,
     decode_kafka_record,
@@ -16,7 +18,7 @@ from dsh_core.kafka.records import (
     record_from_line,
     records_for_batch,
 )
-from dsh_core.kafka.topics import TopicNames, topic_specs
+from dsh_kafka.topics import TopicNames, topic_specs
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.records import encode_records
 
@@ -87,8 +89,13 @@ def test_topics_and_config():
     assert specs[names.events].configs["max.message.bytes"] == str(16 * 1024 * 1024)
     config = KafkaConfig("127.0.0.1:9092", sasl_mechanism="PLAIN", sasl_username="u", sasl_password=Secret("pw"))
     assert "pw" not in repr(config)
-    options = ProducerSettings().producer_options(config)
-    assert options["enable_idempotence"] is True and options["acks"] == "all"
-    assert options["sasl_plain_password"] == "pw"
+
+    async def built() -> tuple[bool, str]:  # the factory applies the security settings (no connection made)
+        producer = make_producer(config, ProducerSettings())
+        try:
+            return producer._txn_manager is not None, producer.client._sasl_plain_password
+        finally:
+            await producer.stop()
+    assert asyncio.run(built()) == (True, "pw")  # idempotent, and the SASL password reaches the client
     with pytest.raises(PipelineError, match="host:port"):
         KafkaConfig("localhost")

@@ -14,12 +14,12 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import msgspec
 
-from ..errors import DecodeError
-from ..events import ROW_TAGS, Event
-from ..jsonvalue import decode_json, encode_json
-from ..request import DIGEST_ALGORITHM
-from ..session_header import FORMAT_VERSION, SessionHeader
-from ..storage.records import decode_row, pack_chunk_runs
+from dsh_core.errors import DecodeError
+from dsh_core.events import ROW_TAGS, Event
+from dsh_core.jsonvalue import decode_json, encode_json
+from dsh_core.request import DIGEST_ALGORITHM
+from dsh_core.session_header import FORMAT_VERSION, SessionHeader
+from dsh_core.storage.records import decode_row, pack_chunk_runs
 
 __all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "SessionRecord", "KafkaRecord", "Attestation",
            "record_from_line", "records_for_batch", "header_record", "attestation_record", "decode_kafka_record",

@@ -32,7 +32,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PipelineError
+from dsh_core.errors import PipelineError
+from dsh_kafka.clients import make_admin
+from dsh_kafka.config import KafkaConfig
 
 __all__ = ["KAFKA_VERSION", "LocalKafka", "BrokerState", "cache_root", "ensure_kafka_jars", "read_state",
            "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
@@ -138,8 +140,7 @@ def _die_with_parent() -> None:  # runs in the child before exec (Linux)
 
 
 async def _metadata(bootstrap: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    admin = make_admin(KafkaConfig(bootstrap), request_timeout_ms=5000)
     await admin.start()
     try:
         await admin.list_topics()

@@ -1,63 +1,48 @@
-"""The pipeline's topics (DESIGN.md "Topics and records") and their set-up."""
+"""Topic set-up against a cluster: create what is missing, verify the rest."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from ..errors import PipelineError
+from dsh_core.errors import PipelineError
 
-__all__ = ["TopicNames", "TopicSpec", "topic_specs", "ensure_topics", "MAX_MESSAGE_BYTES"]
+from .clients import make_admin, make_consumer
+from .config import ConsumerSettings, KafkaConfig
+from .topics import TopicNames, TopicSpec, topic_specs
 
-#: Large enough for big tool outputs (a 5 MiB result plus its envelope).
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class TopicNames:
-    """Topic names; ``prefix`` keeps tests and tenants apart."""
-
-    events: str = "dsh.session-events"
-    views: str = "dsh.session-views"
-    findings: str = "dsh.audit-findings"
-    dead_letter: str = "dsh.dead-letter"
-
-    @classmethod
-    def with_prefix(cls, prefix: str) -> "TopicNames":
-        base = cls()
-        return cls(*(f"{prefix}{name}" for name in (base.events, base.views, base.findings, base.dead_letter)))
+__all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
 
 
-@dataclass(frozen=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
+async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int) -> None:
+    """Create or verify the pipeline's topics on ``kafka``."""
+    admin = make_admin(kafka)
+    await admin.start()
+    try:
+        await ensure_topics(admin, topic_specs(names, partitions))
+    finally:
+        await admin.close()
 
 
-def topic_specs(names: TopicNames, partitions: int = 12, retention_ms: int = -1) -> list[TopicSpec]:
-    """Events: delete policy, long retention; views: compacted; findings and
-    dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`."""
-    size = str(MAX_MESSAGE_BYTES)
-    return [
-        TopicSpec(names.events, partitions, {"cleanup.policy": "delete", "retention.ms": str(retention_ms),
-                                             "max.message.bytes": size}),
-        TopicSpec(names.views, partitions, {"cleanup.policy": "compact", "max.message.bytes": size}),
-        TopicSpec(names.findings, partitions, {"cleanup.policy": "delete", "max.message.bytes": size}),
-        TopicSpec(names.dead_letter, partitions, {"cleanup.policy": "delete", "max.message.bytes": size}),
-    ]
+async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:
+    """The end offset of every partition of ``topic``."""
+    consumer = make_consumer(kafka, ConsumerSettings(group_id=None), topic)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        return {tp.partition: offset for tp, offset in (await consumer.end_offsets(partitions)).items()}
+    finally:
+        await consumer.stop()
 
 
-async def ensure_topics(admin: Any, specs: list[TopicSpec]) -> None:
+async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> None:
     """Create missing topics and verify existing ones (idempotent).
 
-    ``admin`` is a started ``AIOKafkaAdminClient``. An existing topic with a
+    ``admin`` is a started admin client. An existing topic with a
     different partition count, cleanup policy or a smaller message limit is
     an error naming the topic and the setting.
     """
-    from aiokafka.admin import NewTopic
-    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
     existing = set(await admin.list_topics())
     missing = [spec for spec in specs if spec.name not in existing]
     if missing:

@@ -1,4 +1,9 @@
-"""Typed, frozen client configuration, built once at the edge (CLI, env)."""
+"""Typed, frozen client configuration, built once at the edge (CLI, env).
+
+These say what the pipeline wants of its clients; :mod:`dsh_kafka.clients`
+turns them into aiokafka clients (the only place that spells aiokafka's
+option names).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
-from ..errors import PipelineError
+from dsh_core.errors import PipelineError
+
 from .topics import MAX_MESSAGE_BYTES
 
-__all__ = ["Secret", "KafkaConfig", "ProducerSettings", "ConsumerSettings", "BOOTSTRAP_ENV"]
+__all__ = ["Secret", "KafkaConfig", "ProducerSettings", "ConsumerSettings", "BOOTSTRAP_ENV", "SERVICE_PRODUCER"]
 
 BOOTSTRAP_ENV = "DSH_KAFKA_BOOTSTRAP"
 
@@ -47,22 +53,12 @@ class KafkaConfig:
             raise PipelineError(f"bootstrap {self.bootstrap!r} must be host:port[,host:port...]")
 
     @classmethod
-    def from_env(cls, bootstrap: str | None = None, **overrides: Any) -> "KafkaConfig":
+    def from_env(cls, bootstrap: str | None = None) -> "KafkaConfig":
         """``bootstrap`` or ``$DSH_KAFKA_BOOTSTRAP``."""
         value = bootstrap or os.environ.get(BOOTSTRAP_ENV)
         if not value:
             raise PipelineError(f"no Kafka bootstrap given: pass --bootstrap or set {BOOTSTRAP_ENV}")
-        return cls(bootstrap=value, **overrides)
-
-    def client_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"bootstrap_servers": self.bootstrap, "client_id": self.client_id,
-                                   "security_protocol": self.security_protocol}
-        if self.sasl_mechanism:
-            options["sasl_mechanism"] = self.sasl_mechanism
-            options["sasl_plain_username"] = self.sasl_username
-            options["sasl_plain_password"] = self.sasl_password.reveal() if self.sasl_password else None
-        options.update(self.extra)
-        return options
+        return cls(bootstrap=value)
 
 
 @dataclass(frozen=True)
@@ -75,26 +71,22 @@ class ProducerSettings:
     max_record_bytes: int = MAX_MESSAGE_BYTES
     request_timeout_ms: int = 30_000
 
-    def producer_options(self, kafka: KafkaConfig) -> dict[str, Any]:
-        return {**kafka.client_options(), "enable_idempotence": True, "acks": "all",
-                "linger_ms": self.linger_ms, "compression_type": self.compression,
-                "max_batch_size": self.max_batch_bytes, "max_request_size": self.max_record_bytes + 64 * 1024,
-                "request_timeout_ms": self.request_timeout_ms}
+
+#: A service's own producer: every checkpoint flushes it, and a flush waits
+#: out the linger, so lingering would only delay each batch's commit.
+SERVICE_PRODUCER = ProducerSettings(linger_ms=0)
 
 
 @dataclass(frozen=True)
 class ConsumerSettings:
-    """A consumer in a group; offsets are committed by the service, never auto."""
+    """A consumer; offsets are committed by the service, never auto. Without
+    ``group_id`` it reads assigned partitions outside any group."""
 
-    group_id: str
+    group_id: str | None
     max_records: int = 10000
     fetch_max_bytes: int = 64 * 1024 * 1024
+    max_partition_fetch_bytes: int = MAX_MESSAGE_BYTES + 1024 * 1024
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
-
-    def consumer_options(self, kafka: KafkaConfig) -> dict[str, Any]:
-        return {**kafka.client_options(), "group_id": self.group_id, "enable_auto_commit": False,
-                "auto_offset_reset": self.auto_offset_reset, "max_partition_fetch_bytes": MAX_MESSAGE_BYTES + 1024 * 1024,
-                "fetch_max_bytes": self.fetch_max_bytes, "session_timeout_ms": self.session_timeout_ms,
-                "heartbeat_interval_ms": self.heartbeat_interval_ms, "isolation_level": "read_committed"}
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"

@@ -1,0 +1,50 @@
+"""The only factories of Kafka clients: every consumer, producer and admin
+client of the project is built here from the typed configuration, so
+security settings and limits apply to all of them alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from .config import ConsumerSettings, KafkaConfig, ProducerSettings
+
+__all__ = ["make_admin", "make_consumer", "make_producer"]
+
+
+def _client_options(kafka: KafkaConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {"bootstrap_servers": kafka.bootstrap, "client_id": kafka.client_id,
+                               "security_protocol": kafka.security_protocol}
+    if kafka.sasl_mechanism:
+        options["sasl_mechanism"] = kafka.sasl_mechanism
+        options["sasl_plain_username"] = kafka.sasl_username
+        options["sasl_plain_password"] = kafka.sasl_password.reveal() if kafka.sasl_password else None
+    options.update(kafka.extra)
+    return options
+
+
+def make_producer(kafka: KafkaConfig, settings: ProducerSettings = ProducerSettings(), *,
+                  transactional_id: str | None = None) -> AIOKafkaProducer:
+    """An idempotent ``acks=all`` producer (transactional with an id)."""
+    return AIOKafkaProducer(**_client_options(kafka), enable_idempotence=True, acks="all",
+                            linger_ms=settings.linger_ms, compression_type=settings.compression,
+                            max_batch_size=settings.max_batch_bytes,
+                            max_request_size=settings.max_record_bytes + 64 * 1024,
+                            request_timeout_ms=settings.request_timeout_ms, transactional_id=transactional_id)
+
+
+def make_consumer(kafka: KafkaConfig, settings: ConsumerSettings, *topics: str) -> AIOKafkaConsumer:
+    """A consumer of ``topics`` (none: partitions are assigned by hand)
+    that never commits on its own."""
+    return AIOKafkaConsumer(*topics, **_client_options(kafka), group_id=settings.group_id, enable_auto_commit=False,
+                            auto_offset_reset=settings.auto_offset_reset,
+                            max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
+                            fetch_max_bytes=settings.fetch_max_bytes, session_timeout_ms=settings.session_timeout_ms,
+                            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+                            isolation_level=settings.isolation_level)
+
+
+def make_admin(kafka: KafkaConfig, *, request_timeout_ms: int = 40_000) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(**_client_options(kafka), request_timeout_ms=request_timeout_ms)
