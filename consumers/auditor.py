@@ -55,7 +55,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import DecodeError, DshError
+from dsh_core.errors import DecodeError, DshError, FencedError, StateStoreError
 from dsh_core.invariants import InvariantChecker
 from dsh_core.checkpoint import restore_fold, snapshot_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, dump_json, encode_json
@@ -97,10 +97,6 @@ _SIXTEEN_DIGITS = b"0" * 16
 # they apply): dead letters and findings can be matched to a refusal class.
 _CATEGORY = {"sequence-gap": "corrupt-storage", "corrupt-storage": "corrupt-storage",
              "unsupported-format": "unsupported-format", "invalid-log": "invalid-log", "lossless": "invalid-log"}
-
-
-class FencedError(RuntimeError):
-    """A newer member took one of this member's partitions over."""
 
 
 async def _all(awaitables: Iterable[Awaitable[Any]]) -> None:
@@ -257,10 +253,6 @@ _STORE_SCHEMA = (
     "PRIMARY KEY (session_id, kind, seq))",
     "CREATE TABLE partitions (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL)",
 )
-
-
-class StateStoreError(RuntimeError):
-    """A state file that is not this auditor's."""
 
 
 class AuditStore:

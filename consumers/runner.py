@@ -37,7 +37,7 @@ from typing import Any, Iterable, Iterator
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
 
-from dsh_core.errors import DecodeError, DshError, ValidationError
+from dsh_core.errors import DecodeError, DshError, HeldLimitError
 from dsh_kafka.clients import make_consumer, make_producer
 from dsh_kafka.config import SERVICE_PRODUCER, ConsumerSettings, KafkaConfig
 from dsh_kafka.records import KafkaRecord, SessionRecord, decode_kafka_record
@@ -62,11 +62,9 @@ HELD_LIMIT = 10_000
 HOT_SESSIONS = 20_000
 
 
-def held_limit_error(session_id: str, waiting_for: int, seq: int) -> ValidationError:
-    """The refusal of a record beyond :data:`HELD_LIMIT` (it is dead-lettered;
-    re-shipping the session brings it back once the gap is filled)."""
-    return ValidationError(f"session {session_id!r} waits for seq {waiting_for} and already keeps {HELD_LIMIT} "
-                           f"later records; seq {seq} is dead-lettered")
+def held_limit_error(session_id: str, waiting_for: int, seq: int) -> HeldLimitError:
+    """The refusal of a record beyond :data:`HELD_LIMIT`."""
+    return HeldLimitError(session_id, waiting_for, seq, HELD_LIMIT)
 
 
 class _Rebalance(ConsumerRebalanceListener):

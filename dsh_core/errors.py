@@ -2,9 +2,10 @@
 
 ::
 
-    DshError                      root; carries ``retriable`` and a ``category``
+    DshError                      root; carries a ``category``
     ├── DecodeError               bytes that are not a JSON value / record at all
     ├── CorruptionError           stored log refused by the reader (corrupt-storage)
+    │   └── SequenceGapError      a log's seq does not continue where ``expected`` was due
     ├── FormatUnsupportedError    intact but unreadable: format version, unknown
     │                             required event type (unsupported-format)
     ├── ValidationError           a value or event breaks a spec rule (invalid-log)
@@ -16,19 +17,29 @@
     │   ├── LegacyShapeError      malformed legacy v0 shape (§8.10)
     │   ├── SessionHeaderError    session header fields (§8.2) at restore
     │   └── ForkError             fork boundary rules (§7.2)
-    ├── SequenceGapError          a consumer saw seq ``got`` where ``expected`` was due
-    └── PipelineError             infrastructure: Kafka, broker, topics, config
+    └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
+        ├── DeliveryError         a record was not acknowledged by the cluster
+        │   └── RecordTooLargeError   a record over the topic's message limit, refused before sending
+        ├── FencedError           a newer group member took this member's partition over
+        ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
+        ├── HeldLimitError        a session already holds the most records a gap may hold (held-limit)
+        └── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
 
 Every message says what was expected, what was found and where: session id and
-seq, file and line, ``topic[partition]@offset`` or a JSON path.
+seq, file and line, ``topic[partition]@offset``, a path, or a JSON path.
+A person sees ``<command>: <ErrorClass>: <message>``, never a traceback.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
+    "Category",
     "DshError",
     "DecodeError",
     "CorruptionError",
+    "SequenceGapError",
     "FormatUnsupportedError",
     "ValidationError",
     "LosslessJsonError",
@@ -39,26 +50,27 @@ __all__ = [
     "LegacyShapeError",
     "SessionHeaderError",
     "ForkError",
-    "SequenceGapError",
     "PipelineError",
+    "DeliveryError",
+    "RecordTooLargeError",
+    "FencedError",
+    "StateStoreError",
+    "HeldLimitError",
+    "RuntimeDiedError",
 ]
+
+#: The coarse classes of refusals and audit findings: an error's
+#: ``category``, a dead letter's ``dsh-dlq-reason``, a finding's category
+#: and the conformance output all use these words.
+Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "held-limit", "invariant",
+                   "reconstruction", "pipeline"]
 
 
 class DshError(Exception):
-    """Root of every error raised by dsh-pipeline code.
+    """Root of every error raised by dsh-pipeline code; ``category`` is the
+    coarse class used by conformance output, dead letters and findings."""
 
-    ``retriable`` tells retry loops whether trying the same operation again can
-    succeed; ``category`` is the coarse class used by conformance output and
-    dead-letter reasons.
-    """
-
-    retriable: bool = False
-    category: str = "other"
-
-    def __init__(self, message: str, *, retriable: bool | None = None) -> None:
-        super().__init__(message)
-        if retriable is not None:
-            self.retriable = retriable
+    category: Category = "pipeline"
 
     @property
     def message(self) -> str:
@@ -68,14 +80,26 @@ class DshError(Exception):
 class DecodeError(DshError):
     """Raised when bytes cannot be decoded into the JSON value or record expected."""
 
-    category = "corrupt-storage"
+    category: Category = "corrupt-storage"
 
 
 class CorruptionError(DshError):
     """Raised when the storage reader refuses a stored log (framing, header line,
     record decoding, seq contiguity before a later ``turn/end``, zstd frames)."""
 
-    category = "corrupt-storage"
+    category: Category = "corrupt-storage"
+
+
+class SequenceGapError(CorruptionError):
+    """Raised when a session's log does not continue at seq ``expected`` but
+    at ``got`` (a shipped file whose records skip or repeat seqs)."""
+
+    def __init__(self, session_id: str, expected: int, got: int, where: str = "") -> None:
+        self.session_id = session_id
+        self.expected = expected
+        self.got = got
+        location = f" at {where}" if where else ""
+        super().__init__(f"session {session_id!r}: expected seq {expected}, got {got}{location}")
 
 
 class FormatUnsupportedError(DshError):
@@ -83,13 +107,13 @@ class FormatUnsupportedError(DshError):
     read: a header ``version`` other than 0, or an event type outside the known
     vocabulary that is not marked ``ignorable``."""
 
-    category = "unsupported-format"
+    category: Category = "unsupported-format"
 
 
 class ValidationError(DshError):
     """Raised when a value or an event breaks a rule of the session-log spec."""
 
-    category = "invalid-log"
+    category: Category = "invalid-log"
 
 
 class LosslessJsonError(ValidationError):
@@ -125,22 +149,44 @@ class ForkError(ValidationError):
     """Raised when a fork boundary is not an existing seq or lies in an open turn."""
 
 
-class SequenceGapError(DshError):
-    """Raised when a consumer expected seq ``expected`` of a session and got ``got``."""
-
-    category = "sequence"
-
-    def __init__(self, session_id: str, expected: int, got: int, where: str = "") -> None:
-        self.session_id = session_id
-        self.expected = expected
-        self.got = got
-        location = f" at {where}" if where else ""
-        super().__init__(
-            f"session {session_id!r}: expected seq {expected}, got {got}{location}"
-        )
-
-
 class PipelineError(DshError):
-    """Raised for infrastructure failures: broker, topics, client configuration."""
+    """Raised for infrastructure failures: the cluster, topics, configuration,
+    a service's files."""
 
-    category = "pipeline"
+
+class DeliveryError(PipelineError):
+    """Raised when a record sent to the cluster was not acknowledged; nothing
+    after it is committed."""
+
+
+class RecordTooLargeError(DeliveryError):
+    """Raised before sending a record larger than the topic's message limit."""
+
+
+class FencedError(PipelineError):
+    """Raised when a newer member of the group took one of this member's
+    partitions over (its transactional id): this member stops."""
+
+
+class StateStoreError(PipelineError):
+    """Raised when a service's state file cannot be used: another kind of
+    file, another layout version, another group's or topic's, or unopenable."""
+
+
+class HeldLimitError(PipelineError):
+    """Raised for a record of a session that already holds ``limit`` records
+    above a missing seq; the record is dead-lettered (re-shipping the session
+    brings it back once the gap is filled)."""
+
+    category: Category = "held-limit"
+
+    def __init__(self, session_id: str, waiting_for: int, seq: int, limit: int) -> None:
+        self.session_id = session_id
+        self.waiting_for = waiting_for
+        self.seq = seq
+        super().__init__(f"session {session_id!r} waits for seq {waiting_for} and already keeps {limit} later "
+                         f"records; seq {seq} is dead-lettered")
+
+
+class RuntimeDiedError(PipelineError):
+    """Raised when a dsh agent runtime exits or breaks protocol mid-turn."""

@@ -20,21 +20,17 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from dsh_core.errors import DecodeError, PipelineError
+from dsh_core.errors import DecodeError, PipelineError, RuntimeDiedError
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.config import Secret
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import decompress_frame, iter_frames
 from dsh_core.storage.layout import encode_segment
 
-__all__ = ["RuntimeConfig", "WorkerBridge", "RuntimeDiedError", "TurnResult", "find_runtime"]
+__all__ = ["RuntimeConfig", "WorkerBridge", "TurnResult", "find_runtime"]
 
 BRIDGE_EVENTS = Counter("dsh_bridge_events_total", "Session events received from dsh runtimes and published.")
 BRIDGE_TURNS = Counter("dsh_bridge_turns_total", "Turns run through the bridge, by outcome.", ["outcome"])
-
-
-class RuntimeDiedError(PipelineError):
-    """Raised when the dsh runtime exits or breaks protocol mid-turn."""
 
 
 def find_runtime() -> tuple[Path, Path]:

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Histogram
 
-from dsh_core.errors import PipelineError
+from dsh_core.errors import DeliveryError, PipelineError, RecordTooLargeError
 from dsh_core.events import Event
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import KafkaConfig, ProducerSettings
@@ -37,7 +37,7 @@ from dsh_kafka.topics import TopicNames
 from dsh_core.request import build_request, request_digest
 from dsh_core.session_header import SessionHeader
 
-__all__ = ["Publisher", "RecordTooLargeError", "DeliveryError"]
+__all__ = ["Publisher"]
 
 RECORDS = Counter("dsh_publisher_records_total", "Records handed to Kafka, by kind.", ["kind"])
 BYTES = Counter("dsh_publisher_bytes_total", "Record value bytes handed to Kafka, by kind.", ["kind"])
@@ -57,16 +57,6 @@ def _observe_latency(started: float, future: asyncio.Future) -> None:
 # Headers and key never add this much: only a value this close to the limit
 # needs the exact envelope size computed.
 _ENVELOPE_ALLOWANCE = 4096
-
-
-class RecordTooLargeError(PipelineError):
-    """Raised before sending a record larger than the topic's message limit."""
-
-
-class DeliveryError(PipelineError):
-    """Raised by :meth:`Publisher.flush` when a record was not acknowledged."""
-
-    retriable = True
 
 
 class _State(Enum):
@@ -143,8 +133,7 @@ class Publisher:
             except KafkaError as error:
                 ERRORS.labels(type(error).__name__).inc()
                 raise DeliveryError(f"session {record.session_id!r} seq {record.seq}: {record.kind} could not be sent "
-                                    f"to {topic}: {type(error).__name__}: {error}",
-                                    retriable=bool(getattr(error, "retriable", False))) from error
+                                    f"to {topic}: {type(error).__name__}: {error}") from error
             unsettled.append((delivery, record))
             if len(unsettled) % _LATENCY_SAMPLE == 0:  # latency of every Nth record
                 delivery.add_done_callback(partial(_observe_latency, time.perf_counter()))

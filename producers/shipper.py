@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError
+from dsh_core.errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, SequenceGapError
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.records import SessionRecord, header_record, record_from_line
 from dsh_core.session_header import SessionHeader, parse_header_line
@@ -140,8 +140,7 @@ def _line_records(path: Path, lines: list[bytes], out: _Read) -> None:
         except DecodeError as error:
             raise CorruptionError(f"{path}: line {number}: {error.message} (after seq {position.next_seq - 1})") from None
         if record.seq != position.next_seq:
-            raise CorruptionError(f"{path}: line {number}: seq {record.seq} does not continue the log "
-                                  f"(expected {position.next_seq})")
+            raise SequenceGapError(position.session_id, position.next_seq, record.seq, f"{path}: line {number}")
         position.next_seq += record.count
         out.records.append(record)
 

@@ -186,12 +186,13 @@ def test_torn_tail_waits_and_bad_file_is_reported(kafka, topics, tmp_path):
     bad_log = corpus_logs("dsh-real")[6].read_bytes().split(b"\n")
     bad_log[3] = b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":1}}'
     bad = place(root, b"\n".join(bad_log), "none")
+    bad_id = json.loads(bad_log[0])["id"]
     both = corpus_logs("dsh-real")[7].read_bytes()  # one session in both encodings: refused, never shipped
     place(root, both, "none")
     both_directory = place(root, both, "zstd").parent
     done = subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert f"{bad}: line 4: seq 999 does not continue the log (expected 2)" in done.stderr
+    assert f"SequenceGapError: session {bad_id!r}: expected seq 2, got 999 at {bad}: line 4" in done.stderr
     assert f"{both_directory}: holds both session.jsonl and session.jsonl.zstd" in done.stderr
     records = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, 4 + 3, timeout=30))]
     torn_id = json.loads(lines[0])["id"]

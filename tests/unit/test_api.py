@@ -31,7 +31,6 @@ def test_error_tree_and_categories():
     assert dsh_core.CorruptionError("x").category == "corrupt-storage"
     assert dsh_core.FormatUnsupportedError("x").category == "unsupported-format"
     assert dsh_core.SurfaceError("x").category == "invalid-log"
-    assert dsh_core.PipelineError("x", retriable=True).retriable
     assert str(dsh_core.SequenceGapError("s", 3, 5, "dsh.session-events[2]@17")) == (
         "session 's': expected seq 3, got 5 at dsh.session-events[2]@17")
 
