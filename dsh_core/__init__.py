@@ -24,7 +24,7 @@ from .errors import (
     ValidationError,
 )
 from .events import KNOWN_TYPES, SURFACE_TYPES, Event, payload
-from .header import canonical_header, fold_request_header, header_equals
+from .request_header import canonical_header, fold_request_header, header_equals
 from .invariants import InvariantChecker, Violation
 from .jsonvalue import canonical_json, check_lossless, decode_json, encode_json, sha256_jcs, snapshot
 from .request import Boundary, BoundaryTracker, build_request, request_digest
