@@ -64,7 +64,7 @@ from dsh_core.kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, S
 from dsh_core.kafka.topics import TopicNames
 from dsh_core.request import Boundary, BoundaryTracker, MessagesDigest, request_frame
 from dsh_core.session import SessionState
-from dsh_core.storage.reader import StagedFold
+from dsh_core.fold import StagedFold
 from dsh_core.storage.records import ChunkRow
 
 from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error

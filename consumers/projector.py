@@ -42,7 +42,7 @@ from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, Sessio
 from dsh_core.kafka.topics import TopicNames
 from dsh_core.checkpoint import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
-from dsh_core.storage.reader import StagedFold
+from dsh_core.fold import StagedFold
 
 from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error
 

@@ -1,6 +1,6 @@
-"""What a loaded log says: turns, requests, token usage (a load observer).
+"""What a loaded log says: turns, requests, token usage (a fold observer).
 
-:class:`LogAnalysis` follows a load (see :mod:`dsh_core.storage.reader`) and
+:class:`LogAnalysis` follows a load (see :mod:`dsh_core.fold`) and
 collects the per-turn outcomes, every request attempt with its
 reconstruction inputs, and token usage by model. With ``keep_requests``
 off it only counts requests, so memory stays with the derived history.
@@ -25,7 +25,7 @@ class RequestRecord(dict):
 
 
 class LogAnalysis:
-    """Load observer collecting turns, requests and usage."""
+    """Fold observer collecting turns, requests and usage."""
 
     _OUTCOME_TYPES = frozenset({"assistant/message", "turn/start", "step/start", "turn/end"})
 

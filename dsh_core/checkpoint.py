@@ -13,11 +13,11 @@ from collections import Counter
 from typing import Any
 
 from .analysis import LogAnalysis
+from .fold import StagedFold
 from .jsonvalue import decode_json, dump_json, freeze
 from .request import BoundaryTracker
 from .session import SessionState
 from .session_header import SessionHeader
-from .storage.reader import StagedFold
 
 __all__ = ["snapshot_fold", "restore_fold"]
 

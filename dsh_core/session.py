@@ -3,8 +3,9 @@
 :class:`SessionState` is the one place where an event is checked against the
 seed/load rules (envelope, retired vocabulary, request header, message shape,
 seq contiguity, surface) and folded into surface, derived history, request
-header and request context. The storage reader, the projector and
-:class:`SessionLog` all drive it; none keeps a second copy of these rules.
+header and request context. The staged fold (:mod:`dsh_core.fold`, behind
+loads and consumers) and :class:`SessionLog` drive it; neither keeps a second
+copy of these rules.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class SessionState:
         Order follows the reference's seed validation: envelope, message and
         header shapes, retired vocabulary, seq contiguity, then surface rules.
         ``messages_checked`` and ``envelope_checked`` skip the message-shape
-        and envelope checks for a caller (the storage reader) that already
+        and envelope checks for a caller (the staged fold) that already
         made them. Raises a
         :class:`~dsh_core.errors.ValidationError` and leaves the state
         unchanged when the event is refused. Returns the replacement a

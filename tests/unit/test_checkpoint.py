@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.jsonvalue import encode_json
 from dsh_core.checkpoint import restore_fold, snapshot_fold
-from dsh_core.storage.reader import StagedFold, load_session_bytes
+from dsh_core.fold import StagedFold
+from dsh_core.jsonvalue import encode_json
+from dsh_core.storage.reader import load_session_bytes
 from tests.conftest import corpus_logs
 
 
