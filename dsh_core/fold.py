@@ -3,15 +3,21 @@
 The reference loads in stages, and a refusal's category follows from the
 earliest stage that failed, not from the earliest seq:
 
-1. reader: header line, record decoding, seq contiguity, torn tails →
-   :class:`CorruptionError` (``corrupt-storage``);
+1. reader (:meth:`StagedFold.event_line`): header line, record decoding,
+   seq contiguity, torn tails → :class:`CorruptionError`
+   (``corrupt-storage``);
 2. format version, checked on the raw header line first →
    :class:`FormatUnsupportedError`;
-3. retired vocabulary, legacy upgrades (incl. ``turn/end`` shapes) and
-   message shapes → ``invalid-log``;
-4. unknown event types without ``ignorable: true`` → ``unsupported-format``;
-5. crash repair (closers for an open tail turn);
-6. seed validation (envelope, request headers, seq, surface) → ``invalid-log``.
+3. ``shape_error``: retired vocabulary, legacy upgrades (incl. ``turn/end``
+   shapes) and message shapes → ``invalid-log``;
+4. ``vocabulary_error``: unknown event types without ``ignorable: true`` →
+   ``unsupported-format``;
+5. ``repair_error``: crash repair (closers for an open tail turn) cannot
+   follow a payload it reads → ``invalid-log``;
+6. ``validation_error``: seed validation (session header, envelope, request
+   headers, seq, surface) → ``invalid-log``.
+
+Stages 1 and 2 raise; stages 3–6 are remembered in those attributes.
 
 Here every stage runs as each record arrives: the first failure of each
 stage is remembered, later stages stop folding once one failed, and the
@@ -64,7 +70,7 @@ class FoldObserver(Protocol):
 _PASSIVE_TYPES = KNOWN_TYPES - SURFACE_TYPES - {"turn/start", "turn/end", "request/header", "request/context"}
 # Passive types whose payload crash repair reads.
 _REPAIR_TYPES = frozenset({"step/start", "step/end", "tool/call"})
-# Types a legacy upgrade or the message-shape check may touch (stage 3).
+# Types a legacy upgrade or the message-shape check may touch (shape_error).
 _UPGRADED_TYPES = SURFACE_TYPES | {"turn/start", "turn/end", "steering/message", "request/header"}
 
 
@@ -89,24 +95,24 @@ class StagedFold:
 
     The storage reader feeds it file lines (:meth:`event_line`, with dsh's
     crash-tail rules); a consumer feeds it record values whose seq it has
-    already checked (:meth:`apply`). :attr:`error` is the refusal, if any,
-    of the earliest failing stage so far.
+    already checked (:meth:`apply`). Each of stages 3–6 keeps its first
+    refusal (``shape_error``, ``vocabulary_error``, ``repair_error``,
+    ``validation_error``); :attr:`error` is the earliest stage's, if any.
     """
 
     def __init__(self, where: str, observer: FoldObserver | None) -> None:
         self.where = where
         self.observer = observer
-        self.watched: frozenset[str] = observer.watched_types if observer is not None else frozenset()
+        self._watched: frozenset[str] = observer.watched_types if observer is not None else frozenset()
         self.header: SessionHeader | None = None
         self.state: SessionState | None = None
         self.count = 0  # events the reader accepted (seq contiguity)
-        self.line_no = 0
-        self.issue: CorruptionError | None = None  # a defect that may still be a crash tail
-        self.fatal: DshError | None = None  # stage 1 (or a header refusal)
-        self.stage3: DshError | None = None
-        self.stage4: DshError | None = None
-        self.stage5: DshError | None = None
-        self.stage6: DshError | None = None
+        self._line_no = 0
+        self._issue: CorruptionError | None = None  # a defect that may still be a crash tail
+        self.shape_error: DshError | None = None
+        self.vocabulary_error: DshError | None = None
+        self.repair_error: DshError | None = None
+        self.validation_error: DshError | None = None
         self.tracker = OpenTurnTracker()
 
     # ---------------------------------------------------------------- header
@@ -121,13 +127,13 @@ class StagedFold:
         try:
             self.header.validate()
         except ValidationError as exc:
-            self.stage6 = exc
+            self.validation_error = exc
 
-    # ---------------------------------------------------------------- stage 1
+    # ------------------------------------------------------- reader (stage 1)
 
     def event_line(self, line: bytes) -> bool:
         """Feed one complete line; returns whether it joined the committed prefix."""
-        if self.issue is None:
+        if self._issue is None:
             # Fast paths: a plain event envelope decodes straight into a
             # Struct (payload kept as raw JSON), a well-formed row into a
             # ChunkRow; anything unusual takes the full path.
@@ -136,38 +142,38 @@ class StagedFold:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 envelope = None
             if envelope is not None and envelope.seq == self.count and envelope.type not in ROW_TAGS:
-                self.line_no += 1
+                self._line_no += 1
                 self.count += 1
                 self._envelope(envelope)
                 return True
             row = decode_row_line(line) if envelope is None else None
             if row is not None and row.seq0 == self.count:
-                self.line_no += 1
+                self._line_no += 1
                 self.count += row.count
                 self._rows(row)
                 return True
         return self._line(line)
 
     def _line(self, line: bytes) -> bool:
-        self.line_no += 1
-        line_no = self.line_no + 1  # the header is line 1
+        self._line_no += 1
+        line_no = self._line_no + 1  # the header is line 1
         try:
             value = decode_json(line)
             row = decode_row(value) if isinstance(value, dict) and value.get("type") in ROW_TAGS else None
         except DecodeError as exc:
-            if self.issue is None:
-                self.issue = CorruptionError(f"{self.where}: line {line_no}: unparsable committed record ({exc})")
+            if self._issue is None:
+                self._issue = CorruptionError(f"{self.where}: line {line_no}: unparsable committed record ({exc})")
             return False
         if value is None:
             raise CorruptionError(f"{self.where}: line {line_no}: a record must not be null")
         holds_turn_end = row is None and isinstance(value, dict) and value.get("type") == "turn/end"
-        if self.issue is not None:
+        if self._issue is not None:
             if holds_turn_end:
                 raise self._fatal_defect()
             return False
         seq = row.seq0 if row is not None else (value.get("seq") if isinstance(value, dict) else None)
         if type(seq) is not int or seq != self.count:
-            self.issue = CorruptionError(
+            self._issue = CorruptionError(
                 f"{self.where}: line {line_no}: seq gap in committed region (expected {self.count}, got {_show(seq)})")
             if holds_turn_end:
                 raise self._fatal_defect()
@@ -210,10 +216,10 @@ class StagedFold:
     @property
     def error(self) -> DshError | None:
         """The earliest-stage refusal so far (``None`` while the log is good)."""
-        return self.stage3 or self.stage4 or self.stage5 or self.stage6
+        return self.shape_error or self.vocabulary_error or self.repair_error or self.validation_error
 
     def _fatal_defect(self) -> CorruptionError:
-        issue = self.issue
+        issue = self._issue
         assert issue is not None
         return CorruptionError(f"{issue.message}, and a later turn/end shows it is not a crash tail")
 
@@ -222,18 +228,18 @@ class StagedFold:
     def _envelope(self, envelope: _Envelope) -> None:
         event_type, seq, time = envelope.type, envelope.seq, envelope.time
         if (event_type in _PASSIVE_TYPES and envelope.surfaceOp is UNSET and envelope.sourceEventSeqs is UNSET
-                and not (self.stage3 or self.stage4 or self.stage5 or self.stage6)):
+                and not (self.shape_error or self.vocabulary_error or self.repair_error or self.validation_error)):
             # A known type that no upgrade touches and that has no surface,
             # header or context effect: the envelope Struct already proved
-            # stage 6, so it folds to a count. Only crash repair and a
+            # what seed validation checks of it, so it folds to a count. Only crash repair and a
             # watching observer read payloads; the rest stay unparsed.
-            watched = event_type in self.watched
+            watched = event_type in self._watched
             data = decode_json(envelope.data) if watched or event_type in _REPAIR_TYPES else None
             if event_type in _REPAIR_TYPES:
                 self._observe_repair(event_type, seq, time, data)
             else:
                 self.tracker.observe_passive(seq, time)
-            if self.stage5 is not None:
+            if self.repair_error is not None:
                 return
             if watched:
                 event = {"type": event_type, "seq": seq, "time": time, "data": data}
@@ -256,28 +262,28 @@ class StagedFold:
         try:
             self.tracker.observe(event_type, seq, time, data)
         except (TypeError, KeyError, AttributeError, IndexError):
-            self.stage5 = ValidationError(
+            self.repair_error = ValidationError(
                 f'{self.where}: session {self.header.id!r} seq {seq} "{event_type}": '
                 "payload cannot be followed for crash repair")
 
     def _rows(self, row: ChunkRow) -> None:
         # Delta chunks: known type, no message, no repair state, no surface.
         self.tracker.observe_passive(row.seq0 + row.count - 1, row.last_time)
-        if self.stage3 or self.stage4 or self.stage5 or self.stage6:
+        if self.shape_error or self.vocabulary_error or self.repair_error or self.validation_error:
             return
         try:
             self.state.apply_chunk_run(row.seq0, row.count, row.last_time)
         except ValidationError as exc:
-            self.stage6 = exc
+            self.validation_error = exc
             return
         if self.observer is not None:
             self.observer.chunk_run(row, self.state)
 
     def _event(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
-        if self.stage3 is not None:
+        if self.shape_error is not None:
             return
         event_type = event.get("type")
-        try:  # stage 3
+        try:  # shape_error
             if event_type in _UPGRADED_TYPES:
                 check_retired(event_type, event.get("data"), lambda: self._where(event))
                 event = upgrade_event(event, self.header.id, self.state.message_id_at)
@@ -287,17 +293,17 @@ class StagedFold:
             elif event_type in RETIRED_TYPES:
                 check_retired(event_type, event.get("data"), self._where(event))
         except ValidationError as exc:
-            self.stage3 = exc
+            self.shape_error = exc
             return
-        if self.stage4 is None and event_type not in KNOWN_TYPES and event.get("ignorable") is not True:
-            self.stage4 = FormatUnsupportedError(
+        if self.vocabulary_error is None and event_type not in KNOWN_TYPES and event.get("ignorable") is not True:
+            self.vocabulary_error = FormatUnsupportedError(
                 f"{self._where(event)}: event type {_show(event_type)} is unknown to this build and not marked "
                 "ignorable; refusing to interpret the log (it was likely written by a newer harness)")
-        if self.stage4 is not None:
+        if self.vocabulary_error is not None:
             return
-        if self.stage5 is None:
+        if self.repair_error is None:
             self._observe_repair(event_type, event.get("seq"), event.get("time"), event.get("data"))
-        if self.stage5 is not None or self.stage6 is not None:
+        if self.repair_error is not None or self.validation_error is not None:
             return
         self._fold(event, envelope_checked)
 
@@ -311,7 +317,7 @@ class StagedFold:
         try:
             state.check_and_apply(event, messages_checked=True, envelope_checked=envelope_checked)
         except ValidationError as exc:
-            self.stage6 = exc
+            self.validation_error = exc
             return
         if observer is not None:
             observer.after_event(event, state)
@@ -321,16 +327,16 @@ class StagedFold:
     def finish(self, result: LoadResult) -> LoadResult:
         result.header = self.header
         result.stored_count = self.count
-        for error in (self.stage3, self.stage4, self.stage5):
+        for error in (self.shape_error, self.vocabulary_error, self.repair_error):
             if error is not None:
                 result.error = error
                 return result
         closers = self.tracker.closers()
         for closer in closers:
-            if self.stage6 is None:
+            if self.validation_error is None:
                 self._fold(closer)
-        if self.stage6 is not None:
-            result.error = self.stage6
+        if self.validation_error is not None:
+            result.error = self.validation_error
             return result
         result.closers = closers
         result.state = self.state
