@@ -718,8 +718,7 @@ class Auditor(ConsumerService):
         if state.header is not session.frame_header:
             session.frame_header, session.frame = state.header, request_frame(state.header, session.session_id)
         generation = state.surface.replace_generation
-        rebuilt = session.request_digest.of(state.history.current(state.surface.nodes, generation), generation,
-                                            *session.frame)
+        rebuilt = session.request_digest.of(state.current_messages(), generation, *session.frame)
         if rebuilt == body.get("digest"):
             self._verdict("verified")
             return

@@ -292,7 +292,7 @@ class Projector(ConsumerService):
                                 "usage": [{"provider": p, "model": m, **dict(t)} for (p, m), t in analysis.usage.items()]}
         if fold is not None:
             surface = fold.state.surface
-            messages = fold.state.history.current(surface.nodes, surface.replace_generation)
+            messages = fold.state.current_messages()
             view |= {"surfaceLength": len(surface.nodes), "replaceGeneration": surface.replace_generation,
                      "messageCount": len(messages),
                      "messagesDigest": session.digest.of(messages, surface.replace_generation),
@@ -317,7 +317,7 @@ class Projector(ConsumerService):
                 view = self._view(session)
                 snapshot = snapshot_fold(session.fold, with_surface_events=False) if session.fold is not None else None
                 if session.fold is not None:  # surface rows change by difference, never rewritten
-                    current = session.fold.state._surface_events
+                    current = session.fold.state.surface_events()
                     gone = session.stored_surface - current.keys()
                     new = current.keys() - session.stored_surface
                     db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",

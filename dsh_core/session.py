@@ -11,7 +11,8 @@ copy of these rules.
 from __future__ import annotations
 
 import time as _time
-from typing import Any, Callable, Iterable
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping
 
 from msgspec import UNSET
 
@@ -130,8 +131,18 @@ class SessionState:
         """The derived history now: a fresh list of shared frozen messages."""
         return self.history.messages(self.surface.nodes, self.surface.replace_generation)
 
+    def current_messages(self) -> list[Any]:
+        """The derived history now, without a copy: the cached list itself,
+        which later events change (callers must not mutate or keep it)."""
+        return self.history.current(self.surface.nodes, self.surface.replace_generation)
+
     def message_count(self) -> int:
-        return len(self.history.current(self.surface.nodes, self.surface.replace_generation))
+        return len(self.current_messages())
+
+    def surface_events(self) -> Mapping[int, tuple[str, Any]]:
+        """The current surface events, seq → ``(type, frozen data)``: a
+        read-only live view, which later events change."""
+        return MappingProxyType(self._surface_events)
 
 
 class SessionLog:
