@@ -57,7 +57,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import DecodeError, DshError
 from dsh_core.invariants import InvariantChecker
-from dsh_core.checkpoint import restore_fold, snapshot_fold
+from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, dump_json, encode_json
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record

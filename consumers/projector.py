@@ -40,7 +40,7 @@ from dsh_core.jsonvalue import decode_json, dump_json
 from dsh_core.kafka.config import ConsumerSettings, KafkaConfig
 from dsh_core.kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
 from dsh_core.kafka.topics import TopicNames
-from dsh_core.checkpoint import restore_fold, snapshot_fold
+from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_core.fold import StagedFold
 

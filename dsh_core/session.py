@@ -14,6 +14,7 @@ import time as _time
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
+import msgspec
 from msgspec import UNSET
 
 from .derive import DerivedHistory, derive_event_message
@@ -25,7 +26,7 @@ from .session_header import SessionHeader
 from .shapes import check_envelope, check_message_shape, check_request_header, check_retired
 from .surface import Replacement, Surface
 
-__all__ = ["SessionState", "SessionLog", "now_ms"]
+__all__ = ["SessionState", "SessionStateSnapshot", "SessionLog", "now_ms"]
 
 # Types whose payload shapes or vocabulary are checked beyond the envelope.
 _SHAPED_TYPES = SURFACE_TYPES | RETIRED_TYPES | {"request/header"}
@@ -34,6 +35,20 @@ _SHAPED_TYPES = SURFACE_TYPES | RETIRED_TYPES | {"request/header"}
 def now_ms() -> int:
     """Wall-clock Unix epoch milliseconds (dsh's ``time``)."""
     return _time.time_ns() // 1_000_000
+
+
+class SessionStateSnapshot(msgspec.Struct, frozen=True):
+    """What :meth:`SessionState.snapshot` saves: everything later events need."""
+
+    session_id: str
+    next_seq: int
+    last_time: int | None
+    nodes: list[int]
+    replace_generation: int
+    #: ``(seq, type, data)`` of each current surface event; ``None`` when left out
+    surface_events: list[tuple[int, str, Any]] | None
+    header: Any  # the folded request header, or None
+    context: Any  # the latest request/context payload, or None
 
 
 class SessionState:
@@ -143,6 +158,31 @@ class SessionState:
         """The current surface events, seq → ``(type, frozen data)``: a
         read-only live view, which later events change."""
         return MappingProxyType(self._surface_events)
+
+    def snapshot(self, with_surface_events: bool = True) -> SessionStateSnapshot:
+        """The state's fields, detached from it. Without ``with_surface_events``
+        the data of the current surface events is left out (a caller that
+        keeps those itself hands them back to :meth:`restore`)."""
+        events = ([(seq, kind, data) for seq, (kind, data) in self._surface_events.items()]
+                  if with_surface_events else None)
+        return SessionStateSnapshot(self.session_id, self.next_seq, self.last_time, list(self.surface.nodes),
+                                    self.surface.replace_generation, events, self.header, self.context)
+
+    @classmethod
+    def restore(cls, saved: SessionStateSnapshot,
+                surface_events: Iterable[tuple[int, str, Any]] | None = None) -> "SessionState":
+        """The state :meth:`snapshot` saved; ``surface_events`` gives the
+        ``(seq, type, data)`` rows of a snapshot made without them. Payloads,
+        request header and context are frozen again."""
+        state = cls(saved.session_id)
+        state.next_seq, state.last_time = saved.next_seq, saved.last_time
+        state.surface.nodes = list(saved.nodes)
+        state.surface.replace_generation = saved.replace_generation
+        rows = saved.surface_events if saved.surface_events is not None else surface_events or ()
+        state._surface_events = {seq: (kind, freeze(data)) for seq, kind, data in rows}
+        state.header = freeze(saved.header)
+        state.context = freeze(saved.context)
+        return state
 
 
 class SessionLog:
