@@ -14,7 +14,7 @@ def test_dsh_core_exports():
         "build_request", "canonical_header", "canonical_json", "check_lossless", "commit_repair", "decode_json",
         "derive_event_message", "encode_batch", "encode_json", "encode_segment", "fold_request_header",
         "fold_surface", "header_equals", "interrupted_turn_closers", "load_session", "load_session_bytes",
-        "pack_chunk_runs", "payload", "project_key", "request_digest", "sha256_jcs", "snapshot",
+        "pack_chunk_runs", "project_key", "request_digest", "sha256_jcs", "snapshot",
     ])
     for name in dsh_core.__all__:
         assert hasattr(dsh_core, name), name
@@ -35,10 +35,3 @@ def test_error_tree_and_categories():
     assert str(dsh_core.SequenceGapError("s", 3, 5, "dsh.session-events[2]@17")) == (
         "session 's': expected seq 3, got 5 at dsh.session-events[2]@17")
 
-
-def test_typed_payload_views():
-    event = dsh_core.Event("tool/call", 3, 1, dsh_core.snapshot({"turn": 1, "step": 2, "callId": "c", "name": "ls",
-                                                                 "arguments": "{}"}))
-    call = dsh_core.payload(event)
-    assert (call.turn, call.step, call.callId) == (1, 2, "c")
-    assert dsh_core.payload(dsh_core.Event("x/y", 0, 0, None)) is None
