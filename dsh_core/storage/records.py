@@ -15,7 +15,6 @@ from typing import Annotated, Any, Iterable, NamedTuple, Union
 import msgspec
 
 from ..errors import DecodeError
-from ..events import ROW_TAGS
 from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, float_hook
 
 __all__ = ["ChunkRow", "MIN_RUN", "decode_row", "decode_row_line", "pack_chunk_runs", "encode_records", "DELTA_TYPE"]
@@ -304,6 +303,3 @@ def encode_records(events: Iterable[dict[str, Any]], pack: bool = True) -> bytes
     records = pack_chunk_runs(events) if pack else list(events)
     return b"".join(encode_json(record) + b"\n" for record in records)
 
-
-def is_row_tag(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") in ROW_TAGS
