@@ -2,7 +2,7 @@
 
 Pure domain and codecs: event types, lossless JSON, surface fold, derived
 messages, request reconstruction, invariants and dsh's JSONL + zstd storage
-format. Nothing here (outside ``dsh_core.kafka``) does network I/O.
+format. dsh_core names no Kafka concept and does no network I/O.
 """
 
 from .derive import derive_event_message
