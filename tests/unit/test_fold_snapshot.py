@@ -46,9 +46,10 @@ def _calls(*ids: str) -> list[dict]:
 
 
 def _session(text: str) -> tuple[list[bytes], int]:
-    """Storage lines of a session, and how many of them to fold before the
-    snapshot: there turn 1 and step 2 are open, call c2 is pending with its
-    tool/call logged, and a tool/result replacement made generation 1."""
+    """Storage lines of a session (header first), and the index of the first
+    line after the snapshot: there turn 1 and step 2 are open, call c2 is
+    pending with its tool/call logged, and a tool/result replacement made
+    generation 1."""
     chunk = {"type": "text-delta", "index": 0, "text": "x"}
     events = [
         ("request/header", header_data(), {}),
