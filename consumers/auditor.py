@@ -57,7 +57,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import DecodeError, DshError, FencedError, StateStoreError
 from dsh_core.invariants import InvariantChecker
-from dsh_core.checkpoint import restore_fold, snapshot_fold
+from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, dump_json, encode_json
 from dsh_kafka.clients import make_consumer, make_producer
 from dsh_kafka.config import SERVICE_PRODUCER, ConsumerSettings, KafkaConfig
@@ -65,7 +65,7 @@ from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, Sessio
 from dsh_kafka.topics import TopicNames
 from dsh_core.request import Boundary, BoundaryTracker, MessagesDigest, request_frame
 from dsh_core.session import SessionState
-from dsh_core.storage.reader import StagedFold
+from dsh_core.fold import StagedFold
 from dsh_core.storage.records import ChunkRow
 
 from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error
@@ -709,8 +709,7 @@ class Auditor(ConsumerService):
         if state.header is not session.frame_header:
             session.frame_header, session.frame = state.header, request_frame(state.header, session.session_id)
         generation = state.surface.replace_generation
-        rebuilt = session.request_digest.of(state.history.current(state.surface.nodes, generation), generation,
-                                            *session.frame)
+        rebuilt = session.request_digest.of(state.current_messages(), generation, *session.frame)
         if rebuilt == body.get("digest"):
             self._verdict("verified")
             return

@@ -40,9 +40,9 @@ from dsh_core.jsonvalue import decode_json, dump_json
 from dsh_kafka.config import ConsumerSettings, KafkaConfig
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
 from dsh_kafka.topics import TopicNames
-from dsh_core.checkpoint import restore_fold, snapshot_fold
+from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
-from dsh_core.storage.reader import StagedFold
+from dsh_core.fold import StagedFold
 
 from .runner import HELD_LIMIT, HOT_SESSIONS, ConsumerService, held_limit_error
 
@@ -292,7 +292,7 @@ class Projector(ConsumerService):
                                 "usage": [{"provider": p, "model": m, **dict(t)} for (p, m), t in analysis.usage.items()]}
         if fold is not None:
             surface = fold.state.surface
-            messages = fold.state.history.current(surface.nodes, surface.replace_generation)
+            messages = fold.state.current_messages()
             view |= {"surfaceLength": len(surface.nodes), "replaceGeneration": surface.replace_generation,
                      "messageCount": len(messages),
                      "messagesDigest": session.digest.of(messages, surface.replace_generation),
@@ -317,7 +317,7 @@ class Projector(ConsumerService):
                 view = self._view(session)
                 snapshot = snapshot_fold(session.fold, with_surface_events=False) if session.fold is not None else None
                 if session.fold is not None:  # surface rows change by difference, never rewritten
-                    current = session.fold.state._surface_events
+                    current = session.fold.state.surface_events()
                     gone = session.stored_surface - current.keys()
                     new = current.keys() - session.stored_surface
                     db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",

@@ -24,8 +24,8 @@ from .errors import (
     SurfaceError,
     ValidationError,
 )
-from .events import KNOWN_TYPES, SURFACE_TYPES, Event, payload
-from .header import canonical_header, fold_request_header, header_equals
+from .events import KNOWN_TYPES, SURFACE_TYPES, Event
+from .request_header import canonical_header, fold_request_header, header_equals
 from .invariants import InvariantChecker, Violation
 from .jsonvalue import canonical_json, check_lossless, decode_json, encode_json, sha256_jcs, snapshot
 from .request import Boundary, BoundaryTracker, build_request, request_digest
@@ -54,5 +54,5 @@ __all__ = [
     "build_request", "canonical_header", "canonical_json", "check_lossless", "commit_repair", "decode_json",
     "derive_event_message", "encode_batch", "encode_json", "encode_segment", "fold_request_header",
     "fold_surface", "header_equals", "interrupted_turn_closers", "load_session", "load_session_bytes",
-    "pack_chunk_runs", "payload", "project_key", "request_digest", "sha256_jcs", "snapshot",
+    "pack_chunk_runs", "project_key", "request_digest", "sha256_jcs", "snapshot",
 ]

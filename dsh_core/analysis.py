@@ -1,6 +1,6 @@
-"""What a loaded log says: turns, requests, token usage (a load observer).
+"""What a loaded log says: turns, requests, token usage (a fold observer).
 
-:class:`LogAnalysis` follows a load (see :mod:`dsh_core.storage.reader`) and
+:class:`LogAnalysis` follows a load (see :mod:`dsh_core.fold`) and
 collects the per-turn outcomes, every request attempt with its
 reconstruction inputs, and token usage by model. With ``keep_requests``
 off it only counts requests, so memory stays with the derived history.
@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable
 
+import msgspec
+
 from .request import Boundary, BoundaryTracker
 from .session import SessionState
 from .storage.records import ChunkRow
 
-__all__ = ["LogAnalysis", "RequestRecord"]
+__all__ = ["AnalysisSnapshot", "LogAnalysis", "RequestRecord"]
 
 _USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 
@@ -24,8 +26,19 @@ class RequestRecord(dict):
     """``{turn, step, attempt, boundarySeq, header, context, messages}``."""
 
 
+class AnalysisSnapshot(msgspec.Struct, frozen=True):
+    """What :meth:`LogAnalysis.snapshot` saves (kept requests are not saved)."""
+
+    turns: list[dict[str, Any]]
+    steps: int
+    request_count: int
+    usage: list[tuple[str, str, dict[str, int]]]  # (provider, model, token totals)
+    end_reasons: dict[str, int]
+    boundaries: list[Any]  # BoundaryTracker.to_json()
+
+
 class LogAnalysis:
-    """Load observer collecting turns, requests and usage."""
+    """Fold observer collecting turns, requests and usage."""
 
     _OUTCOME_TYPES = frozenset({"assistant/message", "turn/start", "step/start", "turn/end"})
 
@@ -46,6 +59,21 @@ class LogAnalysis:
         self.steps = 0
         self.usage: dict[tuple[str, str], Counter[str]] = {}
         self.end_reasons: Counter[str] = Counter()
+
+    def snapshot(self) -> AnalysisSnapshot:
+        """The analysis so far, detached from it."""
+        usage = [(provider, model, dict(totals)) for (provider, model), totals in self.usage.items()]
+        return AnalysisSnapshot([dict(turn) for turn in self.turns], self.steps, self.request_count, usage,
+                                dict(self.end_reasons), self.boundaries.to_json())
+
+    def restore(self, saved: AnalysisSnapshot) -> None:
+        """Take back the analysis :meth:`snapshot` saved. An instance method,
+        unlike the fold state's: the callbacks and options are the caller's."""
+        self.turns = [dict(turn) for turn in saved.turns]
+        self.steps, self.request_count = saved.steps, saved.request_count
+        self.usage = {(provider, model): Counter(totals) for provider, model, totals in saved.usage}
+        self.end_reasons = Counter(saved.end_reasons)
+        self.boundaries = BoundaryTracker.from_json(saved.boundaries)
 
     def _request(self, boundary: Boundary | None, state: SessionState) -> None:
         if boundary is None:

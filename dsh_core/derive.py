@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .jsonvalue import freeze
-
 __all__ = ["derive_event_message", "DerivedHistory"]
 
 
@@ -62,8 +60,3 @@ class DerivedHistory:
             self._nodes_seen = len(nodes)
         return self._cache
 
-
-def frozen_message(event_type: str, data: Any) -> Any:
-    """:func:`derive_event_message` of an event, deeply frozen."""
-    message = derive_event_message(event_type, data)
-    return None if message is None else freeze(message)

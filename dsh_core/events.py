@@ -1,12 +1,10 @@
-"""Event envelope, vocabulary and typed payloads of the dsh session log (spec §1–§2).
+"""Event envelope and vocabulary of the dsh session log (spec §1–§2).
 
 An :class:`Event` is a frozen msgspec Struct over the exact envelope keys.
 ``data`` holds the payload as the JSON value it was written with (frozen), so
 fields this build does not model — extra message-source fields, plugin
 payloads, unknown event types — are kept verbatim and re-encode to the same
-JSON value. The typed payload Structs below are *views*: :func:`payload`
-converts a core event's ``data`` into its Struct for code that wants
-attribute access; the log itself never depends on them.
+JSON value.
 
 Evolution rules: a new payload field gets a default; an event type tag, once
 written to a log, is forever; the on-disk format version only changes through
@@ -15,7 +13,7 @@ a named upgrade step (see :mod:`dsh_core.storage.legacy`).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -28,20 +26,6 @@ __all__ = [
     "KNOWN_TYPES",
     "RETIRED_TYPES",
     "ROW_TAGS",
-    "TurnStart",
-    "TurnEnd",
-    "StepStart",
-    "StepEnd",
-    "AssistantChunk",
-    "AssistantMessage",
-    "ToolCall",
-    "ToolResult",
-    "TodoWrite",
-    "RequestHeader",
-    "RequestContext",
-    "EndSeed",
-    "CorePayload",
-    "payload",
     "event_from_json",
 ]
 
@@ -113,113 +97,3 @@ def event_from_json(obj: dict[str, Any]) -> Event:
         surfaceOp=freeze(obj["surfaceOp"]) if "surfaceOp" in obj else UNSET,
         ignorable=obj["ignorable"] if "ignorable" in obj else UNSET,
     )
-
-
-# ------------------------------------------------------------- typed payloads
-# Views of the core payloads (spec §2.3). Messages, chunks, reasons and
-# headers are open unions in dsh, so they stay JSON values here.
-
-
-class _Payload(msgspec.Struct, frozen=True, omit_defaults=True):
-    pass
-
-
-class TurnStart(_Payload):
-    turn: int
-
-
-class TurnEnd(_Payload):
-    turn: int
-    reason: dict[str, Any]
-
-
-class StepStart(_Payload):
-    turn: int
-    step: int
-
-
-class StepEnd(_Payload):
-    turn: int
-    step: int
-
-
-class AssistantChunk(_Payload):
-    turn: int
-    step: int
-    chunk: dict[str, Any]
-
-
-class AssistantMessage(_Payload):
-    turn: int
-    step: int
-    message: dict[str, Any]
-    usage: dict[str, Any] | UnsetType = UNSET
-    interrupted: Literal[True] | UnsetType = UNSET
-
-
-class ToolCall(_Payload):
-    turn: int
-    step: int
-    callId: str
-    name: str
-    arguments: str
-
-
-class ToolResult(_Payload):
-    turn: int
-    step: int
-    message: dict[str, Any]
-    error: dict[str, Any] | UnsetType = UNSET
-    meta: Any = UNSET
-
-
-class TodoWrite(_Payload):
-    todos: list[dict[str, Any]]
-
-
-class RequestHeader(_Payload):
-    header: dict[str, Any]
-    reason: str
-
-
-class RequestContext(_Payload):
-    provider: str
-    model: str
-    contextWindow: int | UnsetType = UNSET
-
-
-class EndSeed(_Payload):
-    pass
-
-
-CorePayload = Union[
-    TurnStart, TurnEnd, StepStart, StepEnd, AssistantChunk, AssistantMessage,
-    ToolCall, ToolResult, TodoWrite, RequestHeader, RequestContext, EndSeed,
-]
-
-_PAYLOAD_TYPES: dict[str, type[_Payload]] = {
-    "turn/start": TurnStart,
-    "turn/end": TurnEnd,
-    "step/start": StepStart,
-    "step/end": StepEnd,
-    "assistant/chunk": AssistantChunk,
-    "assistant/message": AssistantMessage,
-    "tool/call": ToolCall,
-    "tool/result": ToolResult,
-    "todo/write": TodoWrite,
-    "request/header": RequestHeader,
-    "request/context": RequestContext,
-    "session/end-seed": EndSeed,
-}
-
-
-def payload(event: Event) -> CorePayload | dict[str, Any] | Any:
-    """A typed view of a core event's ``data``.
-
-    ``user/message`` data *is* a message and plugin/unknown payloads are
-    open, so those come back as their JSON value.
-    """
-    kind = _PAYLOAD_TYPES.get(event.type)
-    if kind is None:
-        return event.data
-    return msgspec.convert(event.data, kind, strict=True)

@@ -3,27 +3,30 @@
 :class:`SessionState` is the one place where an event is checked against the
 seed/load rules (envelope, retired vocabulary, request header, message shape,
 seq contiguity, surface) and folded into surface, derived history, request
-header and request context. The storage reader, the projector and
-:class:`SessionLog` all drive it; none keeps a second copy of these rules.
+header and request context. The staged fold (:mod:`dsh_core.fold`, behind
+loads and consumers) and :class:`SessionLog` drive it; neither keeps a second
+copy of these rules.
 """
 
 from __future__ import annotations
 
 import time as _time
-from typing import Any, Callable, Iterable
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Mapping
 
+import msgspec
 from msgspec import UNSET
 
 from .derive import DerivedHistory, derive_event_message
 from .errors import EnvelopeError, ForkError
 from .events import RETIRED_TYPES, SURFACE_TYPES, Event, event_from_json
-from .header import canonical_header
+from .request_header import canonical_header
 from .jsonvalue import FrozenDict, freeze, snapshot, thaw
 from .session_header import SessionHeader
 from .shapes import check_envelope, check_message_shape, check_request_header, check_retired
 from .surface import Replacement, Surface
 
-__all__ = ["SessionState", "SessionLog", "now_ms"]
+__all__ = ["SessionState", "SessionStateSnapshot", "SessionLog", "now_ms"]
 
 # Types whose payload shapes or vocabulary are checked beyond the envelope.
 _SHAPED_TYPES = SURFACE_TYPES | RETIRED_TYPES | {"request/header"}
@@ -32,6 +35,20 @@ _SHAPED_TYPES = SURFACE_TYPES | RETIRED_TYPES | {"request/header"}
 def now_ms() -> int:
     """Wall-clock Unix epoch milliseconds (dsh's ``time``)."""
     return _time.time_ns() // 1_000_000
+
+
+class SessionStateSnapshot(msgspec.Struct, frozen=True):
+    """What :meth:`SessionState.snapshot` saves: everything later events need."""
+
+    session_id: str
+    next_seq: int
+    last_time: int | None
+    nodes: list[int]
+    replace_generation: int
+    #: ``(seq, type, data)`` of each current surface event; ``None`` when left out
+    surface_events: list[tuple[int, str, Any]] | None
+    header: Any  # the folded request header, or None
+    context: Any  # the latest request/context payload, or None
 
 
 class SessionState:
@@ -76,7 +93,7 @@ class SessionState:
         Order follows the reference's seed validation: envelope, message and
         header shapes, retired vocabulary, seq contiguity, then surface rules.
         ``messages_checked`` and ``envelope_checked`` skip the message-shape
-        and envelope checks for a caller (the storage reader) that already
+        and envelope checks for a caller (the staged fold) that already
         made them. Raises a
         :class:`~dsh_core.errors.ValidationError` and leaves the state
         unchanged when the event is refused. Returns the replacement a
@@ -129,8 +146,43 @@ class SessionState:
         """The derived history now: a fresh list of shared frozen messages."""
         return self.history.messages(self.surface.nodes, self.surface.replace_generation)
 
+    def current_messages(self) -> list[Any]:
+        """The derived history now, without a copy: the cached list itself,
+        which later events change (callers must not mutate or keep it)."""
+        return self.history.current(self.surface.nodes, self.surface.replace_generation)
+
     def message_count(self) -> int:
-        return len(self.history.current(self.surface.nodes, self.surface.replace_generation))
+        return len(self.current_messages())
+
+    def surface_events(self) -> Mapping[int, tuple[str, Any]]:
+        """The current surface events, seq → ``(type, frozen data)``: a
+        read-only live view, which later events change."""
+        return MappingProxyType(self._surface_events)
+
+    def snapshot(self, with_surface_events: bool = True) -> SessionStateSnapshot:
+        """The state's fields, detached from it. Without ``with_surface_events``
+        the data of the current surface events is left out (a caller that
+        keeps those itself hands them back to :meth:`restore`)."""
+        events = ([(seq, kind, data) for seq, (kind, data) in self._surface_events.items()]
+                  if with_surface_events else None)
+        return SessionStateSnapshot(self.session_id, self.next_seq, self.last_time, list(self.surface.nodes),
+                                    self.surface.replace_generation, events, self.header, self.context)
+
+    @classmethod
+    def restore(cls, saved: SessionStateSnapshot,
+                surface_events: Iterable[tuple[int, str, Any]] | None = None) -> "SessionState":
+        """The state :meth:`snapshot` saved; ``surface_events`` gives the
+        ``(seq, type, data)`` rows of a snapshot made without them. Payloads,
+        request header and context are frozen again."""
+        state = cls(saved.session_id)
+        state.next_seq, state.last_time = saved.next_seq, saved.last_time
+        state.surface.nodes = list(saved.nodes)
+        state.surface.replace_generation = saved.replace_generation
+        rows = saved.surface_events if saved.surface_events is not None else surface_events or ()
+        state._surface_events = {seq: (kind, freeze(data)) for seq, kind, data in rows}
+        state.header = freeze(saved.header)
+        state.context = freeze(saved.context)
+        return state
 
 
 class SessionLog:

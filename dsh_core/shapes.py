@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from .errors import EnvelopeError, MessageShapeError, RequestHeaderError
 from .events import RETIRED_TYPES
-from .jsonvalue import MAX_SAFE_INTEGER
+from .jsonvalue import is_safe_int
 
 __all__ = [
     "Where",
@@ -34,10 +34,6 @@ def _at(where: Where) -> str:
 ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"})
 
 
-def _safe_int(value: Any) -> bool:
-    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-
-
 def check_envelope(event: Any, index: int) -> None:
     """Envelope of spec §1: only the known keys, string ``type``, safe-int
     ``seq ≥ 0`` and ``time``, a ``data`` key, ``ignorable`` only ``true``."""
@@ -50,9 +46,9 @@ def check_envelope(event: Any, index: int) -> None:
     time = event.get("time")
     if type(event.get("type")) is not str:
         raise EnvelopeError(f"event at index {index} has an invalid envelope: type must be a string")
-    if not _safe_int(seq) or seq < 0:
+    if not is_safe_int(seq) or seq < 0:
         raise EnvelopeError(f"event at index {index} has an invalid envelope: seq {seq!r} is not a non-negative safe integer")
-    if not _safe_int(time):
+    if not is_safe_int(time):
         raise EnvelopeError(f"event at index {index} (seq {seq}) has an invalid envelope: time {time!r} is not a safe integer")
     if "data" not in event:
         raise EnvelopeError(f"event at index {index} (seq {seq}) has an invalid envelope: data is missing")

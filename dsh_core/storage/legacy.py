@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import LegacyShapeError
-from ..jsonvalue import MAX_SAFE_INTEGER
+from ..jsonvalue import is_safe_int
 
 __all__ = ["legacy_message_id", "upgrade_event"]
 
@@ -39,10 +39,6 @@ def _only_keys(record: dict[str, Any], required: tuple[str, ...], optional: tupl
     return all(key in allowed for key in record) and all(key in record for key in required)
 
 
-def _safe_int(value: Any) -> bool:
-    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-
-
 def _malformed(session_id: str, what: str, seq: Any) -> LegacyShapeError:
     return LegacyShapeError(f"session {session_id!r} contains malformed pre-current {what} at seq {seq}")
 
@@ -54,7 +50,7 @@ def upgrade_turn_start(event: dict[str, Any], session_id: str) -> dict[str, Any]
         return event
     trigger = _record(data["trigger"])
     turn = data.get("turn")
-    if (not _safe_int(turn) or turn < 1 or not _only_keys(data, ("turn", "trigger")) or trigger is None
+    if (not is_safe_int(turn) or turn < 1 or not _only_keys(data, ("turn", "trigger")) or trigger is None
             or type(trigger.get("kind")) is not str or not trigger["kind"]):
         raise _malformed(session_id, "turn/start", event.get("seq"))
     return {**event, "data": {"turn": turn}}
@@ -82,7 +78,7 @@ def upgrade_turn_end(event: dict[str, Any], session_id: str) -> dict[str, Any]:
     seq = event.get("seq")
     reason = _record(data.get("reason"))
     turn = data.get("turn")
-    if (not _safe_int(turn) or turn < 1 or not _only_keys(data, ("turn", "reason"))
+    if (not is_safe_int(turn) or turn < 1 or not _only_keys(data, ("turn", "reason"))
             or reason is None or type(reason.get("kind")) is not str):
         raise _malformed(session_id, "turn/end", seq)
     kind = reason["kind"]
@@ -104,7 +100,7 @@ def upgrade_turn_end(event: dict[str, Any], session_id: str) -> dict[str, Any]:
         if "error" in reason:
             return event
         step = reason.get("step")
-        if not _safe_int(step) or step < 0:
+        if not is_safe_int(step) or step < 0:
             raise _malformed(session_id, "turn/end", seq)
         failure = _error_failure(reason)
         if failure is not None:
@@ -129,9 +125,9 @@ def upgrade_steering(event: dict[str, Any], session_id: str) -> dict[str, Any]:
     if data is None:
         raise _malformed(session_id, "steering/message", seq)
     wrapped = _record(data.get("message"))
-    if wrapped is not None and _safe_int(data.get("turn")) and _only_keys(data, ("turn", "message")):
+    if wrapped is not None and is_safe_int(data.get("turn")) and _only_keys(data, ("turn", "message")):
         return {**event, "type": "user/message", "data": wrapped}
-    if not _safe_int(data.get("turn")) or not _only_keys(data, ("turn", "content", "source")):
+    if not is_safe_int(data.get("turn")) or not _only_keys(data, ("turn", "content", "source")):
         raise _malformed(session_id, "steering/message", seq)
     message = {k: v for k, v in data.items() if k != "turn"}
     message["id"] = legacy_message_id(session_id, seq)

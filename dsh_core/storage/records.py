@@ -15,8 +15,7 @@ from typing import Annotated, Any, Iterable, NamedTuple, Union
 import msgspec
 
 from ..errors import DecodeError
-from ..events import ROW_TAGS
-from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, float_hook
+from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, float_hook, is_safe_int
 
 __all__ = ["ChunkRow", "MIN_RUN", "decode_row", "decode_row_line", "pack_chunk_runs", "encode_records", "DELTA_TYPE"]
 
@@ -33,10 +32,6 @@ _ROW_KEYS = frozenset({"type", "seq0", "time0", "data"})
 _TEXT_KEYS = frozenset({"turn", "step", "index", "dt", "texts"})
 _TOOL_KEYS = frozenset({"turn", "step", "index", "id", "dt", "args"})
 _TOOL_KEYS_NAMED = _TOOL_KEYS | {"name"}
-
-
-def _safe(value: Any) -> bool:
-    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
 def _number(value: Any) -> bool:
@@ -94,9 +89,9 @@ def decode_row(value: dict[str, Any]) -> ChunkRow:
     if value.keys() != _ROW_KEYS:
         raise malformed("envelope must be exactly {type, seq0, time0, data}")
     seq0, time0, data = value["seq0"], value["time0"], value["data"]
-    if not _safe(seq0) or seq0 < 0:
+    if not is_safe_int(seq0) or seq0 < 0:
         raise malformed("seq0 must be a non-negative safe integer")
-    if not _safe(time0):
+    if not is_safe_int(time0):
         raise malformed("time0 must be a safe integer")
     if not isinstance(data, dict):
         raise malformed("data must be an object")
@@ -220,7 +215,7 @@ def _delta_kind(event: dict[str, Any]) -> str | None:
     if event.get("type") != "assistant/chunk" or event.keys() != _EVENT_KEYS:
         return None
     seq, time = event["seq"], event["time"]
-    if not _safe(seq) or seq < 0 or not _safe(time):
+    if not is_safe_int(seq) or seq < 0 or not is_safe_int(time):
         return None
     data = event["data"]
     if not isinstance(data, dict) or data.keys() != _CHUNK_DATA_KEYS:
@@ -242,7 +237,7 @@ def _delta_kind(event: dict[str, Any]) -> str | None:
 
 
 def _continues(prev: dict[str, Any], nxt: dict[str, Any], kind: str) -> bool:
-    if nxt["seq"] != prev["seq"] + 1 or not _safe(nxt["time"] - prev["time"]):
+    if nxt["seq"] != prev["seq"] + 1 or not is_safe_int(nxt["time"] - prev["time"]):
         return False
     pd, nd = prev["data"], nxt["data"]
     if nd["turn"] != pd["turn"] or nd["step"] != pd["step"] or nd["chunk"]["index"] != pd["chunk"]["index"]:
@@ -304,6 +299,3 @@ def encode_records(events: Iterable[dict[str, Any]], pack: bool = True) -> bytes
     records = pack_chunk_runs(events) if pack else list(events)
     return b"".join(encode_json(record) + b"\n" for record in records)
 
-
-def is_row_tag(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") in ROW_TAGS

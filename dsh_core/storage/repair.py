@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 __all__ = ["TOOL_OUTCOME_UNKNOWN", "TOOL_NOT_STARTED", "OUTCOME_UNKNOWN_TEXT", "NOT_STARTED_TEXT",
-           "OpenTurnTracker", "interrupted_turn_closers"]
+           "OpenTurnSnapshot", "OpenTurnTracker", "interrupted_turn_closers"]
 
 TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
 TOOL_NOT_STARTED = "TOOL_NOT_STARTED"
@@ -27,6 +29,18 @@ NOT_STARTED_TEXT = (
     "The tool call was interrupted before the Harness recorded it as started. "
     "Retry it if it is still needed."
 )
+
+
+class OpenTurnSnapshot(msgspec.Struct, frozen=True):
+    """What :meth:`OpenTurnTracker.snapshot` saves. Values are as the log
+    gave them (in a log refused later they may be any JSON value)."""
+
+    open_turn: Any
+    open_step: Any
+    last_seq: Any
+    last_time: Any
+    #: ``(callId, step, tool/call seq or None)`` of each unresolved call, in order
+    pending: list[tuple[Any, Any, Any]]
 
 
 class OpenTurnTracker:
@@ -66,6 +80,20 @@ class OpenTurnTracker:
                 entry[1] = seq
         elif event_type == "tool/result":
             self.pending.pop(data["message"]["source"]["callId"], None)
+
+    def snapshot(self) -> OpenTurnSnapshot:
+        """The tracker's state, detached from it."""
+        pending = [(call_id, step, call_seq) for call_id, (step, call_seq) in self.pending.items()]
+        return OpenTurnSnapshot(self.open_turn, self.open_step, self.last_seq, self.last_time, pending)
+
+    @classmethod
+    def restore(cls, saved: OpenTurnSnapshot) -> "OpenTurnTracker":
+        """The tracker :meth:`snapshot` saved."""
+        tracker = cls()
+        tracker.open_turn, tracker.open_step = saved.open_turn, saved.open_step
+        tracker.last_seq, tracker.last_time = saved.last_seq, saved.last_time
+        tracker.pending = {call_id: [step, call_seq] for call_id, step, call_seq in saved.pending}
+        return tracker
 
     def observe_passive(self, last_seq: int, last_time: int) -> None:
         """Events repair ignores: only the last seq and time move."""

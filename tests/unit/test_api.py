@@ -1,28 +1,44 @@
-"""The public surface of dsh_core is pinned: changing it is a decision."""
+"""The public surface of dsh_core is pinned: changing it is a decision.
+
+Each package's ``__all__`` must be exactly the public names it binds, and
+the sorted list must match its pin file in ``tests/unit/api/``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 import dsh_core
 import dsh_core.storage
 
-
-def test_dsh_core_exports():
-    assert sorted(dsh_core.__all__) == sorted([
-        "Boundary", "BoundaryTracker", "CorruptionError", "DecodeError", "DshError", "EnvelopeError", "Event",
-        "FORMAT_VERSION", "ForkError", "FormatUnsupportedError", "InvariantChecker", "KNOWN_TYPES",
-        "LegacyShapeError", "LoadResult", "LosslessJsonError", "MessageShapeError", "PipelineError",
-        "RequestHeaderError", "SURFACE_TYPES", "SequenceGapError", "SessionFileWriter", "SessionHeader",
-        "SessionHeaderError", "SessionLog", "SessionState", "SurfaceError", "ValidationError", "Violation",
-        "build_request", "canonical_header", "canonical_json", "check_lossless", "commit_repair", "decode_json",
-        "derive_event_message", "encode_batch", "encode_json", "encode_segment", "fold_request_header",
-        "fold_surface", "header_equals", "interrupted_turn_closers", "load_session", "load_session_bytes",
-        "pack_chunk_runs", "payload", "project_key", "request_digest", "sha256_jcs", "snapshot",
-    ])
-    for name in dsh_core.__all__:
-        assert hasattr(dsh_core, name), name
+PINS = Path(__file__).parent / "api"
 
 
-def test_storage_exports():
-    for name in dsh_core.storage.__all__:
-        assert hasattr(dsh_core.storage, name), name
+def _bound_public_names(module: ModuleType) -> set[str]:
+    return {name for name, value in vars(module).items()
+            if not name.startswith("_") and not inspect.ismodule(value)} - {"annotations"}
+
+
+@pytest.mark.parametrize("module", [dsh_core, dsh_core.storage], ids=lambda m: m.__name__)
+def test_exports_are_pinned(module):
+    exported = set(module.__all__)
+    assert len(exported) == len(module.__all__), f"{module.__name__}.__all__ lists a name twice"
+    assert exported == _bound_public_names(module), (
+        f"{module.__name__}.__all__ must list exactly the public names its __init__ binds")
+    for name in module.__all__:
+        assert hasattr(module, name), f"{module.__name__}.{name} does not resolve"
+    pin = PINS / f"{module.__name__}.txt"
+    shown = pin.relative_to(PINS.parents[2])
+    pinned = pin.read_text("utf-8").splitlines()
+    if sorted(exported) != pinned:
+        added, removed = sorted(exported - set(pinned)), sorted(set(pinned) - exported)
+        pytest.fail(f"the public API of {module.__name__} no longer matches {shown}: exported but not pinned "
+                    f"{added}, pinned but not exported {removed}. If the change is deliberate, edit {shown} "
+                    "to list __all__ (one name a line, sorted) in the same commit as the change.")
 
 
 def test_error_tree_and_categories():
@@ -33,11 +49,3 @@ def test_error_tree_and_categories():
     assert dsh_core.SurfaceError("x").category == "invalid-log"
     assert str(dsh_core.SequenceGapError("s", 3, 5, "dsh.session-events[2]@17")) == (
         "session 's': expected seq 3, got 5 at dsh.session-events[2]@17")
-
-
-def test_typed_payload_views():
-    event = dsh_core.Event("tool/call", 3, 1, dsh_core.snapshot({"turn": 1, "step": 2, "callId": "c", "name": "ls",
-                                                                 "arguments": "{}"}))
-    call = dsh_core.payload(event)
-    assert (call.turn, call.step, call.callId) == (1, 2, "c")
-    assert dsh_core.payload(dsh_core.Event("x/y", 0, 0, None)) is None

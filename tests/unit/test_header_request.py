@@ -6,7 +6,7 @@ import pytest
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import RequestHeaderError
-from dsh_core.header import canonical_header, header_equals
+from dsh_core.request_header import canonical_header, header_equals
 from dsh_core.jsonvalue import canonical_json, encode_json, sha256_jcs
 from dsh_core.request import MessagesDigest, build_request, request_digest, request_frame
 from dsh_core.session import SessionLog

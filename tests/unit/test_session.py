@@ -6,7 +6,7 @@ import pytest
 
 from dsh_core.errors import EnvelopeError, ForkError, LosslessJsonError, MessageShapeError, SurfaceError
 from dsh_core.events import Event
-from dsh_core.session import SessionLog
+from dsh_core.session import SessionLog, SessionState
 from dsh_core.surface import fold_surface
 from tests.unit.helpers import Clock, assistant, new_log, tool_result, user
 
@@ -140,6 +140,21 @@ def test_replace_keeps_model_order_and_records_shadowed():
                        source_event_seqs=[4])
     assert log.surface_nodes == (0, later.seq, 3)
 
+
+
+def test_state_views_follow_the_surface():
+    state = SessionState("s")
+    for seq, mid in enumerate("ab"):
+        state.check_and_apply({"type": "user/message", "seq": seq, "time": seq, "data": user(mid), "surfaceOp": "append"})
+    events = state.surface_events()
+    assert [m["id"] for m in state.current_messages()] == ["a", "b"]
+    assert state.current_messages() is state.current_messages()  # the cached list, no copy
+    state.check_and_apply({"type": "user/message", "seq": 2, "time": 2, "data": user("s"),
+                           "surfaceOp": {"op": "replace", "start": 0, "end": 1}, "sourceEventSeqs": [0, 1]})
+    assert list(events) == [2] and events[2][0] == "user/message" and events[2][1]["id"] == "s"
+    assert [m["id"] for m in state.current_messages()] == ["s"]
+    with pytest.raises(TypeError):
+        events[3] = ("user/message", user("x"))  # type: ignore[index]
 
 def test_derivation_rules():
     log = new_log()
