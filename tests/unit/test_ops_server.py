@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -100,6 +104,21 @@ def test_close_releases_the_port(registry: CollectorRegistry) -> None:
         get(port, "/healthz")
     with serve_ops(HOST, port, Switch(), registry) as again:  # the same port binds again
         assert get(again.port, "/healthz")[0] == 200
+
+
+@pytest.mark.parametrize("command", [["ship", "--root", "."], ["project", "--db", "views.sqlite"]])
+def test_the_cli_names_a_port_in_use_in_one_line(tmp_path: Path, command: list[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # --bootstrap is taken as given: the port is bound before any broker is contacted
+        result = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", *command, "--bootstrap", "127.0.0.1:1",
+                                 "--metrics-host", HOST, "--metrics-port", str(port)],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    assert result.stderr == (f"dsh-pipeline {command[0]}: PipelineError: cannot serve /metrics and /healthz on "
+                             f"{HOST}:{port}: Address already in use\n")
 
 
 class TestConsumersHealth:
