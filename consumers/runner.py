@@ -22,8 +22,6 @@ runner guarantees:
 * a rebalance callback that fails (the revoke checkpoint, a state rebuild
   on assign) stops the service with that error before another record is
   handled; aiokafka alone would log it and carry on.
-
-It also serves ``/metrics`` (Prometheus) and ``/healthz`` on one port.
 """
 
 from __future__ import annotations
@@ -32,10 +30,10 @@ import asyncio
 import contextlib
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram
 
 from dsh_core.errors import DecodeError, DshError, HeldLimitError
 from dsh_kafka.clients import make_consumer, make_producer
@@ -43,7 +41,7 @@ from dsh_kafka.config import SERVICE_PRODUCER, ConsumerSettings, KafkaConfig
 from dsh_kafka.records import KafkaRecord, SessionRecord, decode_kafka_record
 from dsh_kafka.topics import TopicNames
 
-__all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "HELD_LIMIT", "HOT_SESSIONS", "held_limit_error", "serve_http"]
+__all__ = ["ConsumerService", "RECORDS", "DEAD_LETTERS", "HELD_LIMIT", "HOT_SESSIONS", "held_limit_error"]
 
 RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind.", ["service", "kind"])
 DEAD_LETTERS = Counter("dsh_consumer_dead_letters_total", "Records sent to the dead-letter topic, by service and reason.",
@@ -290,31 +288,3 @@ class ConsumerService(ABC):
             if highwater is not None and consumed is not None:
                 LAG.labels(self.service, str(partition.partition)).set(max(0, highwater - consumed))
 
-
-async def serve_http(port: int, services: Iterable[ConsumerService], stale_after: float = 60.0) -> asyncio.AbstractServer:
-    """``/metrics`` (Prometheus text) and ``/healthz`` (200 while every
-    service polls, 503 otherwise) on ``port``."""
-    services = list(services)
-
-    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await reader.readline()
-            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                pass
-            path = request.split(b" ")[1] if b" " in request else b"/"
-            if path.startswith(b"/metrics"):
-                status, body, kind = b"200 OK", generate_latest(REGISTRY), b"text/plain; version=0.0.4"
-            elif path.startswith(b"/healthz"):
-                now = time.monotonic()
-                alive = all(s.healthy and now - s.last_poll < stale_after for s in services)
-                status, body, kind = (b"200 OK", b"ok\n", b"text/plain") if alive else \
-                    (b"503 Service Unavailable", b"not polling\n", b"text/plain")
-            else:
-                status, body, kind = b"404 Not Found", b"", b"text/plain"
-            writer.write(b"HTTP/1.1 " + status + b"\r\ncontent-type: " + kind + b"\r\ncontent-length: "
-                         + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
-            await writer.drain()
-        finally:
-            writer.close()
-
-    return await asyncio.start_server(respond, "0.0.0.0", port)

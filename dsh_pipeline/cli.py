@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from dsh_core.errors import DshError, PipelineError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.jsonvalue import encode_json
+
+if TYPE_CHECKING:
+    from dsh_pipeline.ops_server import HealthCheck
 
 __all__ = ["main"]
 
@@ -70,7 +74,7 @@ def _kafka(args: argparse.Namespace) -> int:
 def _ship(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
     from dsh_kafka.admin import prepare_topics
-    from dsh_pipeline.runtime import resolve_kafka, run_until_signal, start_metrics
+    from dsh_pipeline.runtime import resolve_kafka, run_until_signal
     from producers.publisher import Publisher
     from producers.shipper import Shipper, ShipperConfig
 
@@ -78,8 +82,11 @@ def _ship(args: argparse.Namespace) -> int:
     names = TopicNames.with_prefix(args.topic_prefix)
     config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
                            poll_seconds=args.poll, once=args.once)
-    start_metrics(args.metrics_port)
     refused = 0
+    shipping = False  # healthy while the shipper's run loop runs
+
+    def health() -> tuple[bool, str]:
+        return (True, "shipping") if shipping else (False, "not shipping")
 
     def report(line: str) -> None:
         nonlocal refused
@@ -87,12 +94,18 @@ def _ship(args: argparse.Namespace) -> int:
         print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
 
     async def main(stop: asyncio.Event) -> int:
+        nonlocal shipping
         await prepare_topics(kafka, names, args.partitions)
         async with Publisher(kafka, names) as publisher:
-            await Shipper(config, publisher.send, publisher.flush, report).run(stop)
+            shipping = True
+            try:
+                await Shipper(config, publisher.send, publisher.flush, report).run(stop)
+            finally:
+                shipping = False
         return EXIT_REFUSED if refused else EXIT_OK
 
-    return run_until_signal(main)
+    with _ops_server(args, health):
+        return run_until_signal(main)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -161,26 +174,32 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _consume(args: argparse.Namespace, make_service) -> int:
     """Run one consumer service until SIGTERM/SIGINT (or caught up, with --until-idle)."""
-    from consumers.runner import serve_http
     from dsh_kafka.topics import TopicNames
     from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.ops_server import consumers_health
     from dsh_pipeline.runtime import resolve_kafka, run_until_signal
 
     kafka = resolve_kafka(args.bootstrap)
     names = TopicNames.with_prefix(args.topic_prefix)
+    services = {}  # what /healthz checks: the service, once it exists
 
     async def main(stop: asyncio.Event) -> int:
         await prepare_topics(kafka, names, args.partitions)
-        service = make_service(kafka, names)
-        server = await serve_http(args.metrics_port, [service]) if args.metrics_port else None
-        try:
-            await service.run(stop)
-        finally:
-            if server is not None:
-                server.close()
+        services[args.command] = service = make_service(kafka, names)
+        await service.run(stop)
         return EXIT_OK
 
-    return run_until_signal(main)
+    with _ops_server(args, consumers_health(services)):
+        return run_until_signal(main)
+
+
+def _ops_server(args: argparse.Namespace, health: HealthCheck) -> contextlib.AbstractContextManager:
+    """``/metrics`` and ``/healthz`` on ``--metrics-host``:``--metrics-port``
+    for the command's lifetime (nothing without a port)."""
+    if not args.metrics_port:
+        return contextlib.nullcontext()
+    from dsh_pipeline.ops_server import serve_ops
+    return serve_ops(args.metrics_host, args.metrics_port, health)
 
 
 def _consumer_settings(args: argparse.Namespace):
@@ -285,8 +304,15 @@ def _add_consumer_options(parser: argparse.ArgumentParser, group: str) -> None:
                         help="records per poll batch (one persist and commit each)")
     parser.add_argument("--hot-sessions", type=int, default=HOT_SESSIONS,
                         help="sessions kept in memory; colder ones are reloaded from the service's state")
-    parser.add_argument("--metrics-port", type=int, default=0, help="serve /metrics and /healthz on this port")
+    _add_ops_options(parser)
     _add_kafka_options(parser)
+
+
+def _add_ops_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="serve Prometheus /metrics and /healthz on this port (default 0: not at all)")
+    parser.add_argument("--metrics-host", default="0.0.0.0",
+                        help="the address that port binds to (default 0.0.0.0: every interface)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -308,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     ship.add_argument("--state", help="checkpoint folder (default: ROOT/.dsh-shipper)")
     ship.add_argument("--once", action="store_true", help="ship what exists now and exit (backfill)")
     ship.add_argument("--poll", type=float, default=0.5, help="seconds between passes when following")
-    ship.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus /metrics on this port")
+    _add_ops_options(ship)
     _add_kafka_options(ship)
     ship.set_defaults(run=_ship)
 

@@ -7,7 +7,8 @@
 4. Show progress (events/s, consumer lag, sessions, findings) until every
    service has caught up with the events topic.
 5. Compare the views with the ground truth, the findings with the injected
-   defects and the archive with the shipped logs; print a report.
+   defects and the archive with the shipped logs (:mod:`ground_truth`);
+   print a report.
 6. Stop everything it started. The exit code is 0 only if all agrees.
 """
 
@@ -28,16 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsh_core.jsonvalue import decode_json
+from dsh_pipeline.ground_truth import compare
 from dsh_pipeline.local_kafka import LocalKafka
 from dsh_kafka.clients import make_admin, make_consumer
 from dsh_kafka.config import ConsumerSettings, KafkaConfig
 from dsh_kafka.topics import TopicNames
-from dsh_core.storage.reader import load_session, read_events
 
 __all__ = ["DemoConfig", "run_demo"]
 
-EXPECTED_RULE = {"unlogged": "request-mismatch", "dropped": "sequence-gap", "lossless": "lossless",
-                 "unknown": "unsupported-format"}
 GROUPS = {"projector": "dsh-projector", "auditor": "dsh-auditor", "archiver": "dsh-archiver"}
 
 
@@ -157,50 +156,6 @@ async def _findings(kafka: KafkaConfig, names: TopicNames) -> list[dict]:
         await consumer.stop()
 
 
-def _compare(manifest: dict, db: Path, archive: Path, findings: list[dict]) -> list[str]:
-    from consumers.projector import ViewStore
-    from dsh_core.storage.layout import find_session_files
-    from producers.simulator import messages_digest
-    problems = []
-    truths = manifest["truth"]
-    store = ViewStore(db)
-    archived = {p.parent.name: p for p in find_session_files(archive)}
-    try:
-        for session_id, truth in truths.items():
-            kinds = {d["kind"] for d in truth["defects"]}
-            view = store.view(session_id)
-            path = archived.get(session_id)
-            if view is None or path is None:
-                problems.append(f"{session_id}: missing {'view' if view is None else 'archive'}")
-                continue
-            if "dropped" in kinds:
-                gap = next(d["seq"] for d in truth["defects"] if d["kind"] == "dropped")
-                if view["status"] != "held" or view.get("heldFrom") != gap:
-                    problems.append(f"{session_id}: expected a view held at seq {gap}, got {view['status']}")
-                if len(read_events(path)[1]) != gap:
-                    problems.append(f"{session_id}: archive should stop at the gap (seq {gap})")
-            elif "unknown" in kinds:
-                if view["status"] != "refused":
-                    problems.append(f"{session_id}: expected a refused view, got {view['status']}")
-            else:
-                if view.get("messagesDigest") != truth["messages_digest"] or view["nextSeq"] != truth["next_seq"]:
-                    problems.append(f"{session_id}: view differs from ground truth")
-                loaded = load_session(path)
-                if not loaded.accepted or loaded.stored_count != truth["next_seq"] or \
-                        messages_digest(loaded.state.messages()) != truth["messages_digest"]:
-                    problems.append(f"{session_id}: archive differs from the shipped log")
-    finally:
-        store.close()
-    expected = collections.Counter((sid, EXPECTED_RULE[d["kind"]], d["seq"]) for sid, t in truths.items()
-                                   for d in t["defects"] if d["kind"] in EXPECTED_RULE)
-    got = collections.Counter((f["session"], f["rule"], f["seq"]) for f in findings)
-    for item in sorted(expected - got):
-        problems.append(f"missed finding {item}")
-    for item in sorted(got - expected):
-        problems.append(f"unexpected finding {item}")
-    return problems
-
-
 def run_demo(config: DemoConfig) -> int:
     # The progress monitor's clients retry the leadership errors of topics
     # just created; aiokafka would log each retry over the progress lines.
@@ -255,7 +210,7 @@ def run_demo(config: DemoConfig) -> int:
             child.send_signal(signal.SIGTERM)
         for child in children:
             child.wait(60)
-        problems = _compare(manifest, db, archive, findings)
+        problems = compare(manifest, db, archive, findings)
         rules = collections.Counter(f["rule"] for f in findings)
         print(f"\nreport after {time.monotonic() - started:.0f} s")
         print(f"  sessions {manifest['sessions']}, events {manifest['events']}, attestations {manifest['attestations']}")

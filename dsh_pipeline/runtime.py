@@ -1,4 +1,4 @@
-"""What every long-running command shares: the cluster, topics, signals, metrics."""
+"""What every long-running command shares: the cluster, topics, signals."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dsh_core.errors import PipelineError
 from dsh_pipeline.local_kafka import cache_root, probe_metadata, read_state
 from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig
 
-__all__ = ["default_broker_dir", "resolve_kafka", "run_until_signal", "start_metrics"]
+__all__ = ["default_broker_dir", "resolve_kafka", "run_until_signal"]
 
 
 def default_broker_dir() -> Path:
@@ -41,9 +41,3 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
         return await main(stop)
     return asyncio.run(runner())
 
-
-def start_metrics(port: int | None) -> None:
-    """Serve ``/metrics`` (Prometheus) on ``port`` when given (0: none)."""
-    if port:
-        from prometheus_client import start_http_server
-        start_http_server(port, addr="0.0.0.0")

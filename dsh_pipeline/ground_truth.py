@@ -1,0 +1,95 @@
+"""What the pipeline produced, compared with what the simulator knows it sent.
+
+The simulator's manifest holds, for every session, the ground truth it
+computed on its own side of Kafka: the next seq, the digest of the derived
+messages, and each injected defect (kind and seq). Because that truth never
+passes through the consumers, agreement with it shows the whole pipeline —
+shipping, ordering, dead-lettering, projection, auditing, archiving — lost,
+added and changed nothing. Three outputs are checked:
+
+* **views** (the projector's store): a clean session's view has the true
+  digest and next seq; a session with a dropped event is held at the gap;
+  one with an unknown required event is refused;
+* **archive** (the archiver's dsh layout): a clean session's file loads and
+  holds exactly the shipped events, deriving the same messages; a session
+  with a gap stops at it;
+* **findings** (the auditor's): exactly the defects the auditor must see,
+  as ``(session, rule, seq)`` with multiplicity — one missed or one extra is
+  a disagreement. Duplicates are no finding: consumers drop exact repeats.
+
+Each check returns the disagreements as lines; none means all agree.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from dsh_core.storage.layout import find_session_files
+from dsh_core.storage.reader import load_session, read_events
+from producers.simulator import messages_digest
+
+__all__ = ["EXPECTED_RULE", "compare", "compare_findings", "compare_sessions"]
+
+#: The auditor rule each injected defect kind must raise, at the defect's seq.
+EXPECTED_RULE = {"unlogged": "request-mismatch", "dropped": "sequence-gap", "lossless": "lossless",
+                 "unknown": "unsupported-format"}
+
+#: A session's truth as the manifest has it (``producers.simulator.SimulatedSession.to_json``).
+Truth = Mapping[str, Any]
+
+
+def compare(manifest: Mapping[str, Any], views: Path, archive: Path, findings: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every disagreement of the view store at ``views``, the archive root
+    ``archive`` and the auditor's ``findings`` with ``manifest``."""
+    from consumers.projector import ViewStore  # only here: the checks below need no consumer code
+    truths = manifest["truth"]
+    archived = {p.parent.name: p for p in find_session_files(archive)}
+    store = ViewStore(views)
+    try:
+        problems = compare_sessions(truths, store.view, archived)
+    finally:
+        store.close()
+    return problems + compare_findings(truths, findings)
+
+
+def compare_sessions(truths: Mapping[str, Truth], view_of: Callable[[str], Mapping[str, Any] | None],
+                     archived: Mapping[str, Path]) -> list[str]:
+    """Each session's view (``view_of(session_id)``, ``None`` if absent) and
+    archive file (by session directory name) against its truth."""
+    problems = []
+    for session_id, truth in truths.items():
+        kinds = {d["kind"] for d in truth["defects"]}
+        view = view_of(session_id)
+        path = archived.get(session_id)
+        if view is None or path is None:
+            problems.append(f"{session_id}: missing {'view' if view is None else 'archive'}")
+            continue
+        if "dropped" in kinds:
+            gap = next(d["seq"] for d in truth["defects"] if d["kind"] == "dropped")
+            if view["status"] != "held" or view.get("heldFrom") != gap:
+                problems.append(f"{session_id}: expected a view held at seq {gap}, got {view['status']}")
+            if len(read_events(path)[1]) != gap:
+                problems.append(f"{session_id}: archive should stop at the gap (seq {gap})")
+        elif "unknown" in kinds:
+            if view["status"] != "refused":
+                problems.append(f"{session_id}: expected a refused view, got {view['status']}")
+        else:
+            if view.get("messagesDigest") != truth["messages_digest"] or view["nextSeq"] != truth["next_seq"]:
+                problems.append(f"{session_id}: view differs from ground truth")
+            loaded = load_session(path)
+            if not loaded.accepted or loaded.stored_count != truth["next_seq"] or \
+                    messages_digest(loaded.state.messages()) != truth["messages_digest"]:
+                problems.append(f"{session_id}: archive differs from the shipped log")
+    return problems
+
+
+def compare_findings(truths: Mapping[str, Truth], findings: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The findings (``session``, ``rule``, ``seq`` of each) against the
+    injected defects: the missed ones, then the unexpected ones, sorted."""
+    expected = collections.Counter((sid, EXPECTED_RULE[d["kind"]], d["seq"]) for sid, t in truths.items()
+                                   for d in t["defects"] if d["kind"] in EXPECTED_RULE)
+    got = collections.Counter((f["session"], f["rule"], f["seq"]) for f in findings)
+    return [f"missed finding {item}" for item in sorted(expected - got)] + \
+           [f"unexpected finding {item}" for item in sorted(got - expected)]
