@@ -29,7 +29,7 @@ file lines; a consumer feeds it record values.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -43,9 +43,6 @@ from .shapes import check_message_shape, check_retired
 from .storage.legacy import upgrade_event
 from .storage.records import ChunkRow, decode_row, decode_row_line
 from .storage.repair import OpenTurnTracker
-
-if TYPE_CHECKING:
-    from .storage.reader import LoadResult
 
 __all__ = ["FoldObserver", "StagedFold"]
 
@@ -324,24 +321,19 @@ class StagedFold:
 
     # ------------------------------------------------------------------ end
 
-    def finish(self, result: LoadResult) -> LoadResult:
-        result.header = self.header
-        result.stored_count = self.count
+    def finish(self) -> list[dict[str, Any]]:
+        """End of the log: raises the first refusal of any stage; otherwise
+        folds and returns the closing events of a turn left open."""
         for error in (self.shape_error, self.vocabulary_error, self.repair_error):
             if error is not None:
-                result.error = error
-                return result
+                raise error
         closers = self.tracker.closers()
         for closer in closers:
             if self.validation_error is None:
                 self._fold(closer)
         if self.validation_error is not None:
-            result.error = self.validation_error
-            return result
-        result.closers = closers
-        result.state = self.state
-        result.event_count = self.count + len(closers)
-        return result
+            raise self.validation_error
+        return closers
 
 
 def _show(value: Any) -> str:

@@ -199,4 +199,12 @@ def _load(stream: BinaryIO, source: str, compression: Compression, observer: Fol
         result.header = pipeline.header
         result.error = exc
         return result
-    return pipeline.finish(result)
+    result.header, result.stored_count = pipeline.header, pipeline.count
+    try:
+        result.closers = pipeline.finish()
+    except DshError as exc:
+        result.error = exc
+        return result
+    result.state = pipeline.state
+    result.event_count = pipeline.count + len(result.closers)
+    return result
