@@ -4,7 +4,7 @@
 
 1. Fills a topic with simulator traffic (≥ N events, default 500k), then, in
    the same run, reads it with a bare aiokafka ``getmany`` loop (baseline),
-   with the consumer runner decoding each record and doing nothing else
+   with the consumer runtime decoding each record and doing nothing else
    (the ceiling of any service built on it: no fold, no store), with the
    projector (views committed) and with the auditor (findings and offsets
    committed), each as one process; then with ``--members``
@@ -42,9 +42,9 @@ from dsh_kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
 from dsh_kafka.topics import TopicNames
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.clients import make_consumer
-from consumers.auditor import Auditor
-from consumers.projector import Projector
-from consumers.runner import ConsumerService
+from consumers.auditor import AuditorConfig, auditor_service
+from consumers.projector import ProjectorConfig, projector_service
+from consumers.runtime import ConsumerService, Policy, ProducerOutputs, ServiceConfig
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 
@@ -92,36 +92,41 @@ async def _baseline(kafka: KafkaConfig, names: TopicNames, ends: dict) -> float:
         await consumer.stop()
 
 
-class _DecodeOnly(ConsumerService):
-    """The runner with a service that decodes each record's JSON value and
-    keeps nothing: what every service pays before its own work."""
+class _DecodeOnly(Policy):
+    """A policy that decodes each record's JSON value and keeps nothing:
+    what every service pays on the runtime before its own work."""
 
-    service = "decode-only"
+    name = "decode-only"
 
-    async def handle(self, record, decoded) -> None:
+    def handle(self, record, decoded) -> None:
         decode_json(decoded.value)
 
-    async def persist(self) -> None:
+    def persist(self) -> None:
         pass
 
 
-async def _catch_up(service, ends: dict) -> float:
-    """Seconds from the service's first assignment (its ``on_assign`` done)
-    to the end offsets: start-up and the group join left out, as for the
-    baseline; every record's fetch and handling in."""
-    assigned: list[float] = []
-    service_on_assign = service.on_assign
+def _decode_only(kafka: KafkaConfig, names: TopicNames) -> ConsumerService:
+    config = ServiceConfig(kafka=kafka, topics=names, group=f"d{uuid.uuid4().hex[:6]}")
+    return ConsumerService(config, _DecodeOnly(config), ProducerOutputs(kafka, names, _DecodeOnly.name))
 
-    async def on_assign_timed(partitions) -> None:
-        await service_on_assign(partitions)
+
+async def _catch_up(service: ConsumerService, ends: dict) -> float:
+    """Seconds from the service's first assignment (its policy's
+    ``assigned`` done) to the end offsets: start-up and the group join left
+    out, as for the baseline; every record's fetch and handling in."""
+    assigned: list[float] = []
+    policy_assigned = service.policy.assigned
+
+    async def assigned_timed(partitions) -> None:
+        await policy_assigned(partitions)
         if not assigned:
             assigned.append(time.perf_counter())
 
-    service.on_assign = on_assign_timed
+    service.policy.assigned = assigned_timed
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     while True:
-        consumed = {tp.partition: offset for tp, offset in service._consumed.items()}
+        consumed = {tp.partition: offset for tp, offset in service.positions().items()}
         if assigned and all(consumed.get(p, 0) >= end for p, end in ends.items() if end):
             break
         if task.done():
@@ -142,41 +147,45 @@ async def _catch_up(service, ends: dict) -> float:
 _LATENCY_CHILD = """
 import asyncio, json, sys, tempfile, time
 from pathlib import Path
-from consumers.projector import Projector
-from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from consumers.projector import Projection, ProjectorConfig
+from consumers.runtime import ConsumerService, ProducerOutputs
+from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
 bootstrap, prefix, group, partitions = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-class Timed(Projector):
+class Timed(Projection):
     stamps, latencies = [], []
-    async def handle(self, record, decoded):
+    def handle(self, record, decoded):
         self.stamps.append(record.timestamp)
-        await super().handle(record, decoded)
-    async def persist(self):
-        await super().persist()
+        super().handle(record, decoded)
+    def persist(self):
+        super().persist()
         now = time.time() * 1000
         self.latencies.extend(now - stamp for stamp in self.stamps)
         self.stamps = []
 async def main():
-    projector = Timed(KafkaConfig(bootstrap), TopicNames.with_prefix(prefix), Path(tempfile.mkdtemp()) / "v.sqlite",
-                      settings=ConsumerSettings(group_id=group, auto_offset_reset="latest"))
+    kafka, names = KafkaConfig(bootstrap), TopicNames.with_prefix(prefix)
+    config = ProjectorConfig(kafka=kafka, topics=names, group=group, store=Path(tempfile.mkdtemp()) / "v.sqlite",
+                             start_from="latest")
+    timed = Timed(config)
+    projector = ConsumerService(config, timed, ProducerOutputs(kafka, names, Timed.name))
     stop = asyncio.Event()
     task = asyncio.create_task(projector.run(stop))
-    while projector.consumer is None or len(projector.consumer.assignment()) < partitions:
+    while len(projector.assignment()) < partitions:
         if task.done():
             task.result()
         await asyncio.sleep(0.01)
-    for partition in projector.consumer.assignment():
+    for partition in projector.assignment():
         await projector.consumer.position(partition)
     print("ready", flush=True)
     ends = {int(p): end for p, end in json.loads(await asyncio.to_thread(sys.stdin.readline)).items()}
-    while projector.stamps or any({tp.partition: o for tp, o in projector._consumed.items()}.get(p, 0) < end
-                                  for p, end in ends.items()):
+    while timed.stamps or any({tp.partition: o for tp, o in projector.positions().items()}.get(p, 0) < end
+                              for p, end in ends.items()):
         if task.done():
             task.result()
         await asyncio.sleep(0.01)
     stop.set()
     await task
-    latencies = sorted(projector.latencies)
+    latencies = sorted(timed.latencies)
     print(json.dumps([latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]]), flush=True)
 asyncio.run(main())
 """
@@ -250,31 +259,30 @@ async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: fl
 _MEMBER_CHILD = """
 import asyncio, json, signal, sys, time
 from pathlib import Path
-from consumers.auditor import Auditor
-from consumers.projector import Projector
-from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from consumers.auditor import AuditorConfig, auditor_service
+from consumers.projector import ProjectorConfig, projector_service
+from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
 service, bootstrap, prefix, group, db, instance, work, ends = sys.argv[1:9]
 ends = {int(p): e for p, e in json.loads(ends).items()}
 work = Path(work)
-kind = Projector if service == "projector" else Auditor
-class Member(kind):
-    async def open(self):
-        await super().open()
-        fetch = self.consumer.getmany
+async def main():
+    kafka, names = KafkaConfig(bootstrap), TopicNames.with_prefix(prefix)
+    member = (projector_service(ProjectorConfig(kafka=kafka, topics=names, group=group, store=Path(db)))
+              if service == "projector" else auditor_service(AuditorConfig(kafka=kafka, topics=names, group=group)))
+    policy_open, policy_assigned = member.policy.open, member.policy.assigned
+    async def gated_open(outputs):  # the consumer exists, it has not fetched yet
+        await policy_open(outputs)
+        fetch = member.consumer.getmany
         async def gated(*args, **kwargs):
             while not (work / "go").exists():
                 await asyncio.sleep(0.005)
             return await fetch(*args, **kwargs)
-        self.consumer.getmany = gated
-    async def on_assign(self, partitions):
-        await super().on_assign(partitions)
-        (work / f"assigned-{instance}").write_text(str(len(self.consumer.assignment())))
-async def main():
-    settings = ConsumerSettings(group_id=group)
-    names = TopicNames.with_prefix(prefix)
-    member = (Member(KafkaConfig(bootstrap), names, Path(db), settings=settings) if service == "projector"
-              else Member(KafkaConfig(bootstrap), names, settings=settings))
+        member.consumer.getmany = gated
+    async def noted_assigned(partitions):
+        await policy_assigned(partitions)
+        (work / f"assigned-{instance}").write_text(str(len(member.assignment())))
+    member.policy.open, member.policy.assigned = gated_open, noted_assigned
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     task = asyncio.create_task(member.run(stop))
@@ -282,9 +290,10 @@ async def main():
     while not stop.is_set():
         if task.done():
             task.result()
-        mine = member.consumer.assignment() if member.consumer else ()
+        mine = member.assignment()
+        positions = member.positions()
         if done is None and mine and (work / "go").exists() and all(
-                member._consumed.get(tp, 0) >= ends.get(tp.partition, 0) for tp in mine):
+                positions.get(tp, 0) >= ends.get(tp.partition, 0) for tp in mine):
             done = time.time()
             print(json.dumps({"done": done}), flush=True)
         await asyncio.sleep(0.005)
@@ -325,16 +334,16 @@ def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, mem
 _RSS_CHILD = """
 import asyncio, resource, sys, time
 from pathlib import Path
-from consumers.projector import Projector
-from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from consumers.projector import ProjectorConfig, projector_service
+from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
 bootstrap, prefix, db, expected = sys.argv[1:5]
 async def main():
-    p = Projector(KafkaConfig(bootstrap), TopicNames.with_prefix(prefix), Path(db),
-                  settings=ConsumerSettings(group_id='rss'))
+    p = projector_service(ProjectorConfig(kafka=KafkaConfig(bootstrap), topics=TopicNames.with_prefix(prefix),
+                                          group="rss", store=Path(db)))
     stop = asyncio.Event()
     task = asyncio.create_task(p.run(stop))
-    while sum(p._consumed.values()) < int(expected):
+    while sum(p.positions().values()) < int(expected):
         await asyncio.sleep(0.2)
     stop.set(); await task
 asyncio.run(main())
@@ -360,13 +369,12 @@ def main() -> None:
         ends = asyncio.run(end_offsets(kafka, names.events))
         print(f"filled: {sessions} sessions, {events:,} events, {sum(ends.values()):,} records")
         base = asyncio.run(_baseline(kafka, names, ends))
-        decode_only = asyncio.run(_catch_up(_DecodeOnly(kafka, names, ConsumerSettings(
-            group_id=f"d{uuid.uuid4().hex[:6]}")), ends))
+        decode_only = asyncio.run(_catch_up(_decode_only(kafka, names), ends))
         with tempfile.TemporaryDirectory() as tmp:
-            project = asyncio.run(_catch_up(Projector(kafka, names, Path(tmp) / "v.sqlite",
-                                                      settings=ConsumerSettings(group_id=f"p{uuid.uuid4().hex[:6]}")), ends))
-        audit = asyncio.run(_catch_up(Auditor(kafka, names, settings=ConsumerSettings(group_id=f"a{uuid.uuid4().hex[:6]}")),
-                                      ends))
+            project = asyncio.run(_catch_up(projector_service(ProjectorConfig(
+                kafka=kafka, topics=names, group=f"p{uuid.uuid4().hex[:6]}", store=Path(tmp) / "v.sqlite")), ends))
+        audit = asyncio.run(_catch_up(auditor_service(AuditorConfig(
+            kafka=kafka, topics=names, group=f"a{uuid.uuid4().hex[:6]}")), ends))
         members = args.members
         with tempfile.TemporaryDirectory() as tmp:
             project_scaled = _scaled_out("projector", bootstrap, names, ends, members, Path(tmp))

@@ -173,7 +173,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _consume(args: argparse.Namespace, make_service) -> int:
-    """Run one consumer service until SIGTERM/SIGINT (or caught up, with --until-idle)."""
+    """Run one consumer service until SIGTERM or SIGINT."""
     from dsh_kafka.topics import TopicNames
     from dsh_kafka.admin import prepare_topics
     from dsh_pipeline.ops_server import consumers_health
@@ -202,28 +202,29 @@ def _ops_server(args: argparse.Namespace, health: HealthCheck) -> contextlib.Abs
     return serve_ops(args.metrics_host, args.metrics_port, health)
 
 
-def _consumer_settings(args: argparse.Namespace):
-    from dsh_kafka.config import ConsumerSettings
-    return ConsumerSettings(group_id=args.group, max_records=args.max_records)
+def _service_config(args: argparse.Namespace, config_class: type, kafka, names, **own):
+    """A consumer service's configuration: the common options, then its own."""
+    return config_class(kafka=kafka, topics=names, group=args.group, max_records=args.max_records,
+                        hot_sessions=args.hot_sessions, **own)
 
 
 def _project(args: argparse.Namespace) -> int:
-    from consumers.projector import Projector
-    return _consume(args, lambda kafka, names: Projector(kafka, names, Path(args.db), hot_sessions=args.hot_sessions,
-                                                         settings=_consumer_settings(args)))
+    from consumers.projector import ProjectorConfig, projector_service
+    return _consume(args, lambda kafka, names: projector_service(
+        _service_config(args, ProjectorConfig, kafka, names, store=Path(args.db))))
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from consumers.auditor import Auditor
-    return _consume(args, lambda kafka, names: Auditor(kafka, names, state=Path(args.state),
-                                                       checkpoint_seconds=args.checkpoint_seconds,
-                                                       hot_sessions=args.hot_sessions, settings=_consumer_settings(args)))
+    from consumers.auditor import AuditorConfig, auditor_service
+    return _consume(args, lambda kafka, names: auditor_service(
+        _service_config(args, AuditorConfig, kafka, names, state=Path(args.state),
+                        checkpoint_seconds=args.checkpoint_seconds)))
 
 
 def _archive(args: argparse.Namespace) -> int:
-    from consumers.archiver import Archiver
-    return _consume(args, lambda kafka, names: Archiver(kafka, names, Path(args.root), hot_sessions=args.hot_sessions,
-                                                        settings=_consumer_settings(args)))
+    from consumers.archiver import ArchiverConfig, archiver_service
+    return _consume(args, lambda kafka, names: archiver_service(
+        _service_config(args, ArchiverConfig, kafka, names, root=Path(args.root))))
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -296,13 +297,13 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=12, help="partitions of newly created topics")
 
 
-def _add_consumer_options(parser: argparse.ArgumentParser, group: str) -> None:
-    from consumers.runner import HOT_SESSIONS
-    from dsh_kafka.config import ConsumerSettings
+def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -> None:
+    """The options every consumer service shares, defaulted from its configuration class."""
+    group = config_class.group
     parser.add_argument("--group", default=group, help=f"consumer group (default {group})")
-    parser.add_argument("--max-records", type=int, default=ConsumerSettings.max_records,
+    parser.add_argument("--max-records", type=int, default=config_class.max_records,
                         help="records per poll batch (one persist and commit each)")
-    parser.add_argument("--hot-sessions", type=int, default=HOT_SESSIONS,
+    parser.add_argument("--hot-sessions", type=int, default=config_class.hot_sessions,
                         help="sessions kept in memory; colder ones are reloaded from the service's state")
     _add_ops_options(parser)
     _add_kafka_options(parser)
@@ -349,22 +350,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kafka_options(worker)
     worker.set_defaults(run=_worker)
 
+    from consumers.archiver import ArchiverConfig
+    from consumers.auditor import AuditorConfig
+    from consumers.projector import ProjectorConfig
+
     project = commands.add_parser("project", help="keep every session's derived conversation (SQLite views)")
     project.add_argument("--db", default="views.sqlite", help="the SQLite view store")
-    _add_consumer_options(project, "dsh-projector")
+    _add_consumer_options(project, ProjectorConfig)
     project.set_defaults(run=_project)
 
     audit = commands.add_parser("audit", help="prove every model request rebuildable from the log; report findings")
     audit.add_argument("--state", default="auditor-state.sqlite",
                        help="the SQLite state store (committed session state; restarts replay from it)")
-    audit.add_argument("--checkpoint-seconds", type=float, default=30.0,
+    audit.add_argument("--checkpoint-seconds", type=float, default=AuditorConfig.checkpoint_seconds,
                        help="how often every changed session is stored (bounds the replay after a crash)")
-    _add_consumer_options(audit, "dsh-auditor")
+    _add_consumer_options(audit, AuditorConfig)
     audit.set_defaults(run=_audit)
 
     archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
     archive.add_argument("--root", required=True, help="the archive root (a dsh sessions root)")
-    _add_consumer_options(archive, "dsh-archiver")
+    _add_consumer_options(archive, ArchiverConfig)
     archive.set_defaults(run=_archive)
 
     demo = commands.add_parser("demo", help="the end-to-end pipeline on a local broker, checked against ground truth")

@@ -28,6 +28,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from consumers.archiver import ArchiverConfig
+from consumers.auditor import AuditorConfig
+from consumers.projector import ProjectorConfig
 from dsh_core.jsonvalue import decode_json
 from dsh_pipeline.ground_truth import compare
 from dsh_pipeline.local_kafka import LocalKafka
@@ -37,7 +40,8 @@ from dsh_kafka.topics import TopicNames
 
 __all__ = ["DemoConfig", "run_demo"]
 
-GROUPS = {"projector": "dsh-projector", "auditor": "dsh-auditor", "archiver": "dsh-archiver"}
+#: The group each service runs in (its configuration's default).
+GROUPS = {"projector": ProjectorConfig.group, "auditor": AuditorConfig.group, "archiver": ArchiverConfig.group}
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ async def consume_all(kafka: KafkaConfig, topic: str, expected: int, timeout: fl
 
 def caught_up(service, ends: dict[int, int]) -> bool:
     """Whether a consumer service has read every partition to ``ends``."""
-    consumed = {tp.partition: offset for tp, offset in service._consumed.items()}
+    consumed = {tp.partition: offset for tp, offset in service.positions().items()}
     return all(consumed.get(partition, 0) >= end for partition, end in ends.items() if end > 0)
 
 

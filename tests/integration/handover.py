@@ -49,21 +49,21 @@ async def hand_over(kafka, names, make_member: Callable, config: SimulatorConfig
         ends = await end_offsets(kafka, names.events)
 
         def done() -> bool:
-            consumed = {tp.partition: offset for member in members for tp, offset in member._consumed.items()
-                        if tp in member.consumer.assignment()}
+            consumed = {tp.partition: offset for member in members for tp, offset in member.positions().items()
+                        if tp in member.assignment()}
             return all(consumed.get(p, 0) >= end for p, end in ends.items() if end)
         await until(done, "the members to catch up")
 
     partitions = len(await end_offsets(kafka, names.events))
-    await until(lambda: first.consumer and first.consumer.assignment(), "the first member's partitions")
+    await until(lambda: first.assignment(), "the first member's partitions")
     await publish_and_wait(thirds[0], [first])
     tasks.append(asyncio.create_task(second.run(stop_second)))
-    await until(lambda: second.consumer and second.consumer.assignment()
-                and len(first.consumer.assignment()) + len(second.consumer.assignment()) == partitions, "the rebalance")
+    await until(lambda: second.assignment() and len(first.assignment()) + len(second.assignment()) == partitions,
+                "the rebalance")
     await publish_and_wait(thirds[1], [first, second])
     stop_second.set()
     await tasks.pop()
-    await until(lambda: len(first.consumer.assignment()) == partitions, "the partitions to come back")
+    await until(lambda: len(first.assignment()) == partitions, "the partitions to come back")
     await publish_and_wait(thirds[2], [first])
     stop_first.set()
     await tasks.pop()

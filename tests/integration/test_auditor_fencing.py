@@ -10,13 +10,14 @@ import gc
 import pytest
 from aiokafka import TopicPartition
 
-from consumers.auditor import Auditor, FencedError
 from dsh_kafka.clients import make_producer
-from dsh_kafka.config import SERVICE_PRODUCER, ConsumerSettings
+from dsh_core.errors import FencedError
+from dsh_kafka.config import SERVICE_PRODUCER
 from dsh_kafka.records import KIND_HEADER
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.kafka_fixtures import committed_offsets, consume_all, end_offsets
+from tests.services import auditor
 
 pytestmark = pytest.mark.kafka
 
@@ -40,7 +41,7 @@ def test_a_replaced_member_is_fenced(kafka, topics, group_id):
     async def scenario() -> tuple[int, int]:
         await publish(honest)
         end = (await end_offsets(kafka, names.events))[0]
-        zombie = Auditor(kafka, names, settings=ConsumerSettings(group_id=group))
+        zombie = auditor(kafka, names, group)
         task = asyncio.create_task(zombie.run(asyncio.Event()))
         deadline = asyncio.get_running_loop().time() + 60
         while await committed() < end:
@@ -48,7 +49,7 @@ def test_a_replaced_member_is_fenced(kafka, topics, group_id):
             assert asyncio.get_running_loop().time() < deadline, "the auditor did not commit the honest session"
             await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
         # What a member that takes the partition over does first.
-        successor = make_producer(kafka, SERVICE_PRODUCER, transactional_id=zombie.transactional_id(partition))
+        successor = make_producer(kafka, SERVICE_PRODUCER, transactional_id=zombie.outputs.transactional_id(partition))
         await successor.start()
         try:
             await publish(headless)  # a sequence-gap finding for the zombie's next transaction

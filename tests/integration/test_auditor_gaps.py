@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from consumers.auditor import Auditor
-from dsh_kafka.config import ConsumerSettings
+from consumers.runtime import ConsumerService
 from dsh_kafka.records import KIND_HEADER
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.integration.test_projector import run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
+from tests.services import auditor
 
 pytestmark = pytest.mark.kafka
 
@@ -24,23 +24,23 @@ def test_lost_header_is_reported_and_heals(kafka, topics, group_id):
     truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=9, min_turns=2, max_turns=2), 0)
     records = [r for batch in batches for r in batch]
     header = next(r for r in records if r.kind == KIND_HEADER)
-    settings = ConsumerSettings(group_id=group_id("auditor"))
+    group = group_id("auditor")
 
     async def publish(chosen) -> None:
         async with Publisher(kafka, names) as publisher:
             await publisher.send_many(chosen)
             await publisher.flush()
 
-    async def audit() -> Auditor:
+    async def audit() -> ConsumerService:
         ends = await end_offsets(kafka, names.events)
-        auditor = Auditor(kafka, names, settings=settings)
-        await run_until(auditor, lambda: caught_up(auditor, ends))
-        return auditor
+        service = auditor(kafka, names, group)
+        await run_until(service, lambda: caught_up(service, ends))
+        return service
 
     asyncio.run(publish([r for r in records if r is not header]))
     asyncio.run(audit())
     asyncio.run(publish([header]))  # re-shipped: the held records follow it
-    healed = asyncio.run(audit())._hot[truth.session_id]
+    healed = asyncio.run(audit()).policy.sessions.get(truth.session_id)
     assert healed.fold.count == truth.next_seq and not healed.held and not healed.pending
     findings = [json.loads(r.value) for r in asyncio.run(consume_all(kafka, names.findings, 1, timeout=30, settle=1.5,
                                                                      committed_only=True))]

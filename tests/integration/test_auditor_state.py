@@ -14,13 +14,14 @@ import sys
 import pytest
 from prometheus_client import REGISTRY
 
-from consumers.auditor import Auditor, AuditStore
-from dsh_kafka.config import ConsumerSettings
+from consumers.auditor import AuditStore
+from consumers.runtime import ConsumerService
 from producers.simulator import FaultPlan, SimulatorConfig
 from tests.integration.handover import hand_over
 from tests.integration.test_pipeline import expected_findings
 from tests.integration.test_projector import publish_fleet, run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets, group_lag
+from tests.services import auditor
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.kafka
@@ -43,16 +44,16 @@ def test_restart_resumes_from_the_state_store(kafka, topics, group_id, tmp_path)
     first = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=60, seed=51, max_turns=4, faults=faults)))
     state = tmp_path / "auditor.sqlite"
 
-    def auditor(path) -> Auditor:
-        return Auditor(kafka, names, state=path, hot_sessions=25, settings=ConsumerSettings(group_id=group))
+    def member(path) -> ConsumerService:
+        return auditor(kafka, names, group, state=path, hot_sessions=25)
 
-    async def catch_up(service: Auditor) -> None:
+    async def catch_up(service: ConsumerService) -> None:
         ends = await end_offsets(kafka, names.events)
         await run_until(service, lambda: caught_up(service, ends))
 
-    before = auditor(state)
+    before = member(state)
     asyncio.run(catch_up(before))  # a clean stop stores every session with its partition's offset
-    assert before.replayed == 0
+    assert before.policy.replayed == 0
     ends = asyncio.run(end_offsets(kafka, names.events))
     store = AuditStore(state, group, names.events)
     try:
@@ -63,19 +64,19 @@ def test_restart_resumes_from_the_state_store(kafka, topics, group_id, tmp_path)
     # more traffic: new sessions, and the stored ones continue in memory
     second = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=40, seed=52, max_turns=4,
                                                                      faults=FaultPlan(unlogged=1, dropped=1))))
-    resumed = auditor(state)
+    resumed = member(state)
     asyncio.run(catch_up(resumed))
-    assert resumed.replayed == 0
+    assert resumed.policy.replayed == 0
 
     # a member on another host, without the store, rebuilds by replaying
     # every committed record with findings muted, then goes on
     committed = sum(asyncio.run(end_offsets(kafka, names.events)).values())
     third = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=10, seed=53, max_turns=3,
                                                                     faults=FaultPlan(unlogged=1))))
-    elsewhere = auditor(tmp_path / "elsewhere.sqlite")
+    elsewhere = member(tmp_path / "elsewhere.sqlite")
     verified_before = verified()
     asyncio.run(catch_up(elsewhere))
-    assert elsewhere.replayed == committed
+    assert elsewhere.policy.replayed == committed
     # the replay's verdicts are not counted again: only the new requests are
     assert verified() - verified_before == sum(t.attestations for t in third) - 1  # one unlogged
 
@@ -114,9 +115,8 @@ def test_rebalance_two_auditors_one_stopped_midway(kafka, topics, group_id, tmp_
 
 def test_partitions_come_back_after_another_member_moved_their_sessions_on(kafka, topics, group_id, tmp_path):
     names = topics(partitions=4)
-    settings = ConsumerSettings(group_id=group_id("auditor"))
-    state = tmp_path / "auditor.sqlite"
-    truths = asyncio.run(hand_over(kafka, names, lambda: Auditor(kafka, names, state=state, settings=settings),
+    group, state = group_id("auditor"), tmp_path / "auditor.sqlite"
+    truths = asyncio.run(hand_over(kafka, names, lambda: auditor(kafka, names, group, state=state),
                                    SimulatorConfig(sessions=40, seed=74, min_turns=3, max_turns=4,
                                                    faults=FaultPlan(unlogged=2, dropped=1, lossless=1))))
     expected = expected_findings(truths)

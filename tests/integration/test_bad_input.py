@@ -10,16 +10,15 @@ import json
 
 import pytest
 
-from consumers.auditor import Auditor
-from consumers.projector import Projector, ViewStore
+from consumers.projector import ViewStore
 from dsh_core.errors import DecodeError
 from dsh_core.jsonvalue import thaw
-from dsh_kafka.config import ConsumerSettings
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_from_line
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.conftest import canonical, corpus_logs, expected_of
 from tests.integration.test_projector import run_until, views_match
+from tests.services import auditor, projector
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
 
 pytestmark = pytest.mark.kafka
@@ -67,10 +66,10 @@ def test_negative_corpus_in_the_stream(kafka, topics, group_id, tmp_path):
             await publisher.send_many(records)
             await publisher.flush()
         ends = await end_offsets(kafka, names.events)
-        projector = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group_id("projector")))
-        auditor = Auditor(kafka, names, settings=ConsumerSettings(group_id=group_id("auditor")))
-        await asyncio.gather(run_until(projector, lambda: caught_up(projector, ends)),
-                             run_until(auditor, lambda: caught_up(auditor, ends)))
+        projecting = projector(kafka, names, group_id("projector"), db)
+        auditing = auditor(kafka, names, group_id("auditor"))
+        await asyncio.gather(run_until(projecting, lambda: caught_up(projecting, ends)),
+                             run_until(auditing, lambda: caught_up(auditing, ends)))
         dead = await consume_all(kafka, names.dead_letter, 10_000, timeout=3)
         found = await consume_all(kafka, names.findings, 10_000, timeout=3, committed_only=True)
         return dead, found

@@ -10,14 +10,12 @@ import json
 
 import pytest
 
-from consumers.auditor import Auditor
-from consumers.projector import Projector
-from dsh_kafka.config import ConsumerSettings
 from dsh_core.jsonvalue import thaw
 from producers.publisher import Publisher
 from producers.shipper import Shipper, ShipperConfig
 from tests.conftest import canonical, corpus_logs, expected_of
 from tests.integration.test_projector import run_until
+from tests.services import auditor, projector
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
 from tests.layout_helpers import place
 
@@ -57,11 +55,10 @@ def test_real_corpus_projects_to_expected_messages(kafka, topics, group_id, tmp_
             await Shipper(ShipperConfig(root, tmp_path / "state", once=True), publisher.send, publisher.flush,
                           report=pytest.fail).run(asyncio.Event())
         ends = await end_offsets(kafka, names.events)
-        projector = Projector(kafka, names, tmp_path / "views.sqlite",
-                              settings=ConsumerSettings(group_id=group_id("projector")))
-        auditor = Auditor(kafka, names, settings=ConsumerSettings(group_id=group_id("auditor")))
-        await asyncio.gather(run_until(projector, lambda: caught_up(projector, ends)),
-                             run_until(auditor, lambda: caught_up(auditor, ends)))
+        projecting = projector(kafka, names, group_id("projector"), tmp_path / "views.sqlite")
+        auditing = auditor(kafka, names, group_id("auditor"))
+        await asyncio.gather(run_until(projecting, lambda: caught_up(projecting, ends)),
+                             run_until(auditing, lambda: caught_up(auditing, ends)))
         return await consume_all(kafka, names.findings, 10_000, timeout=3, committed_only=True)
 
     findings = [json.loads(r.value) for r in asyncio.run(run())]

@@ -9,15 +9,13 @@ import json
 
 import pytest
 
-from consumers.archiver import Archiver
-from consumers.auditor import Auditor
 from dsh_core.storage.reader import load_session, read_events
 from dsh_core.storage.layout import find_session_files
 from producers.simulator import messages_digest
-from consumers.projector import Projector, ViewStore
-from dsh_kafka.config import ConsumerSettings
+from consumers.projector import ViewStore
 from producers.simulator import FaultPlan, SimulatorConfig
 from tests.integration.test_projector import publish_fleet, run_until
+from tests.services import archiver, auditor, projector
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
 
 pytestmark = pytest.mark.kafka
@@ -66,15 +64,15 @@ def test_findings_equal_injected_defects(kafka, topics, group_id, tmp_path):
 
     async def consume() -> list:
         ends = await end_offsets(kafka, names.events)
-        projector = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group_id("projector")))
+        projecting = projector(kafka, names, group_id("projector"), db)
         # a small LRU and a store checkpoint every batch: sessions go cold
         # and come back from the auditor's state store
-        auditor = Auditor(kafka, names, state=tmp_path / "auditor.sqlite", hot_sessions=40, checkpoint_seconds=0,
-                          settings=ConsumerSettings(group_id=group_id("auditor")))
-        archiver = Archiver(kafka, names, tmp_path / "archive", settings=ConsumerSettings(group_id=group_id("archiver")))
-        await asyncio.gather(run_until(projector, lambda: caught_up(projector, ends)),
-                             run_until(auditor, lambda: caught_up(auditor, ends)),
-                             run_until(archiver, lambda: caught_up(archiver, ends)))
+        auditing = auditor(kafka, names, group_id("auditor"), state=tmp_path / "auditor.sqlite", hot_sessions=40,
+                           checkpoint_seconds=0)
+        archiving = archiver(kafka, names, group_id("archiver"), tmp_path / "archive")
+        await asyncio.gather(run_until(projecting, lambda: caught_up(projecting, ends)),
+                             run_until(auditing, lambda: caught_up(auditing, ends)),
+                             run_until(archiving, lambda: caught_up(archiving, ends)))
         assert check_views(db, truths) == []
         # everything the auditor committed, and a little longer for any extra
         return await consume_all(kafka, names.findings, sum(expected.values()), timeout=10, settle=1.5,

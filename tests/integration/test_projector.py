@@ -11,13 +11,14 @@ import sys
 import pytest
 from prometheus_client import REGISTRY
 
-from consumers.projector import Projector, ViewStore
+from consumers.projector import Projection, ProjectorConfig, ViewStore, projector_service
+from consumers.runtime import ConsumerService, ProducerOutputs
 from dsh_core.jsonvalue import sha256_jcs
-from dsh_kafka.config import ConsumerSettings
 from dsh_kafka.records import KIND_RECORD
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, fleet, simulate_session
 from tests.integration.handover import hand_over
+from tests.services import projector
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets, group_lag
 from tests.waiting import wait_for
 
@@ -70,9 +71,8 @@ def test_views_equal_ground_truth_and_view_command(kafka, topics, group_id, tmp_
     db = tmp_path / "views.sqlite"
 
     async def project() -> None:
-        projector = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group_id("projector")),
-                              hot_sessions=10)  # a small LRU: sessions go cold and come back
-        await run_until(projector, lambda: views_match(db, truths))
+        service = projector(kafka, names, group_id("projector"), db, hot_sessions=10)  # sessions go cold, come back
+        await run_until(service, lambda: views_match(db, truths))
 
     asyncio.run(project())
     session_id = truths[0].session_id
@@ -96,7 +96,7 @@ def test_gap_holds_then_heals_when_the_record_is_reshipped(kafka, topics, group_
         async with Publisher(kafka, names) as publisher:
             await publisher.send_many([r for r in records if r is not missing])
             await publisher.flush()
-        projector = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group_id("projector")))
+        first = projector(kafka, names, group_id("projector"), db)
 
         def held() -> bool:
             if not db.exists():
@@ -108,11 +108,11 @@ def test_gap_holds_then_heals_when_the_record_is_reshipped(kafka, topics, group_
             finally:
                 store.close()
 
-        await run_until(projector, held)
+        await run_until(first, held)
         async with Publisher(kafka, names) as publisher:  # the shipper re-ships the lost record
             await publisher.send(missing)
             await publisher.flush()
-        await run_until(Projector(kafka, names, db, settings=projector.settings), lambda: views_match(db, [truth]))
+        await run_until(projector_service(first.config), lambda: views_match(db, [truth]))
 
     asyncio.run(scenario())
 
@@ -148,9 +148,8 @@ def test_rebalance_two_projectors_one_stopped_midway(kafka, topics, group_id, tm
 
 def test_partitions_come_back_after_another_member_moved_their_views_on(kafka, topics, group_id, tmp_path):
     names = topics(partitions=4)
-    settings = ConsumerSettings(group_id=group_id("projector"))
-    db = tmp_path / "views.sqlite"
-    truths = asyncio.run(hand_over(kafka, names, lambda: Projector(kafka, names, db, settings=settings),
+    db, group = tmp_path / "views.sqlite", group_id("projector")
+    truths = asyncio.run(hand_over(kafka, names, lambda: projector(kafka, names, group, db),
                                    SimulatorConfig(sessions=40, seed=73, min_turns=3, max_turns=4)))
     assert views_match(db, truths)
 
@@ -163,32 +162,21 @@ def test_heads_a_crash_left_unacknowledged_are_published_on_assignment(kafka, to
     class Crash(Exception):
         pass
 
-    class Unacknowledged:
+    class Unacknowledged(ProducerOutputs):
         """Heads that never reach Kafka: the process dies before the ack."""
 
-        async def start(self) -> None:
-            pass
-
-        async def stop(self) -> None:
-            pass
-
-        async def send(self, *args, **kwargs) -> asyncio.Future:
-            future = asyncio.get_running_loop().create_future()
-            future.set_result(None)
-            return future
+        async def publish(self) -> None:
+            self.pending.clear()
 
         async def flush(self) -> None:
             raise Crash("died before the heads were acknowledged")
 
-    class Crashing(Projector):
-        def make_producer(self):
-            return Unacknowledged()
-
     async def scenario() -> None:
-        crashing = Crashing(kafka, names, db, settings=ConsumerSettings(group_id=group))
+        config = ProjectorConfig(kafka=kafka, topics=names, group=group, store=db)
+        crashing = ConsumerService(config, Projection(config), Unacknowledged(kafka, names, Projection.name))
         with pytest.raises(Crash):
             await asyncio.wait_for(crashing.run(asyncio.Event()), 60)
-        restarted = Projector(kafka, names, db, settings=ConsumerSettings(group_id=group))
+        restarted = projector_service(config)
         ends = await end_offsets(kafka, names.events)
         await run_until(restarted, lambda: caught_up(restarted, ends))
 

@@ -11,11 +11,12 @@ import asyncio
 
 import pytest
 
-from consumers.auditor import Auditor
-from consumers.projector import Projector
-from dsh_kafka.config import ConsumerSettings
+from consumers.auditor import Audit, AuditorConfig, TransactionalOutputs
+from consumers.projector import Projection, ProjectorConfig
+from consumers.runtime import ConsumerService, ProducerOutputs
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
+from tests.services import projector
 
 pytestmark = pytest.mark.kafka
 
@@ -27,14 +28,15 @@ class _Failure(RuntimeError):
 def test_a_failed_assignment_stops_the_service(kafka, topics, group_id):
     names = topics(partitions=2)
 
-    class Broken(Auditor):
-        async def on_assign(self, partitions):
-            await super().on_assign(partitions)
+    class Broken(Audit):
+        async def assigned(self, partitions):
+            await super().assigned(partitions)
             raise _Failure("the state rebuild failed")
 
     async def run() -> None:
-        await asyncio.wait_for(Broken(kafka, names, settings=ConsumerSettings(group_id=group_id("auditor")))
-                               .run(asyncio.Event()), 60)
+        config = AuditorConfig(kafka=kafka, topics=names, group=group_id("auditor"))
+        outputs = TransactionalOutputs(kafka, names, Audit.name, config.group)
+        await asyncio.wait_for(ConsumerService(config, Broken(config), outputs).run(asyncio.Event()), 60)
 
     with pytest.raises(_Failure, match="the state rebuild failed"):
         asyncio.run(run())
@@ -44,19 +46,20 @@ def test_a_failed_revoke_checkpoint_stops_the_service(kafka, topics, group_id, t
     names = topics(partitions=2)
     group = group_id("projector")
 
-    class Broken(Projector):
-        async def on_revoke(self, partitions):
+    class Broken(Projection):
+        async def revoked(self, partitions):
             raise _Failure("the revoke checkpoint failed")
 
     async def run() -> None:
-        first = Broken(kafka, names, tmp_path / "a.sqlite", settings=ConsumerSettings(group_id=group))
+        config = ProjectorConfig(kafka=kafka, topics=names, group=group, store=tmp_path / "a.sqlite")
+        first = ConsumerService(config, Broken(config), ProducerOutputs(kafka, names, Projection.name))
         task = asyncio.create_task(first.run(asyncio.Event()))
         deadline = asyncio.get_running_loop().time() + 60
-        while not first.consumer or not first.consumer.assignment():
+        while not first.assignment():
             assert asyncio.get_running_loop().time() < deadline, "the first member got no partitions"
             await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
         stop = asyncio.Event()
-        second = Projector(kafka, names, tmp_path / "b.sqlite", settings=ConsumerSettings(group_id=group))
+        second = projector(kafka, names, group, tmp_path / "b.sqlite")
         joining = asyncio.create_task(second.run(stop))  # its join revokes the first member's partitions
         try:
             await asyncio.wait_for(task, 60)
@@ -71,7 +74,7 @@ def test_a_failed_revoke_checkpoint_stops_the_service(kafka, topics, group_id, t
 def test_a_failed_commit_stops_the_service_without_another_batch(kafka, topics, group_id, tmp_path):
     names = topics(partitions=1)
 
-    class Broken(Projector):
+    class Broken(ProducerOutputs):
         async def commit(self, offsets):
             raise _Failure("the offset commit failed")
 
@@ -80,7 +83,8 @@ def test_a_failed_commit_stops_the_service_without_another_batch(kafka, topics, 
             for batch in simulate_session(SimulatorConfig(sessions=1, seed=3, max_turns=1), 0)[1]:
                 await publisher.send_many(batch)
             await publisher.flush()
-        broken = Broken(kafka, names, tmp_path / "views.sqlite", settings=ConsumerSettings(group_id=group_id("p")))
+        config = ProjectorConfig(kafka=kafka, topics=names, group=group_id("p"), store=tmp_path / "views.sqlite")
+        broken = ConsumerService(config, Projection(config), Broken(kafka, names, Projection.name))
         await asyncio.wait_for(broken.run(asyncio.Event()), 60)
 
     with pytest.raises(_Failure, match="the offset commit failed"):

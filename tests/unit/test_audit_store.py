@@ -6,19 +6,20 @@ import sqlite3
 
 import pytest
 
-from consumers.auditor import AuditStore, StateStoreError, _Saved
+from consumers.auditor import AuditStore, SavedSession
+from dsh_core.errors import StateStoreError
 
 
 def test_a_state_file_keeps_its_owner_and_refuses_others(tmp_path):
     path = tmp_path / "auditor.sqlite"
     store = AuditStore(path, "dsh-auditor", "dsh.session-events")
-    store.write({"s1": _Saved(3, None, b"{}", {7: b"held"}, {})}, {3: 42})
+    store.write({"s1": SavedSession(3, None, b"{}", [(7, b"held", 2)], {9: b"attested"})}, {3: 42})
     store.close()
 
     again = AuditStore(path, "dsh-auditor", "dsh.session-events")
     try:
         assert again.stored_offset(3) == 42
-        assert again.load("s1") == _Saved(3, None, b"{}", {7: b"held"}, {})
+        assert again.load("s1") == SavedSession(3, None, b"{}", [(7, b"held", 2)], {9: b"attested"})
     finally:
         again.close()
 
@@ -35,6 +36,6 @@ def test_a_state_file_of_another_layout_is_refused(tmp_path):
     db.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, topic TEXT)")
     db.commit()
     db.close()
-    with pytest.raises(StateStoreError, match=r"old.sqlite: auditor state in layout 0, this auditor writes layout 2; "
-                                              r"remove the file"):
+    with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'auditor-state' file in "
+                                              r"layout 3 this service writes; give the service a new path"):
         AuditStore(path, "dsh-auditor", "dsh.session-events")

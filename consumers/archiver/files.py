@@ -1,0 +1,51 @@
+"""Archive files: where a session's file is, and how a run continues one.
+
+``<root>/<project>/<session>/session.jsonl.zstd``: the header frame, then one
+zstd frame per consumer batch holding the session's records exactly as they
+were shipped. The file is the state: its stored length says which seq comes
+next.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dsh_core.session_header import SessionHeader
+from dsh_core.storage.layout import Compression, encode_segment, log_name, log_path
+from dsh_core.storage.reader import load_session_bytes, read_events
+from dsh_core.storage.writer import SessionFileWriter
+
+__all__ = ["existing_file", "new_file", "resume"]
+
+
+def existing_file(root: Path, session_id: str, compression: Compression) -> Path | None:
+    """The session's archive file if a run before wrote one (its project
+    folder comes from the header, which this run may never see)."""
+    segment, name = encode_segment(session_id), log_name(compression)
+    for project in root.iterdir():
+        path = project / segment / name
+        if path.is_file():
+            return path
+    return None
+
+
+def new_file(root: Path, header: SessionHeader, compression: Compression) -> Path:
+    """Where a session first seen with ``header`` is archived."""
+    return log_path(root, header.cwd if isinstance(header.cwd, str) else None, header.id, compression)
+
+
+def resume(path: Path, compression: Compression) -> tuple[SessionHeader, int, SessionFileWriter]:
+    """The header, next seq and writer of an archive file, cutting off a
+    frame torn by a crash (a file left with its header only is started
+    again)."""
+    data = path.read_bytes()
+    result = load_session_bytes(data, str(path), "zstd" if path.name.endswith(".zstd") else "none")
+    if result.header is not None and result.committed_bytes < len(data) and result.error is None:
+        with open(path, "r+b") as stream:
+            stream.truncate(result.committed_bytes)
+            os.fsync(stream.fileno())
+    header, events = read_events(path)
+    if not events:
+        path.unlink()
+    return header, len(events), SessionFileWriter(path, header, compression, next_seq=len(events))

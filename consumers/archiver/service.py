@@ -1,0 +1,153 @@
+"""The archiver: every session written back in dsh's own layout and framing.
+
+An archived session opens in dsh and in ``dsh-pipeline inspect`` as the
+logical log that was shipped (packed rows stay packed), and an archive root
+is itself shippable. On first sight of a session (after a restart or a
+rebalance) its archive file is looked up in the root's project folders and
+continued (:mod:`.files`); a frame torn by a crash is cut off and its
+records are read again from Kafka, whose offsets were not yet committed.
+
+Records are ordered by the runtime's sequencing; those held at a gap are
+kept durably in the root's ``.dsh-archiver-held.sqlite`` (written before
+the commit, so a restart finds them; the shipper's discovery ignores it).
+Offsets are committed after fsync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import Counter
+
+from dsh_core.jsonvalue import decode_json
+from dsh_core.session_header import SessionHeader, parse_header_line
+from dsh_core.storage.layout import Compression
+from dsh_core.storage.writer import SessionFileWriter
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
+
+from ..runtime.config import ServiceConfig
+from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
+from ..runtime.outputs import Outputs, ProducerOutputs
+from ..runtime.policy import Policy
+from ..runtime.sequencing import HeldRecords, Placement, deliver, drain
+from ..runtime.service import ConsumerService
+from .files import existing_file, new_file, resume
+
+__all__ = ["Archive", "ArchiverConfig", "HELD_FILE", "archiver_service"]
+
+ARCHIVED = Counter("dsh_archiver_events_total", "Session events written to archive files.")
+FRAMES = Counter("dsh_archiver_frames_total", "Append batches (zstd frames) written.")
+ARCHIVE_SKIPPED = Counter("dsh_archiver_records_skipped_total", "Records not archived, by reason.", ["reason"])
+
+#: The archiver's held records, in the archive root.
+HELD_FILE = ".dsh-archiver-held.sqlite"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiverConfig(ServiceConfig):
+    root: Path  # the archive root
+    compression: Compression = "zstd"
+    group: str = "dsh-archiver"
+
+
+@dataclass
+class ArchivedSession:
+    """One session's archive file and the records of this batch for it."""
+
+    partition: int
+    held: HeldRecords
+    header: SessionHeader | None = None
+    writer: SessionFileWriter | None = None
+    lines: list[bytes] = field(default_factory=list)
+    first_seq: int = 0  # of ``lines``
+    seq: int = 0  # the next seq
+
+    def next_seq(self) -> int | None:
+        return self.seq if self.header is not None else None
+
+    def apply(self, value: bytes, count: int) -> bool:
+        if not self.lines:
+            self.first_seq = self.seq
+        self.lines.append(value)
+        self.seq += count
+        return True
+
+    def start(self, header: SessionHeader, seq: int, writer: SessionFileWriter) -> None:
+        self.header, self.seq, self.first_seq, self.writer = header, seq, seq, writer
+
+
+class Archive(Policy[ArchivedSession]):
+    name = "archiver"
+    config: ArchiverConfig
+
+    def __init__(self, config: ArchiverConfig) -> None:
+        super().__init__(config)
+        self.held_store: Database | None = None
+        self._changed: dict[str, ArchivedSession] = {}  # with lines to write or held records to store
+
+    async def open(self, outputs: Outputs) -> None:
+        await super().open(outputs)
+        self.held_store = Database(self.config.root / HELD_FILE, "archiver-held", 1, [HELD_SCHEMA])
+
+    async def close(self, drained: bool) -> None:
+        if self.held_store is not None:
+            self.held_store.close()
+            self.held_store = None
+
+    def _session(self, session_id: str, partition: int) -> ArchivedSession:
+        session = self.sessions.get(session_id)
+        if session is None:
+            session = ArchivedSession(partition, HeldRecords(session_id,
+                                                             load_held(self.held_store.connection, session_id)))
+            path = existing_file(self.config.root, session_id, self.config.compression)
+            if path is not None:
+                session.start(*resume(path, self.config.compression))
+            self.sessions.put(session_id, session)
+        return session
+
+    def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        if decoded.kind not in (KIND_HEADER, KIND_RECORD):
+            ARCHIVE_SKIPPED.labels("attestation").inc()
+            return
+        session_id = decoded.session_id
+        session = self._session(session_id, record.partition)
+        if decoded.kind == KIND_HEADER:
+            if session.header is None:
+                header = parse_header_line(decode_json(decoded.value), f"session {session_id!r} header")
+                path = new_file(self.config.root, header, self.config.compression)
+                if path.exists():
+                    session.start(*resume(path, self.config.compression))
+                else:
+                    session.start(header, 0, SessionFileWriter(path, header, self.config.compression))
+                drain(session)
+                self._changed[session_id] = session
+            return
+        if deliver(session, decoded.seq, decoded.value, decoded.count) is Placement.DUPLICATE:
+            ARCHIVE_SKIPPED.labels("duplicate").inc()
+        elif session.lines or session.held.dirty:
+            self._changed[session_id] = session
+
+    def persist(self) -> None:
+        held_changed = []
+        for session_id, session in self._changed.items():
+            if session.lines:
+                session.writer.append_lines(session.lines, session.first_seq, session.seq)
+                ARCHIVED.inc(session.seq - session.first_seq)
+                FRAMES.inc()
+                session.lines = []
+            if session.held.dirty:
+                held_changed.append((session_id, session.held))
+        self._changed.clear()
+        # After the files: a crash in between leaves held rows the file has
+        # passed, which the next drain drops as below the next seq.
+        if held_changed:
+            with self.held_store.transaction() as db:
+                for session_id, held in held_changed:
+                    store_held(db, session_id, held.rows())
+                    held.dirty = False
+        self.sessions.evict()  # nothing unwritten is left to lose
+
+
+def archiver_service(config: ArchiverConfig) -> ConsumerService:
+    return ConsumerService(config, Archive(config), ProducerOutputs(config.kafka, config.topics, Archive.name))

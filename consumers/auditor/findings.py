@@ -1,0 +1,93 @@
+"""What the auditor reports: findings, and the lossless-JSON check."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsh_core.errors import Category
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, encode_json
+
+__all__ = ["Finding", "Report", "category_of", "lossless_problem"]
+
+# The error category of each rule that is not an invariant or a request
+# check (the corpus's categories where they apply), so findings and dead
+# letters can be matched to a refusal class.
+_CATEGORY: dict[str, Category] = {
+    "sequence-gap": "corrupt-storage", "corrupt-storage": "corrupt-storage",
+    "unsupported-format": "unsupported-format", "invalid-log": "invalid-log", "lossless": "invalid-log"}
+
+
+def category_of(rule: str) -> Category:
+    return _CATEGORY.get(rule, "invariant" if rule.startswith("invariant:") else "reconstruction")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    session: str
+    seq: Any
+    detail: str
+    turn: Any = None
+    step: Any = None
+    severity: str = "error"
+
+    def to_json(self) -> bytes:
+        return encode_json({"rule": self.rule, "category": category_of(self.rule), "severity": self.severity,
+                            "session": self.session, "seq": self.seq, "turn": self.turn, "step": self.step,
+                            "detail": self.detail})
+
+
+@dataclass
+class Report:
+    """What auditing one session's records found since it was last taken:
+    findings, request verdicts and the number of events audited."""
+
+    session_id: str
+    findings: list[Finding] = field(default_factory=list)
+    verdicts: list[str] = field(default_factory=list)
+    events: int = 0
+
+    def finding(self, rule: str, seq: Any, detail: str, turn: Any = None, step: Any = None) -> None:
+        self.findings.append(Finding(rule, self.session_id, seq, detail, turn, step))
+
+    def clear(self) -> None:
+        self.findings, self.verdicts, self.events = [], [], 0
+
+
+# Pre-filter, a C-speed scan of the whole value (a per-byte regex costs more
+# than the fold): digits become '0', '-' stays, a byte that can end a number
+# token ('.', 'e', 'E', ',', ']', '}', whitespace) a space, any other 'x'; then
+# a "-0" before a space or at the end (a possible negative zero) or a run of
+# 16 digits (an integer that may exceed 2^53) sends the value to the exact check.
+_NUMBER_SKELETON = bytes(0x30 if 0x30 <= byte <= 0x39 else byte if byte == 0x2D else
+                         0x20 if byte in b".eE,]} \t\r\n" else 0x78 for byte in range(256))
+_SIXTEEN_DIGITS = b"0" * 16
+
+
+def lossless_problem(value: bytes) -> str | None:
+    """What in a record's JSON would not survive a round trip, if anything."""
+    skeleton = value.translate(_NUMBER_SKELETON)
+    if b"-0 " not in skeleton and not skeleton.endswith(b"-0") and _SIXTEEN_DIGITS not in skeleton:
+        return None
+    found: list[str] = []
+
+    def number(text: str) -> Any:
+        if text.lstrip("-").isdigit():
+            parsed = int(text)
+            if parsed == 0 and text.startswith("-"):
+                found.append(f"negative zero {text}")
+            elif abs(parsed) > MAX_SAFE_INTEGER:
+                found.append(f"integer {text} is outside ±(2^53-1)")
+            return parsed
+        parsed_float = float(text)
+        if parsed_float == 0 and text.startswith("-"):
+            found.append(f"negative zero {text}")
+        return parsed_float
+
+    try:
+        json.loads(value, parse_int=number, parse_float=number)
+    except ValueError:
+        return None  # not JSON at all: the fold refuses it with a better reason
+    return "; ".join(found) or None

@@ -1,0 +1,264 @@
+"""The auditor: proves, as records arrive, that every model request was
+rebuildable from the log, and checks what the log itself promises.
+
+Per session it runs dsh_core's staged fold with the auditor's checks
+(:mod:`.checks`). Findings, one record each on ``dsh.audit-findings``:
+
+* ``request-mismatch`` — an attestation's digest differs from the request
+  rebuilt from the log prefix below its ``boundarySeq``;
+* ``attestation-late`` — an attestation arrived after events at or beyond
+  its boundary (the prefix can no longer be rebuilt);
+* ``no-request-header`` / ``empty-history`` — a request boundary with no
+  request header in force, or with nothing to send;
+* ``sequence-gap`` — a record above the next seq, or before the session
+  header (the session is held until the missing record arrives);
+* ``lossless`` — a record whose JSON would not survive a round trip;
+* ``unsupported-format`` / ``invalid-log`` / ``corrupt-storage`` — the
+  session's log is refused;
+* ``invariant:<rule>`` — a turn/step/tool relation of spec §7.1 is broken.
+
+Findings, dead letters and offsets are committed exactly once per
+partition (:mod:`.transactions`). Session state lives in a bounded LRU
+backed by a state store (:mod:`.store`) that only ever holds committed
+state: a session the LRU evicts is written once the commit covering it has
+landed, and every ``checkpoint_seconds`` (and on revoke and clean
+shutdown) each changed session is written with its partition's committed
+offset. On assignment the auditor replays each partition from that stored
+offset (0 without one) up to the committed offset, dropping what the
+replay finds (it was reported before); a stored session already past a
+replayed record skips it as a duplicate. So a restart neither repeats nor
+loses a finding, and replays at most one checkpoint interval.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import TopicPartition
+from prometheus_client import Counter, Gauge
+
+from dsh_core.errors import DecodeError, DshError
+from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record
+
+from ..runtime.config import ServiceConfig
+from ..runtime.outputs import Outputs
+from ..runtime.policy import Policy
+from ..runtime.sequencing import deliver, drain
+from ..runtime.service import ConsumerService
+from .findings import Finding, lossless_problem
+from .replay import replay
+from .session import AuditedSession, SavedSession
+from .store import AuditStore
+from .transactions import TransactionalOutputs
+
+__all__ = ["Audit", "AuditorConfig", "auditor_service"]
+
+FINDINGS = Counter("dsh_audit_findings_total", "Audit findings, by rule.", ["rule"])
+REQUESTS = Counter("dsh_audit_requests_total", "Attested requests checked, by verdict.", ["verdict"])
+PENDING = Gauge("dsh_audit_attestations_pending", "Attestations waiting for the events below their boundary.")
+AUDITED = Counter("dsh_audit_events_total", "Session events audited.")
+AUDIT_SESSIONS = Gauge("dsh_audit_sessions", "Sessions held in memory by the auditor.")
+REPLAYED = Counter("dsh_audit_replayed_records_total", "Records replayed (findings dropped) to rebuild state on assignment.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditorConfig(ServiceConfig):
+    state: Path | None = None  # the state store (SQLite); None keeps it in memory
+    checkpoint_seconds: float = 30.0  # how often every changed session is stored
+    group: str = "dsh-auditor"
+
+
+class Audit(Policy[AuditedSession]):
+    name = "auditor"
+    config: AuditorConfig
+
+    def __init__(self, config: AuditorConfig) -> None:
+        super().__init__(config)
+        self.store: AuditStore | None = None
+        self.replayed = 0  # records replayed on assignment
+        self._changed: dict[str, AuditedSession] = {}  # since their last store write
+        self._staged: dict[str, SavedSession] = {}  # stored once the commit in flight lands
+        self._staged_checkpoint = False  # ... together with every partition's offset
+        self._next_checkpoint = time.monotonic() + config.checkpoint_seconds
+        self._pending_gauge_due = 0.0
+        self._committed: dict[TopicPartition, int] = {}
+
+    async def open(self, outputs: Outputs) -> None:
+        await super().open(outputs)
+        self.store = AuditStore(self.config.state, self.config.group, self.config.topics.events)
+
+    async def close(self, drained: bool) -> None:
+        if self.store is not None:
+            try:
+                if drained:  # after a failure, memory may hold a half-applied record
+                    self._store_now(set(self._committed))
+            finally:
+                self.store.close()
+                self.store = None
+
+    # -------------------------------------------------------------- records
+
+    def _session(self, decoded: SessionRecord, record: KafkaRecord) -> AuditedSession:
+        session_id = decoded.session_id
+        session = self.sessions.get(session_id)
+        if session is None:
+            saved = self._staged.get(session_id) or self.store.load(session_id)
+            session = (AuditedSession.restore(session_id, saved) if saved is not None
+                       else AuditedSession.new(session_id, record.partition))
+            self.sessions.put(session_id, session)
+        self._changed[session_id] = session
+        return session
+
+    def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        session = self._session(decoded, record)
+        try:
+            self._audit(session, record, decoded)
+        finally:
+            self._report(session)
+
+    def _audit(self, session: AuditedSession, record: KafkaRecord, decoded: SessionRecord) -> None:
+        if session.refused:
+            return
+        if decoded.kind == KIND_HEADER:
+            if session.fold is None and session.start(decoded.value):
+                drain(session)
+                self._gap_closed(session)
+            return
+        if decoded.kind == KIND_ATTESTATION:
+            session.attestation(decoded.seq, decoded.value)
+            return
+        problem = lossless_problem(decoded.value)
+        if problem:
+            session.report.finding("lossless", decoded.seq, problem)
+        expected = session.next_seq()
+        if expected is not None and decoded.seq < expected:
+            return  # a duplicate: transport, not a log defect
+        if expected is None or decoded.seq > expected:
+            self._gap(session, expected, decoded.seq, record)
+        deliver(session, decoded.seq, decoded.value, decoded.count)
+        self._gap_closed(session)
+
+    @staticmethod
+    def _gap(session: AuditedSession, expected: int | None, seq: int, record: KafkaRecord) -> None:
+        missing_from = expected or 0
+        if session.gap_reported == missing_from:
+            return
+        session.gap_reported = missing_from
+        missing = (f"records from seq {expected} to {seq - 1} are" if expected is not None
+                   else "the session header is")
+        session.report.finding("sequence-gap", missing_from, f"{missing} missing (got seq {seq} at "
+                               f"{record.topic}[{record.partition}]@{record.offset})")
+
+    @staticmethod
+    def _gap_closed(session: AuditedSession) -> None:
+        if not session.held:
+            session.gap_reported = None
+
+    def _report(self, session: AuditedSession) -> None:
+        report = session.report
+        for finding in report.findings:
+            self._send(session.partition, finding)
+        for verdict in report.verdicts:
+            REQUESTS.labels(verdict).inc()
+        if report.events:
+            self.tally.add(AUDITED, report.events)
+        report.clear()
+
+    def _send(self, partition: int, finding: Finding) -> None:
+        self.outputs.send(partition, self.config.topics.findings, finding.session.encode(), finding.to_json())
+        FINDINGS.labels(finding.rule).inc()
+
+    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+        if isinstance(error, DecodeError) and record.key:
+            self._send(record.partition, Finding("corrupt-storage", record.key.decode("utf-8", "replace"), None,
+                                                 f"{error.message} at {record.topic}[{record.partition}]@"
+                                                 f"{record.offset}"))
+        super().refuse(error, record)
+
+    # ---------------------------------------------------------- state store
+
+    def persist(self) -> None:
+        # Memory now holds exactly the state the coming commit covers.
+        if time.monotonic() >= self._next_checkpoint:
+            self._next_checkpoint = time.monotonic() + self.config.checkpoint_seconds
+            self._staged.update((session_id, session.snapshot()) for session_id, session in self._changed.items())
+            self._changed.clear()
+            self._staged_checkpoint = True
+        self._staged.update(self._evict())
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        self._committed.update(offsets)
+        staged, self._staged = self._staged, {}
+        partitions = set(self._committed) if self._staged_checkpoint else set()
+        self._staged_checkpoint = False
+        self.store.write(staged, {tp.partition: self._committed[tp] for tp in partitions})
+        if time.monotonic() >= self._pending_gauge_due:  # a sum over every session in memory: once a second
+            self._pending_gauge_due = time.monotonic() + 1.0
+            PENDING.set(sum(len(s.pending) for s in self.sessions))
+
+    def _evict(self) -> dict[str, SavedSession]:
+        """The snapshots of the evicted sessions changed since stored."""
+        evicted = {session_id: session.snapshot() for session_id, session in self.sessions.evict()
+                   if self._changed.pop(session_id, None) is not None}
+        AUDIT_SESSIONS.set(len(self.sessions))
+        return evicted
+
+    def _store_now(self, partitions: set[TopicPartition]) -> None:
+        """Store the changed sessions of these partitions, whose state in
+        memory is their committed state (the runtime checkpointed), with
+        their committed offsets."""
+        committed = {tp: self._committed[tp] for tp in partitions if tp in self._committed}
+        numbers = {tp.partition for tp in committed}
+        sessions = {session_id: session.snapshot() for session_id, session in self._changed.items()
+                    if session.partition in numbers}
+        for session_id in sessions:
+            del self._changed[session_id]
+        self.store.write(sessions, {tp.partition: offset for tp, offset in committed.items()})
+
+    # ----------------------------------------------------------- rebalances
+
+    async def assigned(self, partitions: dict[TopicPartition, int | None]) -> None:
+        """Rebuild the assigned partitions' state: replay each from its
+        stored offset (0 without one) to the committed offset."""
+        ranges = {}
+        for partition, committed in partitions.items():
+            if committed is None:
+                continue
+            self._committed[partition] = committed
+            stored = self.store.stored_offset(partition.partition)
+            if stored is not None and stored > committed:  # the group's offsets were moved back
+                self.store.forget(partition.partition)
+                stored = None
+            if (stored or 0) < committed:
+                ranges[partition] = (stored or 0, committed)
+        await replay(self.config.kafka, ranges, self._replay_one,
+                     lambda: self.store.write(self._evict(), {}))  # replayed state is committed state
+
+    def _replay_one(self, record: KafkaRecord) -> None:
+        self.replayed += 1
+        REPLAYED.inc()
+        try:
+            decoded = decode_kafka_record(record)
+        except DshError:
+            return  # dead-lettered when it was first consumed
+        session = self._session(decoded, record)
+        try:
+            self._audit(session, record, decoded)
+        except DshError:
+            pass  # dead-lettered when it was first consumed
+        session.report.clear()  # reported when it was first consumed
+
+    async def revoked(self, partitions: set[TopicPartition]) -> None:
+        self._store_now(partitions)
+        for session_id, _ in self.sessions.drop_partitions({tp.partition for tp in partitions}):
+            self._changed.pop(session_id, None)
+        for partition in partitions:
+            self._committed.pop(partition, None)
+        AUDIT_SESSIONS.set(len(self.sessions))
+
+
+def auditor_service(config: AuditorConfig) -> ConsumerService:
+    outputs = TransactionalOutputs(config.kafka, config.topics, Audit.name, config.group)
+    return ConsumerService(config, Audit(config), outputs)

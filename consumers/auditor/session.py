@@ -1,0 +1,151 @@
+"""One audited session: its fold and checks, its attestations, and what
+the state store keeps of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsh_core.errors import DecodeError, DshError
+from dsh_core.fold import StagedFold
+from dsh_core.fold_snapshot import restore_fold, snapshot_fold
+from dsh_core.invariants import InvariantChecker
+from dsh_core.jsonvalue import decode_json, dump_json
+from dsh_core.request import BoundaryTracker, MessagesDigest, request_frame
+
+from ..runtime.sequencing import HeldRecords
+from .checks import BoundaryAudit
+from .findings import Report
+
+__all__ = ["AuditedSession", "SavedSession"]
+
+
+@dataclass(frozen=True)
+class SavedSession:
+    """What the state store keeps of a session."""
+
+    partition: int
+    fold: bytes | None
+    state: bytes  # JSON: refusal, gap report, attested boundaries, checker states
+    held: list[tuple[int, bytes, int]]
+    pending: dict[int, bytes]  # attestation values by boundary seq
+
+
+@dataclass
+class AuditedSession:
+    session_id: str
+    partition: int
+    held: HeldRecords
+    report: Report
+    fold: StagedFold | None = None
+    refused: bool = False
+    gap_reported: int | None = None  # the missing seq last reported as a gap
+    pending: dict[int, bytes] = field(default_factory=dict)  # attestation values by boundary seq
+    attested: set[int] = field(default_factory=set)  # verified boundaries the fold has not passed yet
+    request_digest: MessagesDigest = field(default_factory=MessagesDigest)
+    frame_header: Any = None  # the request header the frame below was built from
+    frame: tuple[bytes, bytes] = (b"", b"")
+
+    @classmethod
+    def new(cls, session_id: str, partition: int) -> "AuditedSession":
+        return cls(session_id, partition, HeldRecords(session_id), Report(session_id))
+
+    # ------------------------------------------------------------ sequenced
+
+    def next_seq(self) -> int | None:
+        return self.fold.count if self.fold is not None else None
+
+    def apply(self, value: bytes, count: int) -> bool:
+        fold = self.fold
+        before = fold.count
+        try:
+            fold.apply(value)
+        except DecodeError as error:
+            self.refuse(error, before)
+            return False
+        if fold.error is not None:
+            self.refuse(fold.error, before)
+            return False
+        self.report.events += fold.count - before
+        self.verify_pending()
+        return True
+
+    def start(self, header_value: bytes) -> bool:
+        """Take the session header; ``False`` if it is refused."""
+        fold = StagedFold(f"session {self.session_id!r}", BoundaryAudit(self.report, self.attested))
+        try:
+            fold.header_line(header_value)
+        except DshError as error:
+            self.refuse(error, 0)
+            return False
+        self.fold = fold
+        return True
+
+    def refuse(self, error: DshError, seq: int) -> None:
+        self.refused = True
+        self.report.finding(error.category, seq, f"{type(error).__name__}: {error.message}")
+
+    # --------------------------------------------------------- attestations
+
+    def attestation(self, boundary: int, value: bytes) -> None:
+        position = self.fold.count if self.fold is not None else 0
+        if position > boundary:
+            self.report.verdicts.append("late")
+            self.report.finding("attestation-late", boundary, f"attestation for boundary {boundary} arrived after "
+                                f"seq {position - 1}; its prefix is gone")
+            return
+        self.pending[boundary] = value
+        self.verify_pending()
+
+    def verify_pending(self) -> None:
+        """Check the attestation of the boundary the fold has reached, if any."""
+        if not self.pending or self.fold is None:
+            return
+        boundary = self.fold.count
+        attestation = self.pending.pop(boundary, None)
+        if attestation is None:
+            return
+        body = decode_json(attestation)
+        state = self.fold.state
+        self.attested.add(boundary)
+        if state.header is None:
+            self.report.verdicts.append("no-header")
+            self.report.finding("no-request-header", boundary, "an attested request with no request/header in force",
+                                body.get("turn"), body.get("step"))
+            return
+        if state.header is not self.frame_header:
+            self.frame_header, self.frame = state.header, request_frame(state.header, self.session_id)
+        rebuilt = self.request_digest.of(state.current_messages(), state.surface.replace_generation, *self.frame)
+        if rebuilt == body.get("digest"):
+            self.report.verdicts.append("verified")
+            return
+        self.report.verdicts.append("mismatch")
+        self.report.finding("request-mismatch", boundary,
+                            f"the request sent (digest {body.get('digest')}) is not the one the log rebuilds "
+                            f"({rebuilt}): model-visible content outside the log", body.get("turn"), body.get("step"))
+
+    # ---------------------------------------------------------------- store
+
+    def snapshot(self) -> SavedSession:
+        """Everything later records need, for the state store."""
+        fold = self.fold
+        state: dict[str, Any] = {"refused": self.refused, "gapReported": self.gap_reported}
+        if fold is not None:
+            self.attested.difference_update([seq for seq in self.attested if seq < fold.count])
+            state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
+                      "invariants": fold.observer.invariants.to_json()}
+        return SavedSession(self.partition, snapshot_fold(fold) if fold is not None else None, dump_json(state),
+                            self.held.rows(), dict(self.pending))
+
+    @classmethod
+    def restore(cls, session_id: str, saved: SavedSession) -> "AuditedSession":
+        session = cls(session_id, saved.partition, HeldRecords(session_id, saved.held), Report(session_id),
+                      pending=dict(saved.pending))
+        state = decode_json(saved.state)
+        session.refused, session.gap_reported = state["refused"], state["gapReported"]
+        if saved.fold is not None:
+            session.attested.update(state["attested"])
+            observer = BoundaryAudit(session.report, session.attested, BoundaryTracker.from_json(state["boundaries"]),
+                                     InvariantChecker.from_json(state["invariants"]))
+            session.fold = restore_fold(saved.fold, f"session {session_id!r}", observer)
+        return session

@@ -1,0 +1,284 @@
+"""The projector: every session's derived, model-visible conversation.
+
+Per session it runs dsh_core's staged fold (legacy upgrades, vocabulary,
+seed validation, surface, derivation), ordered by the runtime's
+sequencing: duplicates are counted and skipped; a record above the next
+seq holds the session (status ``held``; its later records are kept) until
+the missing one arrives and the session heals. A record the fold refuses
+marks the session refused and is dead-lettered with its category.
+
+One SQLite transaction per batch writes every changed session (view, fold
+snapshot, surface rows, held records) before the offsets are committed, so
+views are exactly-once. A cold session, or one whose partition was revoked
+and came back, is restored from its snapshot. View heads go to the
+compacted ``dsh.session-views`` topic; the same transaction notes each
+session whose head is not acknowledged yet, and the note goes once the
+batch is committed. A member assigned a partition first publishes the
+heads still noted for its sessions, so a crash between the view commit and
+the heads' acknowledgement loses no head.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiokafka import TopicPartition
+from prometheus_client import Counter, Gauge
+
+from dsh_core.analysis import LogAnalysis
+from dsh_core.errors import DshError
+from dsh_core.fold import StagedFold
+from dsh_core.fold_snapshot import restore_fold, snapshot_fold
+from dsh_core.request import MessagesDigest
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
+
+from ..runtime.config import ServiceConfig
+from ..runtime.outputs import ProducerOutputs
+from ..runtime.policy import Policy
+from ..runtime.sequencing import HeldRecords, Placement, deliver, drain
+from ..runtime.service import ConsumerService
+from .store import SessionChange, ViewStore, view_head
+
+__all__ = ["Projection", "ProjectorConfig", "projector_service"]
+
+APPLIED = Counter("dsh_projector_events_applied_total", "Session events folded into views.")
+DUPLICATES = Counter("dsh_projector_duplicates_total", "Records skipped as already applied (seq below expected).")
+GAPS = Counter("dsh_projector_gaps_total", "Records that arrived above the expected seq (session held).")
+REFUSED = Counter("dsh_projector_sessions_refused_total", "Sessions whose log was refused, by category.", ["category"])
+SKIPPED = Counter("dsh_projector_records_skipped_total", "Records not applied, by reason.", ["reason"])
+REPUBLISHED = Counter("dsh_projector_heads_republished_total",
+                      "View heads published again on assignment (a crash left them unacknowledged).")
+SESSIONS = Gauge("dsh_projector_sessions", "Sessions by state (hot in memory, held at a gap).", ["state"])
+TOKENS = Counter("dsh_tokens_total", "Tokens reported by assistant messages, by provider, model and kind.",
+                 ["provider", "model", "kind"])
+TURN_ENDS = Counter("dsh_turn_ends_total", "Turns ended, by end reason.", ["reason"])
+
+# Label lookups cost more than the increments (one per assistant message).
+_turn_ends = functools.lru_cache(maxsize=256)(TURN_ENDS.labels)
+_tokens = functools.lru_cache(maxsize=4096)(TOKENS.labels)
+
+
+def _count_turn_end(reason: Any) -> None:
+    _turn_ends(str(reason.get("kind")) if isinstance(reason, dict) else "unknown").inc()
+
+
+def _count_usage(provider: str, model: str, counted: dict[str, int]) -> None:
+    for kind, value in counted.items():
+        _tokens(provider, model, kind).inc(value)
+
+
+def _analysis() -> LogAnalysis:
+    return LogAnalysis(keep_requests=False, on_turn_end=_count_turn_end, on_usage=_count_usage, count_requests=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectorConfig(ServiceConfig):
+    store: Path  # the view store (SQLite)
+    group: str = "dsh-projector"
+
+
+@dataclass
+class ProjectedSession:
+    """One session's fold, analysis and status (``open``, ``held``, ``refused``)."""
+
+    session_id: str
+    partition: int
+    held: HeldRecords
+    fold: StagedFold | None = None
+    analysis: LogAnalysis = field(default_factory=_analysis)
+    status: str = "open"
+    error: str | None = None
+    digest: MessagesDigest = field(default_factory=MessagesDigest)
+    stored_surface: set[int] = field(default_factory=set)  # seqs with a row in the surface table
+    applied: int = 0  # events folded since the policy last counted them
+
+    def next_seq(self) -> int | None:
+        return self.fold.count if self.fold is not None else None
+
+    def apply(self, value: bytes, count: int) -> bool:
+        fold = self.fold
+        before = fold.count
+        fold.apply(value)  # a DecodeError refuses the record, not the session
+        if fold.error is not None:
+            self.refuse(fold.error)
+            raise fold.error
+        self.applied += fold.count - before
+        return True
+
+    def refuse(self, error: DshError) -> None:
+        self.status = "refused"
+        self.error = f"[{error.category}] {type(error).__name__}: {error.message}"
+        REFUSED.labels(error.category).inc()
+
+    def view(self) -> dict[str, Any]:
+        fold, analysis = self.fold, self.analysis
+        turns = analysis.turns
+        next_seq = fold.count if fold is not None else 0
+        view: dict[str, Any] = {"sessionId": self.session_id, "status": self.status,
+                                "header": fold.header.to_dict() if fold is not None and fold.header else None,
+                                "nextSeq": next_seq, "turns": turns,
+                                "lastTurnEnd": turns[-1]["reason"] if turns else None,
+                                "usage": [{"provider": p, "model": m, **dict(t)} for (p, m), t in analysis.usage.items()]}
+        if fold is not None:
+            surface = fold.state.surface
+            messages = fold.state.current_messages()
+            view |= {"surfaceLength": len(surface.nodes), "replaceGeneration": surface.replace_generation,
+                     "messageCount": len(messages),
+                     "messagesDigest": self.digest.of(messages, surface.replace_generation),
+                     "requestHeader": fold.state.header, "requestContext": fold.state.context}
+        if self.status == "held":
+            view["heldFrom"] = next_seq
+            view["heldRecords"] = len(self.held)
+        if self.error:
+            view["error"] = self.error
+        if fold is not None and fold.tracker.open_turn is None and self.status == "open":
+            view["status"] = "idle"
+        return view
+
+    def change(self) -> SessionChange:
+        """The rows to store for this session now."""
+        gone: set[int] = set()
+        new: list[tuple[int, str, Any]] = []
+        if self.fold is not None:  # surface rows change by difference
+            current = self.fold.state.surface_events()
+            gone = self.stored_surface - current.keys()
+            new = [(seq, *current[seq]) for seq in current.keys() - self.stored_surface]
+            self.stored_surface = set(current)
+        held = self.held.rows() if self.held.dirty else None
+        self.held.dirty = False
+        snapshot = snapshot_fold(self.fold, with_surface_events=False) if self.fold is not None else None
+        return SessionChange(self.session_id, self.partition, self.view(), snapshot, self.error, gone, new, held)
+
+
+class Projection(Policy[ProjectedSession]):
+    name = "projector"
+    config: ProjectorConfig
+
+    def __init__(self, config: ProjectorConfig) -> None:
+        super().__init__(config)
+        self.store: ViewStore | None = None
+        self._changed: dict[str, ProjectedSession] = {}
+        self._unacknowledged: list[str] = []  # sessions whose heads the commit in flight covers
+
+    async def open(self, outputs: Any) -> None:
+        await super().open(outputs)
+        self.store = ViewStore(self.config.store)
+
+    async def close(self, drained: bool) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def _session(self, session_id: str, partition: int) -> ProjectedSession:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            return session
+        saved = self.store.load(session_id)
+        held = saved[3] if saved is not None else ()
+        session = ProjectedSession(session_id, partition, HeldRecords(session_id, held))
+        if saved is not None:
+            session.status, blob, session.error = saved[0], saved[1], saved[2]
+            if blob is not None:
+                rows = self.store.surface_events(session_id)
+                session.fold = restore_fold(blob, f"session {session_id!r}", session.analysis, rows)
+                session.stored_surface = {seq for seq, _, _ in rows}
+        self.sessions.put(session_id, session)
+        return session
+
+    def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        if decoded.kind not in (KIND_HEADER, KIND_RECORD):
+            SKIPPED.labels("attestation").inc()
+            return
+        session = self._session(decoded.session_id, record.partition)
+        if session.status == "refused":
+            SKIPPED.labels("session-refused").inc()
+            return
+        try:
+            if decoded.kind == KIND_HEADER:
+                self._header(session, decoded)
+            else:
+                self._record(session, decoded)
+        finally:
+            if session.applied:
+                self.tally.add(APPLIED, session.applied)
+                session.applied = 0
+
+    def _header(self, session: ProjectedSession, decoded: SessionRecord) -> None:
+        if session.fold is not None:
+            self.tally.add(DUPLICATES)
+            return
+        fold = StagedFold(f"session {decoded.session_id!r}", session.analysis)
+        self._changed[session.session_id] = session
+        try:
+            fold.header_line(decoded.value)
+        except DshError as error:
+            session.refuse(error)
+            raise
+        session.fold = fold
+        drain(session)
+        self._heal(session)
+
+    def _record(self, session: ProjectedSession, decoded: SessionRecord) -> None:
+        try:
+            placement = deliver(session, decoded.seq, decoded.value, decoded.count)
+        except DshError:
+            self._changed[session.session_id] = session  # a refusal changed its status
+            raise
+        if placement is Placement.DUPLICATE:
+            self.tally.add(DUPLICATES)
+            return
+        self._changed[session.session_id] = session
+        if placement is Placement.APPLIED:
+            self._heal(session)
+            return
+        if placement is Placement.HELD:
+            self.tally.add(GAPS)
+        session.status = "held"
+
+    @staticmethod
+    def _heal(session: ProjectedSession) -> None:
+        if session.status == "held" and not session.held:
+            session.status = "open"
+
+    def persist(self) -> None:
+        if not self._changed:
+            return
+        changes = [session.change() for session in self._changed.values()]
+        self.store.write(changes)
+        self._changed.clear()
+        for change in changes:
+            self.outputs.send(change.partition, self.config.topics.views, change.session_id.encode(),
+                              view_head(change.view))
+        self._unacknowledged = [change.session_id for change in changes]
+        self.sessions.evict()  # nothing unwritten is left to lose
+        SESSIONS.labels("hot").set(len(self.sessions))
+        SESSIONS.labels("held").set(sum(1 for s in self.sessions if s.status == "held"))
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        self.store.acknowledged(self._unacknowledged)
+        self._unacknowledged = []
+
+    async def assigned(self, partitions: dict[TopicPartition, int | None]) -> None:
+        """Publish the heads a crash left unacknowledged for these partitions'
+        sessions (their views are committed; their records come back only
+        as duplicates)."""
+        heads = self.store.unacknowledged(tp.partition for tp in partitions)
+        if not heads:
+            return
+        for session_id, partition, head in heads:
+            self.outputs.send(partition, self.config.topics.views, session_id.encode(), head)
+        await self.outputs.publish()
+        await self.outputs.flush()
+        self.store.acknowledged([session_id for session_id, _, _ in heads])
+        REPUBLISHED.inc(len(heads))
+
+    async def revoked(self, partitions: set[TopicPartition]) -> None:
+        await super().revoked(partitions)
+        SESSIONS.labels("hot").set(len(self.sessions))
+
+
+def projector_service(config: ProjectorConfig) -> ConsumerService:
+    return ConsumerService(config, Projection(config), ProducerOutputs(config.kafka, config.topics, Projection.name))

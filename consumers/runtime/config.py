@@ -1,0 +1,28 @@
+"""What every consumer service is configured with (one frozen value each,
+built once at the edge; a service adds its own fields by subclassing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.topics import TopicNames
+
+__all__ = ["HOT_SESSIONS", "ServiceConfig"]
+
+#: Sessions a service keeps in memory by default (its LRU).
+HOT_SESSIONS = 20_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceConfig:
+    kafka: KafkaConfig
+    topics: TopicNames = TopicNames()
+    group: str
+    max_records: int = 10_000  # per poll batch: one persist and commit each
+    hot_sessions: int = HOT_SESSIONS
+    start_from: Literal["earliest", "latest"] = "earliest"  # where a group without offsets begins
+
+    def consumer_settings(self) -> ConsumerSettings:
+        return ConsumerSettings(group_id=self.group, max_records=self.max_records, auto_offset_reset=self.start_from)

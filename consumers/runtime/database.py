@@ -1,0 +1,93 @@
+"""The SQLite files of the consumer services: one writer each, WAL, a
+recorded kind and layout version, one way to run a transaction.
+
+A file holds its kind (``view-store``, ``auditor-state``, ...) and layout
+version in a ``dsh_layout`` table; a service refuses a file of another
+kind or layout, naming the path and both, instead of reading it wrongly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from dsh_core.errors import StateStoreError
+
+__all__ = ["Database", "HELD_SCHEMA", "load_held", "store_held"]
+
+#: Records a service holds at a gap, by session (every service's store has it).
+HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
+               "count INTEGER NOT NULL, PRIMARY KEY (session_id, seq))")
+
+
+class Database:
+    """A service's SQLite file (``None``: in memory) of one kind and layout."""
+
+    def __init__(self, path: Path | None, kind: str, layout: int, schema: Sequence[str]) -> None:
+        self.where = str(path) if path is not None else ":memory:"
+        self.kind = kind
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise StateStoreError(f"{path}: cannot create its folder: {error.strerror or error}") from None
+        try:
+            self.connection = sqlite3.connect(self.where, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as error:
+            raise StateStoreError(f"{self.where}: cannot open the {kind} file: {error}") from None
+        try:
+            self.connection.execute("PRAGMA journal_mode=WAL")
+            self.connection.execute("PRAGMA synchronous=NORMAL")
+            self._claim(layout, schema)
+        except BaseException:
+            self.connection.close()
+            raise
+
+    def _claim(self, layout: int, schema: Sequence[str]) -> None:
+        """Create the layout in an empty file; refuse any other file."""
+        with self.transaction() as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                db.execute("CREATE TABLE dsh_layout (kind TEXT NOT NULL, version INTEGER NOT NULL)")
+                db.execute("INSERT INTO dsh_layout VALUES (?, ?)", (self.kind, layout))
+                for statement in schema:
+                    db.execute(statement)
+                return
+            found = db.execute("SELECT kind, version FROM dsh_layout").fetchone() if "dsh_layout" in tables else None
+        if found is None:
+            raise StateStoreError(f"{self.where}: no layout record, so not the {self.kind!r} file in layout {layout} "
+                                  "this service writes; give the service a new path, or remove the file to rebuild "
+                                  "it from the topic")
+        if found != (self.kind, layout):
+            raise StateStoreError(f"{self.where}: a {found[0]!r} file in layout {found[1]}, not the {self.kind!r} file "
+                                  f"in layout {layout} this service writes; give the service its own path, or remove "
+                                  "the file to rebuild it from the topic")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` on any failure."""
+        db = self.connection
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def load_held(db: sqlite3.Connection, session_id: str) -> list[tuple[int, bytes, int]]:
+    """A session's held ``(seq, value, count)`` rows."""
+    return db.execute("SELECT seq, value, count FROM held WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
+
+
+def store_held(db: sqlite3.Connection, session_id: str, rows: Sequence[tuple[int, bytes, int]]) -> None:
+    """Replace a session's held rows (inside a transaction)."""
+    db.execute("DELETE FROM held WHERE session_id = ?", (session_id,))
+    db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
+                   [(session_id, seq, value, count) for seq, value, count in rows])

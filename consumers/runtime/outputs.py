@@ -1,0 +1,134 @@
+"""Where a consumer service's records go (dead letters, view heads,
+findings) and how its offsets are committed.
+
+A service hands records to :meth:`Outputs.send` while it handles a batch;
+they leave at the batch's checkpoint (:meth:`~Outputs.publish`), are
+acknowledged (:meth:`~Outputs.flush`) and only then are the batch's offsets
+committed (:meth:`~Outputs.commit`). :class:`ProducerOutputs` is one
+idempotent producer and the group's offset commit; the auditor's
+transactional outputs commit both in one transaction per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from typing import Any, Awaitable, Iterable, Sequence
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from dsh_core.errors import DeliveryError, DshError
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig
+from dsh_kafka.records import KafkaRecord
+from dsh_kafka.topics import TopicNames
+
+from .metrics import DEAD_LETTERS
+
+__all__ = ["Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter_headers"]
+
+Headers = Sequence[tuple[str, bytes]]
+#: ``(source partition, topic, key, value, headers)``
+OutgoingRecord = tuple[int, str, bytes | None, bytes | None, Headers]
+
+
+def dead_letter_headers(record: KafkaRecord, error: DshError, service: str) -> list[tuple[str, bytes]]:
+    """The record's own headers plus why and where it was refused."""
+    return list(record.headers or ()) + [
+        ("dsh-dlq-service", service.encode()), ("dsh-dlq-reason", error.category.encode()),
+        ("dsh-dlq-error", f"{type(error).__name__}: {error.message}"[:4000].encode("utf-8", "replace")),
+        ("dsh-dlq-topic", record.topic.encode()), ("dsh-dlq-partition", str(record.partition).encode()),
+        ("dsh-dlq-offset", str(record.offset).encode())]
+
+
+async def all_done(awaitables: Iterable[Awaitable[Any]]) -> None:
+    """Await every one (none is left running or unretrieved), then raise the
+    first failure."""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    failure = next((r for r in results if isinstance(r, BaseException)), None)
+    if failure is not None:
+        raise failure
+
+
+class Outputs(ABC):
+    """A service's outgoing records and offset commits."""
+
+    def __init__(self, topics: TopicNames, service: str) -> None:
+        self.topics = topics
+        self.service = service
+        self.pending: list[OutgoingRecord] = []
+
+    def send(self, source: int, topic: str, key: bytes | None, value: bytes | None, headers: Headers = ()) -> None:
+        """Queue a record caused by a record of partition ``source``."""
+        self.pending.append((source, topic, key, value, headers))
+
+    def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
+        """Queue ``record`` for the dead-letter topic with its reason and
+        coordinates, and count it."""
+        self.send(record.partition, self.topics.dead_letter, record.key, record.value,
+                  dead_letter_headers(record, error, self.service))
+        DEAD_LETTERS.labels(self.service, error.category).inc()
+
+    @abstractmethod
+    async def start(self, consumer: AIOKafkaConsumer) -> None:
+        """Before the first batch (``consumer`` commits the group's offsets)."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Release every client (idempotent)."""
+
+    @abstractmethod
+    async def publish(self) -> None:
+        """Send the queued records (a failure to send fails the checkpoint)."""
+
+    @abstractmethod
+    async def flush(self) -> None:
+        """Wait until every published record is acknowledged; raises
+        :class:`DeliveryError` if one was not."""
+
+    @abstractmethod
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        """Commit the group's offsets (after :meth:`flush`)."""
+
+    async def assigned(self, partitions: set[TopicPartition]) -> None:
+        """Partitions arrived (before the service rebuilds their state)."""
+
+    async def revoked(self, partitions: set[TopicPartition]) -> None:
+        """Partitions left (after their last commit)."""
+
+
+class ProducerOutputs(Outputs):
+    """One idempotent producer; offsets committed by the group's consumer."""
+
+    def __init__(self, kafka: KafkaConfig, topics: TopicNames, service: str) -> None:
+        super().__init__(topics, service)
+        self.kafka = kafka
+        self.producer = make_producer(kafka, SERVICE_PRODUCER)
+        self.consumer: AIOKafkaConsumer | None = None
+        self._deliveries: list[tuple[str, asyncio.Future[Any]]] = []
+
+    async def start(self, consumer: AIOKafkaConsumer) -> None:
+        self.consumer = consumer
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+
+    async def publish(self) -> None:
+        pending, self.pending = self.pending, []
+        for _, topic, key, value, headers in pending:
+            self._deliveries.append((topic, await self.producer.send(topic, key=key, value=value,
+                                                                     headers=list(headers))))
+
+    async def flush(self) -> None:
+        deliveries, self._deliveries = self._deliveries, []
+        await self.producer.flush()
+        for topic, delivery in deliveries:
+            error = delivery.exception()
+            if error is not None:
+                raise DeliveryError(f"{self.service}: a record for {topic} was not acknowledged: {error!r}; "
+                                    "nothing of this batch is committed") from error
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        assert self.consumer is not None
+        await self.consumer.commit(offsets)

@@ -1,0 +1,82 @@
+"""What a consumer service decides; the runtime (:mod:`.service`) does the rest.
+
+A policy applies records to its sessions and makes their effects durable;
+it never polls, commits or sends by itself. Its records leave through the
+:class:`~.outputs.Outputs` it is opened with, at the runtime's checkpoint.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Generic, TypeVar
+
+from aiokafka import TopicPartition
+
+from dsh_core.errors import DshError
+from dsh_kafka.records import KafkaRecord, SessionRecord
+
+from .config import ServiceConfig
+from .metrics import Tally
+from .outputs import Outputs
+from .sessions import SessionTable, OnPartition
+
+__all__ = ["Policy"]
+
+S = TypeVar("S", bound=OnPartition)
+
+
+class Policy(ABC, Generic[S]):
+    """A service's decisions over its hot sessions (an LRU of the
+    configuration's ``hot_sessions``).
+
+    The runtime calls, in this order for every batch: :meth:`handle` (or
+    :meth:`refuse`) for each record in offset order, then :meth:`persist`,
+    and once the batch's records are acknowledged and its offsets committed,
+    :meth:`committed`. Rebalances call :meth:`revoked` after the partitions'
+    last commit and :meth:`assigned` with the group's committed offsets.
+    """
+
+    #: The ``service`` label of the metrics and dead letters.
+    name = "consumer"
+
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.sessions: SessionTable[S] = SessionTable(config.hot_sessions)
+        self.tally = Tally()
+        self.outputs: Outputs | None = None
+
+    async def open(self, outputs: Outputs) -> None:
+        """Before the first batch: open the service's files."""
+        self.outputs = outputs
+
+    async def close(self, drained: bool) -> None:
+        """Release files (idempotent); ``drained`` when everything handled
+        was persisted and committed."""
+
+    @abstractmethod
+    def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        """Apply one record; raise a :class:`DshError` to refuse it."""
+
+    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+        """A record that could not be decoded or that :meth:`handle`
+        refused: dead-lettered with its reason and coordinates."""
+        assert self.outputs is not None
+        self.outputs.dead_letter(record, error)
+
+    @abstractmethod
+    def persist(self) -> None:
+        """Make every effect of the records handled so far durable (records
+        for the outputs are queued with ``outputs.send``)."""
+
+    def committed(self, offsets: dict[TopicPartition, int]) -> None:
+        """The last :meth:`persist`'s records were acknowledged and these
+        offsets committed."""
+
+    async def assigned(self, partitions: dict[TopicPartition, int | None]) -> None:
+        """Partitions arrived, with the group's committed offsets (``None``:
+        nothing committed yet)."""
+
+    async def revoked(self, partitions: set[TopicPartition]) -> None:
+        """Partitions left after their last commit: another member continues
+        their sessions, so what this one holds of them is stale."""
+        self.sessions.drop_partitions({tp.partition for tp in partitions})

@@ -1,0 +1,113 @@
+"""Per-session record order, shared by every consumer service.
+
+``seq`` is the idempotency key (DESIGN.md principle 3): a record below the
+session's next seq is a duplicate; one above it, or any record before the
+session can take records at all (no header yet), is held until the gap
+below it fills; the next one is applied, and so are the held records it
+makes contiguous. At most ``limit`` records are held per session: one more
+is refused with :class:`HeldLimitError` (its service dead-letters it;
+re-shipping the session brings it back once the gap is filled).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Iterable, Protocol
+
+from dsh_core.errors import HeldLimitError
+
+__all__ = ["HELD_LIMIT", "HeldRecords", "Placement", "Sequenced", "deliver", "drain"]
+
+#: Records a service keeps per session while it waits for a missing seq.
+HELD_LIMIT = 10_000
+
+
+class Placement(enum.Enum):
+    """What :func:`deliver` did with a record."""
+
+    DUPLICATE = "duplicate"  # below the next seq: already applied
+    HELD = "held"  # above the next seq (or before the header): kept
+    HELD_AGAIN = "held-again"  # a copy of a record already held
+    APPLIED = "applied"  # the next record: applied, with what it made contiguous
+
+
+class HeldRecords:
+    """The records of one session waiting for a missing seq: ``seq ->
+    (value, count)``; ``dirty`` until a store has written them."""
+
+    __slots__ = ("session_id", "records", "dirty", "limit")
+
+    def __init__(self, session_id: str, records: Iterable[tuple[int, bytes, int]] = (),
+                 limit: int = HELD_LIMIT) -> None:
+        self.session_id = session_id
+        self.records = {seq: (value, count) for seq, value, count in records}
+        self.dirty = False
+        self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def rows(self) -> list[tuple[int, bytes, int]]:
+        """``(seq, value, count)`` in seq order, for a store."""
+        return [(seq, value, count) for seq, (value, count) in sorted(self.records.items())]
+
+    def hold(self, seq: int, value: bytes, count: int, waiting_for: int) -> bool:
+        """Keep a record; returns whether it is new. Raises
+        :class:`HeldLimitError` when the session already holds ``limit``."""
+        if seq in self.records:
+            return False
+        if len(self.records) >= self.limit:
+            raise HeldLimitError(self.session_id, waiting_for, seq, self.limit)
+        self.records[seq] = (value, count)
+        self.dirty = True
+        return True
+
+    def take(self, next_seq: int) -> tuple[bytes, int] | None:
+        """The held record at ``next_seq``, if any, dropping those below it
+        (copies of records applied since)."""
+        stale = [seq for seq in self.records if seq < next_seq]
+        for seq in stale:
+            del self.records[seq]
+        item = self.records.pop(next_seq, None)
+        if stale or item is not None:
+            self.dirty = True
+        return item
+
+
+class Sequenced(Protocol):
+    """A session whose records :func:`deliver` orders."""
+
+    held: HeldRecords
+
+    def next_seq(self) -> int | None:
+        """The seq the session takes next; ``None`` while it takes none yet."""
+
+    def apply(self, value: bytes, count: int) -> bool:
+        """Apply the record at :meth:`next_seq`; ``False`` once the session
+        takes no more (it was refused). May raise to refuse the record."""
+
+
+def deliver(session: Sequenced, seq: int, value: bytes, count: int) -> Placement:
+    """Place one record of ``session`` carrying events from ``seq`` on."""
+    expected = session.next_seq()
+    if expected is not None and seq < expected:
+        return Placement.DUPLICATE
+    if expected is None or seq > expected:
+        return Placement.HELD if session.held.hold(seq, value, count, expected or 0) else Placement.HELD_AGAIN
+    if session.apply(value, count):
+        drain(session)
+    return Placement.APPLIED
+
+
+def drain(session: Sequenced) -> int:
+    """Apply the held records that now continue the session; returns how many."""
+    applied = 0
+    while session.held.records:
+        expected = session.next_seq()
+        item = session.held.take(expected) if expected is not None else None
+        if item is None:
+            break
+        applied += 1
+        if not session.apply(*item):
+            break
+    return applied

@@ -1,0 +1,228 @@
+"""The one consumer runtime: group membership, batches, errors, checkpoints.
+
+A :class:`ConsumerService` runs a :class:`~.policy.Policy` (what to do with
+a record) with its :class:`~.outputs.Outputs` (where records go, how offsets
+are committed). It guarantees:
+
+* records of a partition are handled in offset order, in poll batches;
+* a record that cannot be decoded, or that the policy refuses, goes to
+  :meth:`Policy.refuse` (by default the dead-letter topic, with the reason
+  and ``topic[partition]@offset``) and is counted; nothing is skipped
+  silently;
+* offsets are committed only after :meth:`Policy.persist` returned and every
+  record it queued was acknowledged, never on a failure; auto-commit is off;
+* that acknowledgement wait and the commit run while the next batch is
+  fetched and handled; the next checkpoint waits for them, so commits stay
+  in order and a failure still stops the service;
+* on revoke the service checkpoints before the partitions go; on assign the
+  policy gets the group's committed offsets;
+* ``stop`` drains: the current batch finishes, is persisted and committed,
+  then everything closes;
+* a rebalance callback that fails stops the service with that error before
+  another record is handled (aiokafka alone would log it and carry on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Coroutine
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from dsh_core.errors import DecodeError, DshError
+from dsh_kafka.clients import make_consumer
+from dsh_kafka.records import decode_kafka_record
+
+from .config import ServiceConfig
+from .metrics import BATCH_RECORDS, BATCH_SECONDS, COMMITS, LAG, RECORDS
+from .outputs import Outputs
+from .policy import Policy
+
+__all__ = ["ConsumerService"]
+
+#: How long one poll waits for records (bounds how soon ``stop`` is seen).
+_POLL_MS = 250
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    # aiokafka runs these in its coordinator task, which may interleave with
+    # batch handling at any await: the service lock serializes them. A
+    # failure is kept for the run loop, which stops the service with it.
+    def __init__(self, service: ConsumerService) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        async with self.service.lock:
+            await self._kept(self.service._revoke(set(revoked)))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        async with self.service.lock:
+            await self._kept(self.service._assign(set(assigned)))
+
+    async def _kept(self, step: Coroutine[Any, Any, None]) -> None:
+        if self.service.rebalance_failure is not None:
+            step.close()  # nothing is trusted any more: the run loop raises the failure
+            return
+        try:
+            await step
+        except Exception as error:
+            self.service.rebalance_failure = error
+            raise
+
+
+class ConsumerService:
+    """A consumer group member running one policy over the events topic."""
+
+    def __init__(self, config: ServiceConfig, policy: Policy, outputs: Outputs) -> None:
+        self.config = config
+        self.policy = policy
+        self.outputs = outputs
+        self.name = policy.name
+        self.consumer: AIOKafkaConsumer | None = None
+        self.last_poll = time.monotonic()
+        self.healthy = False
+        self.drained = False  # the last run ended with everything handled persisted and committed
+        self.lock = asyncio.Lock()  # batch handling vs rebalance callbacks
+        self.rebalance_failure: Exception | None = None
+        self._uncommitted: dict[TopicPartition, int] = {}  # next offset to commit
+        self._positions: dict[TopicPartition, int] = {}  # next offset to read (for lag)
+        self._committing: asyncio.Task[None] | None = None  # the last checkpoint's flush and commit
+        self._counters: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ read-outs
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this member holds now."""
+        return set(self.consumer.assignment()) if self.consumer is not None else set()
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """The next offset to handle, per assigned partition handled so far."""
+        return dict(self._positions)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.consumer = make_consumer(self.config.kafka, self.config.consumer_settings())
+        self.consumer.subscribe([self.config.topics.events], listener=_Rebalance(self))
+        try:
+            await self.outputs.start(self.consumer)
+            await self.policy.open(self.outputs)
+            await self.consumer.start()
+            self.healthy = True
+            while not stop.is_set():
+                batch = await self.consumer.getmany(timeout_ms=_POLL_MS, max_records=self.config.max_records)
+                self._raise_rebalance_failure()
+                if self._committing is not None and self._committing.done():
+                    await self._commit_done()  # a failed commit stops the service even with no new batch
+                self.last_poll = time.monotonic()
+                if batch:
+                    started = time.perf_counter()
+                    async with self.lock:
+                        self._handle_batch(batch)
+                        await self._checkpoint(wait=False)
+                    BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+                    BATCH_RECORDS.labels(self.name).observe(sum(len(r) for r in batch.values()))
+                self._update_lag()
+            async with self.lock:
+                self._raise_rebalance_failure()
+                await self._checkpoint()
+            self.drained = True
+        finally:
+            self.healthy = False
+            await self._shut_down()
+
+    async def _shut_down(self) -> None:
+        if self._committing is not None:  # only when failing: a clean drain awaited it
+            self._committing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._committing
+        try:
+            await self.consumer.stop()
+        finally:
+            try:
+                await self.policy.close(self.drained)
+            finally:
+                await self.outputs.stop()
+
+    def _raise_rebalance_failure(self) -> None:
+        if self.rebalance_failure is not None:
+            raise self.rebalance_failure
+
+    def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        policy = self.policy
+        try:
+            for partition, records in batch.items():
+                for record in records:
+                    try:
+                        decoded = decode_kafka_record(record)
+                        policy.tally.add(self._counter(decoded.kind))
+                        policy.handle(record, decoded)
+                    except DshError as error:
+                        if isinstance(error, DecodeError):
+                            policy.tally.add(self._counter("undecodable"))
+                        policy.refuse(error, record)
+                    self._uncommitted[partition] = self._positions[partition] = record.offset + 1
+        finally:
+            policy.tally.flush()
+
+    def _counter(self, kind: str) -> Any:
+        counter = self._counters.get(kind)
+        if counter is None:
+            counter = self._counters[kind] = RECORDS.labels(self.name, kind)
+        return counter
+
+    # ---------------------------------------------------------- checkpoints
+
+    async def _checkpoint(self, wait: bool = True) -> None:
+        """Persist, publish, then commit what the batch covers once every
+        record is acknowledged (in the background unless ``wait``)."""
+        await self._commit_done()
+        if not self._uncommitted:
+            return
+        self.policy.persist()
+        await self.outputs.publish()
+        offsets, self._uncommitted = self._uncommitted, {}
+        self._committing = asyncio.create_task(self._flush_and_commit(offsets))
+        if wait:
+            await self._commit_done()
+
+    async def _flush_and_commit(self, offsets: dict[TopicPartition, int]) -> None:
+        await self.outputs.flush()
+        await self.outputs.commit(offsets)
+        COMMITS.labels(self.name).inc()
+        self.policy.committed(offsets)
+
+    async def _commit_done(self) -> None:
+        """Wait for the last checkpoint's commit; its failure is raised here."""
+        committing, self._committing = self._committing, None
+        if committing is not None:
+            await committing
+
+    # ----------------------------------------------------------- rebalances
+
+    async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        try:
+            await self._checkpoint()
+            await self.policy.revoked(partitions)
+            await self.outputs.revoked(partitions)
+        finally:
+            for partition in partitions:
+                self._positions.pop(partition, None)
+                with contextlib.suppress(KeyError):
+                    LAG.remove(self.name, str(partition.partition))
+
+    async def _assign(self, partitions: set[TopicPartition]) -> None:
+        assert self.consumer is not None
+        await self.outputs.assigned(partitions)  # fences previous owners before their offsets are read
+        committed = {tp: await self.consumer.committed(tp) for tp in sorted(partitions)}
+        await self.policy.assigned(committed)
+
+    def _update_lag(self) -> None:
+        assert self.consumer is not None
+        for partition in self.consumer.assignment():
+            highwater = self.consumer.highwater(partition)
+            position = self._positions.get(partition)
+            if highwater is not None and position is not None:
+                LAG.labels(self.name, str(partition.partition)).set(max(0, highwater - position))

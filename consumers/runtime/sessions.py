@@ -1,0 +1,73 @@
+"""The sessions a consumer service keeps in memory: a bounded LRU with an
+index by partition, so a revoked partition's sessions go at once."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Generic, Iterator, Protocol, TypeVar
+
+__all__ = ["OnPartition", "SessionTable"]
+
+
+class OnPartition(Protocol):
+    partition: int
+
+
+S = TypeVar("S", bound=OnPartition)
+
+
+class SessionTable(Generic[S]):
+    """Hot sessions by id, least recently used first."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"a session table holds at least one session, not {capacity}")
+        self.capacity = capacity
+        self._sessions: OrderedDict[str, S] = OrderedDict()
+        self._by_partition: dict[int, set[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[S]:
+        return iter(self._sessions.values())
+
+    def get(self, session_id: str) -> S | None:
+        """The session, now the most recently used; ``None`` if not hot."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            self._sessions.move_to_end(session_id)
+        return session
+
+    def put(self, session_id: str, session: S) -> None:
+        """Keep ``session`` (replacing one of the same id) as the most recent."""
+        self._forget(session_id)
+        self._sessions[session_id] = session
+        self._by_partition.setdefault(session.partition, set()).add(session_id)
+
+    def evict(self) -> list[tuple[str, S]]:
+        """Take the least recently used sessions beyond the capacity out."""
+        evicted = []
+        while len(self._sessions) > self.capacity:
+            session_id = next(iter(self._sessions))
+            evicted.append((session_id, self._forget(session_id)))
+        return evicted
+
+    def drop_partitions(self, partitions: set[int]) -> list[tuple[str, S]]:
+        """Take out every session of these partitions (they were revoked:
+        another member continues them)."""
+        dropped = []
+        for partition in partitions:
+            for session_id in self._by_partition.pop(partition, set()):
+                dropped.append((session_id, self._sessions.pop(session_id)))
+        return dropped
+
+    def _forget(self, session_id: str) -> S | None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            ids = self._by_partition.get(session.partition)
+            if ids is not None:
+                ids.discard(session_id)
+                if not ids:
+                    del self._by_partition[session.partition]
+        return session

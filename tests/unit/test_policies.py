@@ -1,0 +1,153 @@
+"""The three services' policies without a broker: records in, views,
+archive files, findings and dead letters out (into recording outputs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+from consumers.archiver import Archive, ArchiverConfig
+from consumers.auditor import Audit, AuditorConfig
+from consumers.projector import Projection, ProjectorConfig, ViewStore
+from consumers.runtime import Outputs, Policy
+from dsh_core.errors import DshError
+from dsh_core.storage.layout import find_session_files
+from dsh_core.storage.reader import load_session
+from dsh_kafka.config import KafkaConfig
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, decode_kafka_record
+from dsh_kafka.topics import TopicNames
+from producers.simulator import SimulatorConfig, messages_digest, simulate_session
+
+_KAFKA = KafkaConfig("unused.invalid:9092")  # no client is ever made
+_NAMES = TopicNames()
+
+
+@dataclass
+class _Fetched:
+    """A record as a consumer fetches it."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    offset: int
+    topic: str = _NAMES.events
+    partition: int = 0
+    timestamp: int = 0
+
+
+@dataclass
+class _Recorded(Outputs):
+    """Outputs that keep what a checkpoint would send."""
+
+    sent: list[tuple[str, bytes | None, bytes | None, dict]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(_NAMES, "test")
+
+    async def start(self, consumer) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def publish(self) -> None:
+        pending, self.pending = self.pending, []
+        self.sent += [(topic, key, value, dict(headers)) for _, topic, key, value, headers in pending]
+
+    async def flush(self) -> None:
+        pass
+
+    async def commit(self, offsets) -> None:
+        pass
+
+    def on(self, topic: str) -> list[tuple[bytes | None, bytes | None, dict]]:
+        return [(key, value, headers) for sent_to, key, value, headers in self.sent if sent_to == topic]
+
+
+def _fetched(records: list[SessionRecord]) -> list[_Fetched]:
+    return [_Fetched(r.key, r.value, r.headers, offset) for offset, r in enumerate(records)]
+
+
+def _run(policy: Policy, records: list[_Fetched]) -> _Recorded:
+    """What the runtime does with one batch, then its checkpoint."""
+    outputs = _Recorded()
+
+    async def batch() -> None:
+        await policy.open(outputs)
+        for record in records:
+            try:
+                policy.handle(record, decode_kafka_record(record))
+            except DshError as error:
+                policy.refuse(error, record)
+        policy.persist()
+        await outputs.publish()
+        policy.committed({})
+        await policy.close(True)
+
+    asyncio.run(batch())
+    return outputs
+
+
+def _session(seed: int, index: int = 0):
+    truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=seed, min_turns=3, max_turns=3), index)
+    return truth, [r for batch in batches for r in batch]
+
+
+def _shuffled(records: list[SessionRecord]) -> list[SessionRecord]:
+    """The header last, one record late, and a copy of another."""
+    header = [r for r in records if r.kind == KIND_HEADER]
+    rest = [r for r in records if r.kind != KIND_HEADER]
+    late = next(r for r in rest if r.kind == KIND_RECORD and r.seq > 5)
+    rest.remove(late)
+    return rest[:4] + rest[2:3] + rest[4:] + [late] + header
+
+
+def test_the_projection_folds_records_in_seq_order_and_queues_heads(tmp_path):
+    truth, records = _session(seed=41)
+    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite", hot_sessions=1)
+    outputs = _run(Projection(config), _fetched(_shuffled(records)))
+    store = ViewStore(config.store)
+    try:
+        view = store.view(truth.session_id)
+    finally:
+        store.close()
+    assert (view["status"], view["nextSeq"], view["messagesDigest"]) == ("idle", truth.next_seq, truth.messages_digest)
+    heads = outputs.on(_NAMES.views)
+    assert [(key, json.loads(value)["seq"]) for key, value, _ in heads] == [(truth.session_id.encode(), truth.next_seq)]
+    assert outputs.on(_NAMES.dead_letter) == []
+
+
+def test_a_refused_record_is_dead_lettered_with_its_reason_and_place(tmp_path):
+    truth, records = _session(seed=42)
+    broken = SessionRecord(truth.session_id, KIND_RECORD, records[3].seq, 1, b'{"seq": "not an event"')
+    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")
+    outputs = _run(Projection(config), _fetched(records[:3] + [broken]))
+    [(key, value, headers)] = outputs.on(_NAMES.dead_letter)
+    assert (key, value) == (broken.key, broken.value)
+    assert (headers["dsh-dlq-service"], headers["dsh-dlq-reason"], headers["dsh-dlq-offset"]) == (
+        b"test", b"corrupt-storage", b"3")
+    assert headers["dsh-dlq-error"].startswith(b"DecodeError: ")
+
+
+def test_the_archive_is_the_shipped_log_whatever_the_arrival_order(tmp_path):
+    truth, records = _session(seed=43)
+    config = ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive")
+    _run(Archive(config), _fetched(_shuffled(records)))
+    [path] = find_session_files(config.root)
+    result = load_session(path)
+    assert result.accepted and result.stored_count == truth.next_seq
+    assert messages_digest(result.state.messages()) == truth.messages_digest
+
+
+def test_the_audit_reports_a_missing_header_once_and_heals_when_it_comes(tmp_path):
+    truth, records = _session(seed=44)
+    header = next(r for r in records if r.kind == KIND_HEADER)
+    policy = Audit(AuditorConfig(kafka=_KAFKA))
+    outputs = _run(policy, _fetched([r for r in records if r is not header] + [header]))
+    findings = [json.loads(value) for _, value, _ in outputs.on(_NAMES.findings)]
+    assert [(f["rule"], f["session"], f["seq"], f["category"]) for f in findings] == [
+        ("sequence-gap", truth.session_id, 0, "corrupt-storage")]
+    assert "the session header is missing" in findings[0]["detail"]
+    healed = policy.sessions.get(truth.session_id)
+    assert healed.fold.count == truth.next_seq and not healed.held and healed.gap_reported is None

@@ -1,0 +1,155 @@
+"""The shared consumer runtime without a broker: per-session ordering, the
+session table, the services' SQLite files."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from consumers.runtime.database import Database
+from consumers.runtime.sequencing import HeldRecords, Placement, deliver, drain
+from consumers.runtime.sessions import SessionTable
+from dsh_core.errors import HeldLimitError, StateStoreError
+
+
+class _Log:
+    """A session that takes records of ``count`` events; ``refuse_at`` stops it."""
+
+    def __init__(self, started: bool = True, limit: int = 10, refuse_at: int | None = None) -> None:
+        self.held = HeldRecords("s", limit=limit)
+        self.applied: list[bytes] = []
+        self.seq: int | None = 0 if started else None
+        self.refuse_at = refuse_at
+
+    def next_seq(self) -> int | None:
+        return self.seq
+
+    def apply(self, value: bytes, count: int) -> bool:
+        if self.seq == self.refuse_at:
+            self.seq = None
+            return False
+        self.applied.append(value)
+        self.seq += count
+        return True
+
+
+def test_records_apply_in_seq_order_whatever_order_they_arrive_in():
+    log = _Log()
+    assert deliver(log, 2, b"c", 1) is Placement.HELD
+    assert deliver(log, 2, b"c", 1) is Placement.HELD_AGAIN
+    assert deliver(log, 3, b"d", 2) is Placement.HELD
+    assert deliver(log, 0, b"a", 1) is Placement.APPLIED
+    assert log.applied == [b"a"] and len(log.held) == 2  # seq 1 still missing
+    assert deliver(log, 1, b"b", 1) is Placement.APPLIED
+    assert log.applied == [b"a", b"b", b"c", b"d"] and log.seq == 5 and not log.held
+    assert deliver(log, 3, b"d", 2) is Placement.DUPLICATE
+    assert log.applied == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_session_without_its_start_holds_everything_until_drained():
+    log = _Log(started=False)
+    assert deliver(log, 0, b"a", 1) is Placement.HELD
+    assert deliver(log, 1, b"b", 1) is Placement.HELD
+    log.seq = 0  # the header arrived
+    assert drain(log) == 2 and log.applied == [b"a", b"b"]
+
+
+def test_held_copies_below_the_next_seq_are_dropped_as_stale():
+    log = _Log()
+    deliver(log, 1, b"b", 1)
+    log.seq = 2  # moved on another way (a packed record covering seq 1)
+    assert drain(log) == 0 and not log.held and log.held.dirty
+
+
+def test_draining_stops_at_a_refusal():
+    log = _Log(refuse_at=1)
+    deliver(log, 1, b"b", 1)
+    deliver(log, 2, b"c", 1)
+    deliver(log, 0, b"a", 1)
+    assert log.applied == [b"a"] and list(log.held.records) == [2]
+
+
+def test_the_held_limit_is_a_named_refusal():
+    log = _Log(limit=2)
+    deliver(log, 5, b"x", 1)
+    deliver(log, 6, b"y", 1)
+    with pytest.raises(HeldLimitError, match=r"session 's' waits for seq 0 and already keeps 2 later records; "
+                                             r"seq 7 is dead-lettered") as caught:
+        deliver(log, 7, b"z", 1)
+    assert caught.value.category == "held-limit" and len(log.held) == 2
+
+
+class _Session:
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+
+
+def test_the_session_table_evicts_the_least_recently_used():
+    table: SessionTable[_Session] = SessionTable(2)
+    a, b, c = _Session(0), _Session(0), _Session(1)
+    table.put("a", a)
+    table.put("b", b)
+    assert table.get("a") is a  # now b is the least recently used
+    table.put("c", c)
+    assert table.evict() == [("b", b)]
+    assert table.get("b") is None and len(table) == 2
+
+
+def test_a_revoked_partition_takes_its_sessions_out_at_once():
+    table: SessionTable[_Session] = SessionTable(10)
+    for name, partition in (("a", 0), ("b", 1), ("c", 0)):
+        table.put(name, _Session(partition))
+    table.put("a", _Session(1))  # the same id again, now on partition 1
+    assert sorted(name for name, _ in table.drop_partitions({0})) == ["c"]
+    assert sorted(name for name, _ in table.drop_partitions({1})) == ["a", "b"]
+    assert len(table) == 0
+
+
+def test_the_session_table_needs_room_for_one():
+    with pytest.raises(ValueError, match="at least one session, not 0"):
+        SessionTable(0)
+
+
+@pytest.fixture(params=["file", "memory"])
+def where(request, tmp_path):
+    return tmp_path / "state" / "service.sqlite" if request.param == "file" else None
+
+
+def test_a_transaction_commits_or_rolls_back_whole(where):
+    database = Database(where, "test-store", 1, ["CREATE TABLE t (x INTEGER)"])
+    try:
+        with database.transaction() as db:
+            db.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(RuntimeError), database.transaction() as db:
+            db.execute("INSERT INTO t VALUES (2)")
+            raise RuntimeError("half way")
+        assert database.connection.execute("SELECT x FROM t").fetchall() == [(1,)]
+    finally:
+        database.close()
+
+
+def test_a_file_keeps_its_kind_and_layout_and_refuses_others(tmp_path):
+    path = tmp_path / "views.sqlite"
+    Database(path, "view-store", 1, ["CREATE TABLE t (x INTEGER)"]).close()
+    Database(path, "view-store", 1, ["CREATE TABLE t (x INTEGER)"]).close()  # its own file again
+    with pytest.raises(StateStoreError, match=r"views.sqlite: a 'view-store' file in layout 1, not the "
+                                              r"'auditor-state' file in layout 3 this service writes"):
+        Database(path, "auditor-state", 3, [])
+    with pytest.raises(StateStoreError, match=r"in layout 1, not the 'view-store' file in layout 2"):
+        Database(path, "view-store", 2, [])
+
+
+def test_a_file_without_a_layout_record_is_refused(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE sessions (session_id TEXT)")
+    with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'view-store' file"):
+        Database(path, "view-store", 1, [])
+
+
+def test_an_unusable_path_is_a_named_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StateStoreError, match=r"file/views.sqlite: cannot create its folder"):
+        Database(blocker / "views.sqlite", "view-store", 1, [])
