@@ -15,7 +15,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from typing import Any, Awaitable, Iterable, Sequence
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from dsh_core.errors import DeliveryError, DshError
 from dsh_kafka.clients import make_producer
@@ -103,16 +103,18 @@ class ProducerOutputs(Outputs):
     def __init__(self, kafka: KafkaConfig, topics: TopicNames, service: str) -> None:
         super().__init__(topics, service)
         self.kafka = kafka
-        self.producer = make_producer(kafka, SERVICE_PRODUCER)
+        self.producer: AIOKafkaProducer | None = None  # made in start(), inside the service's event loop
         self.consumer: AIOKafkaConsumer | None = None
         self._deliveries: list[tuple[str, asyncio.Future[Any]]] = []
 
     async def start(self, consumer: AIOKafkaConsumer) -> None:
         self.consumer = consumer
+        self.producer = make_producer(self.kafka, SERVICE_PRODUCER)
         await self.producer.start()
 
     async def stop(self) -> None:
-        await self.producer.stop()
+        if self.producer is not None:
+            await self.producer.stop()
 
     async def publish(self) -> None:
         pending, self.pending = self.pending, []

@@ -151,3 +151,15 @@ def test_the_audit_reports_a_missing_header_once_and_heals_when_it_comes(tmp_pat
     assert "the session header is missing" in findings[0]["detail"]
     healed = policy.sessions.get(truth.session_id)
     assert healed.fold.count == truth.next_seq and not healed.held and healed.gap_reported is None
+
+
+def test_services_are_built_outside_an_event_loop_and_connect_only_when_run(tmp_path):
+    from consumers.archiver import archiver_service
+    from consumers.auditor import auditor_service
+    from consumers.projector import projector_service
+    services = [projector_service(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
+                auditor_service(AuditorConfig(kafka=_KAFKA)),
+                archiver_service(ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive"))]
+    assert [service.name for service in services] == ["projector", "auditor", "archiver"]
+    assert [service.config.group for service in services] == ["dsh-projector", "dsh-auditor", "dsh-archiver"]
+    assert not (tmp_path / "views.sqlite").exists() and not (tmp_path / "archive").exists()
