@@ -53,7 +53,9 @@ class Report:
         self.findings.append(Finding(rule, self.session_id, seq, detail, turn, step))
 
     def clear(self) -> None:
-        self.findings, self.verdicts, self.events = [], [], 0
+        self.findings.clear()
+        self.verdicts.clear()
+        self.events = 0
 
 
 # Pre-filter, a C-speed scan of the whole value (a per-byte regex costs more

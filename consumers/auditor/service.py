@@ -158,13 +158,17 @@ class Audit(Policy[AuditedSession]):
 
     def _report(self, session: AuditedSession) -> None:
         report = session.report
-        for finding in report.findings:
-            self._send(session.partition, finding)
-        for verdict in report.verdicts:
-            REQUESTS.labels(verdict).inc()
+        if report.findings:
+            for finding in report.findings:
+                self._send(session.partition, finding)
+            report.findings.clear()
+        if report.verdicts:
+            for verdict in report.verdicts:
+                REQUESTS.labels(verdict).inc()
+            report.verdicts.clear()
         if report.events:
             self.tally.add(AUDITED, report.events)
-        report.clear()
+            report.events = 0
 
     def _send(self, partition: int, finding: Finding) -> None:
         self.outputs.send(partition, self.config.topics.findings, finding.session.encode(), finding.to_json())
