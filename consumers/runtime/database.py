@@ -21,6 +21,10 @@ __all__ = ["Database", "HELD_SCHEMA", "load_held", "store_held"]
 HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
                "count INTEGER NOT NULL, PRIMARY KEY (session_id, seq))")
 
+#: How a service's state is rebuilt when its file cannot be used.
+_REBUILD = ("give the service a path of its own; to rebuild from the topic, move the file away (the auditor replays "
+            "by itself; the projector and archiver need a new --group or their group's offsets reset to the earliest)")
+
 
 class Database:
     """A service's SQLite file (``None``: in memory) of one kind and layout."""
@@ -58,12 +62,10 @@ class Database:
             found = db.execute("SELECT kind, version FROM dsh_layout").fetchone() if "dsh_layout" in tables else None
         if found is None:
             raise StateStoreError(f"{self.where}: no layout record, so not the {self.kind!r} file in layout {layout} "
-                                  "this service writes; give the service a new path, or remove the file to rebuild "
-                                  "it from the topic")
+                                  f"this service writes; {_REBUILD}")
         if found != (self.kind, layout):
             raise StateStoreError(f"{self.where}: a {found[0]!r} file in layout {found[1]}, not the {self.kind!r} file "
-                                  f"in layout {layout} this service writes; give the service its own path, or remove "
-                                  "the file to rebuild it from the topic")
+                                  f"in layout {layout} this service writes; {_REBUILD}")
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -37,5 +37,5 @@ def test_a_state_file_of_another_layout_is_refused(tmp_path):
     db.commit()
     db.close()
     with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'auditor-state' file in "
-                                              r"layout 3 this service writes; give the service a new path"):
+                                              r"layout 3 this service writes; give the service a path of its own"):
         AuditStore(path, "dsh-auditor", "dsh.session-events")
