@@ -39,7 +39,7 @@ from aiokafka import ConsumerRebalanceListener
 from dsh_core.jsonvalue import decode_json
 from dsh_pipeline.local_kafka import LocalKafka
 from dsh_kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
-from dsh_kafka.topics import TopicNames
+from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.clients import make_consumer
 from consumers.auditor import AuditorConfig, auditor_service
@@ -363,7 +363,7 @@ def main() -> None:
         bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
         kafka = KafkaConfig(bootstrap)
         names = TopicNames.with_prefix(f"pipe{uuid.uuid4().hex[:6]}.")
-        asyncio.run(prepare_topics(kafka, names, 12))
+        asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
         sessions = max(50, args.events // 300)
         events = asyncio.run(_fill(kafka, names, SimulatorConfig(sessions=sessions, seed=99)))
         ends = asyncio.run(end_offsets(kafka, names.events))
@@ -386,11 +386,11 @@ def main() -> None:
         for name, rate in rates.items():
             print(f"{name:>12}: {rate:12,.0f} events/s  ({rate / rates['baseline']:.2f}x)")
         lat_names = TopicNames.with_prefix(f"lat{uuid.uuid4().hex[:6]}.")
-        asyncio.run(prepare_topics(kafka, lat_names, 12))
+        asyncio.run(prepare_topics(kafka, lat_names, DEFAULT_PARTITIONS))
         p50, p99 = asyncio.run(_latency(kafka, lat_names, 5000, 20))
         print(f"latency publish → view committed at 5k events/s: p50 {p50:.0f} ms, p99 {p99:.0f} ms")
         rss_names = TopicNames.with_prefix(f"rss{uuid.uuid4().hex[:6]}.")
-        asyncio.run(prepare_topics(kafka, rss_names, 12))
+        asyncio.run(prepare_topics(kafka, rss_names, DEFAULT_PARTITIONS))
         asyncio.run(_fill(kafka, rss_names, SimulatorConfig(sessions=args.sessions_rss, seed=5, min_turns=1,
                                                              max_turns=1)))
         rss_ends = asyncio.run(end_offsets(kafka, rss_names.events))

@@ -19,10 +19,10 @@ from .records import (
     records_for_batch,
     where_of,
 )
-from .topics import MAX_MESSAGE_BYTES, TopicNames, TopicSpec, topic_specs
+from .topics import DEFAULT_PARTITIONS, MAX_MESSAGE_BYTES, TopicNames, TopicSpec, topic_specs
 
 __all__ = [
-    "Attestation", "BOOTSTRAP_ENV", "ConsumerSettings", "KIND_ATTESTATION", "KIND_HEADER", "KIND_RECORD",
+    "Attestation", "BOOTSTRAP_ENV", "ConsumerSettings", "DEFAULT_PARTITIONS", "KIND_ATTESTATION", "KIND_HEADER", "KIND_RECORD",
     "KafkaConfig", "KafkaRecord", "MAX_MESSAGE_BYTES", "ProducerSettings", "SERVICE_PRODUCER", "Secret",
     "SessionRecord", "TopicNames", "TopicSpec", "attestation_record", "decode_kafka_record", "ensure_topics",
     "header_record", "make_admin", "make_consumer", "make_producer", "prepare_topics", "record_from_line",

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["TopicNames", "TopicSpec", "topic_specs", "MAX_MESSAGE_BYTES"]
+__all__ = ["DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "TopicNames", "TopicSpec", "topic_specs"]
 
 #: Large enough for big tool outputs (a 5 MiB result plus its envelope).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: Partitions of newly created topics (the most members a consumer group can use).
+DEFAULT_PARTITIONS = 12
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class TopicSpec:
     configs: dict[str, str] = field(default_factory=dict)
 
 
-def topic_specs(names: TopicNames, partitions: int = 12, retention_ms: int = -1) -> list[TopicSpec]:
+def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, retention_ms: int = -1) -> list[TopicSpec]:
     """Events: delete policy, long retention; views: compacted; findings and
     dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`."""
     size = str(MAX_MESSAGE_BYTES)

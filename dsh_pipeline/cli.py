@@ -114,7 +114,8 @@ def _simulate(args: argparse.Namespace) -> int:
     from dsh_pipeline.runtime import resolve_kafka
     from producers.publisher import Publisher
     from dsh_core.jsonvalue import encode_json
-    from producers.simulator import FaultPlan, SimulatorConfig, fleet, manifest
+    from producers.fleet import fleet, manifest
+    from producers.simulator import FaultPlan, SimulatorConfig
 
     kafka = resolve_kafka(args.bootstrap)
     names = TopicNames.with_prefix(args.topic_prefix)
@@ -236,6 +237,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _view(args: argparse.Namespace) -> int:
     from consumers.projector import ViewStore
     from dsh_core.jsonvalue import encode_json, thaw
+    from dsh_pipeline.transcript import transcript_lines
     store = ViewStore(Path(args.db))
     try:
         view = store.view(args.session_id)
@@ -251,22 +253,8 @@ def _view(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"session {args.session_id}: {view['status']}, next seq {view['nextSeq']}, {len(view['turns'])} turns, "
           f"{len(messages)} messages" + (f", {view['error']}" if view.get("error") else ""))
-    for message in messages:
-        source = message.get("source", {})
-        who = message.get("role") if source.get("kind") != "tool" else f"tool {source.get('callId')}"
-        for block in message.get("content", []):
-            kind = block.get("type")
-            if kind in ("text", "reasoning"):
-                text = block["text"]
-            elif kind == "tool-call":
-                text = f"→ {block.get('name')}({block.get('arguments')})"
-            elif kind == "tool-result":
-                inner = [b.get("text", "") for b in block.get("content", []) if isinstance(b, dict)]
-                text = ("error: " if block.get("isError") else "") + " ".join(inner)
-            else:
-                text = f"[{kind}]"
-            label = f"{who} ({kind})" if kind == "reasoning" else who
-            print(f"{label}: {text[:2000]}")
+    for line in transcript_lines(messages):
+        print(line)
     return EXIT_OK
 
 
@@ -294,7 +282,9 @@ class _Progress:
 def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $DSH_KAFKA_BOOTSTRAP or the local broker)")
     parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names")
-    parser.add_argument("--partitions", type=int, default=12, help="partitions of newly created topics")
+    from dsh_kafka.topics import DEFAULT_PARTITIONS
+    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
+                        help=f"partitions of newly created topics (default {DEFAULT_PARTITIONS})")
 
 
 def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -> None:

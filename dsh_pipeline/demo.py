@@ -36,7 +36,7 @@ from dsh_pipeline.ground_truth import compare
 from dsh_pipeline.local_kafka import LocalKafka
 from dsh_kafka.clients import make_admin, make_consumer
 from dsh_kafka.config import ConsumerSettings, KafkaConfig
-from dsh_kafka.topics import TopicNames
+from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -185,7 +185,7 @@ def run_demo(config: DemoConfig) -> int:
         db, archive, manifest_path = run / "views.sqlite", run / "archive", run / "manifest.json"
         print(f"broker {bootstrap}; work folder {run}", flush=True)
         from dsh_kafka.admin import prepare_topics
-        asyncio.run(prepare_topics(kafka, names, 12))
+        asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
         logs = run / "logs"
         logs.mkdir()
         for name, args in (("projector", ["project", "--db", str(db)]),

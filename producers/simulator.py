@@ -21,10 +21,9 @@ ground-truth manifest with its session and seq:
 
 from __future__ import annotations
 
-import asyncio
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from dsh_core.events import Event
 from dsh_core.jsonvalue import sha256_jcs, thaw
@@ -33,8 +32,8 @@ from dsh_core.request import build_request, request_digest
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
 
-__all__ = ["FAULT_KINDS", "FaultPlan", "SimulatorConfig", "SimulatedSession", "Defect", "simulate_session",
-           "messages_digest", "fleet", "manifest"]
+__all__ = ["FAULT_KINDS", "FaultPlan", "SimulatorConfig", "SimulatedSession", "Defect", "fault_assignment",
+           "simulate_session", "messages_digest"]
 
 FAULT_KINDS = ("unlogged", "dropped", "duplicate", "lossless", "unknown")
 WORDS = ("Let", " me", " look", " at", " the", " tests", " first", ".", " The", " failure", " is", " in",
@@ -384,7 +383,7 @@ class _Agent:
         self.append("compaction/end", {"compactionId": compaction_id, "turn": None})
 
 
-def _fault_assignment(config: SimulatorConfig) -> dict[int, list[str]]:
+def fault_assignment(config: SimulatorConfig) -> dict[int, list[str]]:
     """Which session gets which fault: one fault per session at most, so
     each defect stays countable on its own (a gap would hide what follows)."""
     rng = random.Random(f"{config.seed}:faults")
@@ -401,41 +400,6 @@ def simulate_session(config: SimulatorConfig, index: int, faults: list[str] | No
     rng = random.Random(f"{config.seed}:{index}")
     session_id = f"sim-{config.seed}-{index:06d}-{rng.randrange(16**6):06x}"
     if faults is None:
-        faults = list(_fault_assignment(config).get(index, []))
+        faults = list(fault_assignment(config).get(index, []))
     agent = _Agent(session_id, config, faults, rng)
     return agent.truth, agent.run()
-
-
-async def fleet(config: SimulatorConfig, send: Callable[[SessionRecord], Any], concurrency: int = 64,
-                on_batch: Callable[[int], None] | None = None) -> list[SimulatedSession]:
-    """Run the whole fleet concurrently; ``send`` is awaited per record
-    (e.g. :meth:`Publisher.send`). Returns every session's ground truth."""
-    assignment = _fault_assignment(config)
-    truths: list[SimulatedSession] = []
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for index in range(config.sessions):
-        queue.put_nowait(index)
-
-    async def worker() -> None:
-        while not queue.empty():
-            index = queue.get_nowait()
-            truth, batches = simulate_session(config, index, list(assignment.get(index, [])))
-            truths.append(truth)
-            for batch in batches:
-                for record in batch:
-                    await send(record)
-                if on_batch is not None:
-                    on_batch(sum(r.count for r in batch))
-                await asyncio.sleep(0)  # let the other agents interleave
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, config.sessions))))
-    truths.sort(key=lambda t: t.session_id)
-    return truths
-
-
-def manifest(config: SimulatorConfig, truths: list[SimulatedSession]) -> dict[str, Any]:
-    """The ground-truth manifest the consumers' tests and the demo check."""
-    counts = {kind: sum(1 for t in truths for d in t.defects if d.kind == kind) for kind in FAULT_KINDS}
-    return {"seed": config.seed, "sessions": len(truths), "faults": asdict(config.faults), "injected": counts,
-            "events": sum(t.next_seq for t in truths), "attestations": sum(t.attestations for t in truths),
-            "truth": {t.session_id: t.to_json() for t in truths}}

@@ -16,7 +16,8 @@ from consumers.runtime import ConsumerService, ProducerOutputs
 from dsh_core.jsonvalue import sha256_jcs
 from dsh_kafka.records import KIND_RECORD
 from producers.publisher import Publisher
-from producers.simulator import SimulatorConfig, fleet, simulate_session
+from producers.fleet import fleet
+from producers.simulator import SimulatorConfig, simulate_session
 from tests.integration.handover import hand_over
 from tests.services import projector
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets, group_lag

@@ -15,7 +15,8 @@ import pytest
 from dsh_core.storage.layout import find_session_files
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD
 from dsh_pipeline.ground_truth import EXPECTED_RULE, compare_findings, compare_sessions
-from producers.simulator import SimulatorConfig, manifest, simulate_session
+from producers.fleet import manifest
+from producers.simulator import SimulatorConfig, simulate_session
 from tests.layout_helpers import place
 
 CONFIG = SimulatorConfig(sessions=3, seed=11, max_turns=2, big_result_probability=0.0)
