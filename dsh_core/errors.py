@@ -4,6 +4,8 @@
 
     DshError                      root; carries a ``category``
     ├── DecodeError               bytes that are not a JSON value / record at all
+    ├── InternalError             a record this code failed on unexpectedly (internal)
+    ├── HeldLimitError            a session already holds the most records a gap may hold (held-limit)
     ├── CorruptionError           stored log refused by the reader (corrupt-storage)
     │   └── SequenceGapError      a log's seq does not continue where ``expected`` was due
     ├── FormatUnsupportedError    intact but unreadable: format version, unknown
@@ -16,13 +18,13 @@
     │   ├── RequestHeaderError    request/header checks (§6.1), retired vocabulary
     │   ├── LegacyShapeError      malformed legacy v0 shape (§8.10)
     │   ├── SessionHeaderError    session header fields (§8.2) at restore
+    │   ├── IdentityError         a record's value names another session than its key (identity)
     │   └── ForkError             fork boundary rules (§7.2)
     └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
         ├── DeliveryError         a record was not acknowledged by the cluster
         │   └── RecordTooLargeError   a record over the topic's message limit, refused before sending
         ├── FencedError           a newer group member took this member's partition over
         ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
-        ├── HeldLimitError        a session already holds the most records a gap may hold (held-limit)
         └── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
 
 Every message says what was expected, what was found and where: session id and
@@ -38,6 +40,7 @@ __all__ = [
     "Category",
     "DshError",
     "DecodeError",
+    "InternalError",
     "CorruptionError",
     "SequenceGapError",
     "FormatUnsupportedError",
@@ -49,6 +52,7 @@ __all__ = [
     "RequestHeaderError",
     "LegacyShapeError",
     "SessionHeaderError",
+    "IdentityError",
     "ForkError",
     "PipelineError",
     "DeliveryError",
@@ -62,8 +66,8 @@ __all__ = [
 #: The coarse classes of refusals and audit findings: an error's
 #: ``category``, a dead letter's ``dsh-dlq-reason``, a finding's category
 #: and the conformance output all use these words.
-Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "held-limit", "invariant",
-                   "reconstruction", "pipeline"]
+Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "identity", "held-limit", "internal",
+                   "invariant", "reconstruction", "pipeline"]
 
 
 class DshError(Exception):
@@ -81,6 +85,14 @@ class DecodeError(DshError):
     """Raised when bytes cannot be decoded into the JSON value or record expected."""
 
     category: Category = "corrupt-storage"
+
+
+class InternalError(DshError):
+    """A record that made this code fail in a way it does not expect (a bug
+    here, found by hostile input): the record is dead-lettered with the
+    exception's class and the service goes on."""
+
+    category: Category = "internal"
 
 
 class CorruptionError(DshError):
@@ -145,6 +157,13 @@ class SessionHeaderError(ValidationError):
     """Raised when a session header's fields break §8.2 when a log is restored."""
 
 
+class IdentityError(ValidationError):
+    """Raised for a record whose value names a session other than its key's
+    (the key is the record's identity)."""
+
+    category: Category = "identity"
+
+
 class ForkError(ValidationError):
     """Raised when a fork boundary is not an existing seq or lies in an open turn."""
 
@@ -173,7 +192,7 @@ class StateStoreError(PipelineError):
     file, another layout version, another group's or topic's, or unopenable."""
 
 
-class HeldLimitError(PipelineError):
+class HeldLimitError(DshError):
     """Raised for a record of a session that already holds ``limit`` records
     above a missing seq; the record is dead-lettered (re-shipping the session
     brings it back once the gap is filled)."""

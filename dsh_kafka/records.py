@@ -14,16 +14,18 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import msgspec
 
-from dsh_core.errors import DecodeError
+from dsh_core.errors import DecodeError, IdentityError
 from dsh_core.events import ROW_TAGS, Event
-from dsh_core.jsonvalue import decode_json, encode_json
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.request import DIGEST_ALGORITHM
 from dsh_core.session_header import FORMAT_VERSION, SessionHeader
 from dsh_core.storage.records import decode_row, pack_chunk_runs
 
+from .topics import MAX_MESSAGE_BYTES
+
 __all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "SessionRecord", "KafkaRecord", "Attestation",
-           "record_from_line", "records_for_batch", "header_record", "attestation_record", "decode_kafka_record",
-           "where_of"]
+           "record_from_line", "records_for_batch", "header_record", "attestation_record", "check_identity",
+           "decode_kafka_record", "where_of"]
 
 KIND_HEADER = "header"
 KIND_RECORD = "record"
@@ -129,7 +131,8 @@ def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
         headers = dict(record.headers)
         kind = headers["dsh-kind"].decode()
         seq, count = int(headers["dsh-seq"]), int(headers["dsh-count"])
-        if kind in _KINDS and record.key and record.value is not None and seq >= 0 and count >= 0:
+        if (kind in _KINDS and record.key and record.value is not None and 0 <= seq <= MAX_SAFE_INTEGER
+                and 0 <= count <= MAX_SAFE_INTEGER and len(record.value) <= MAX_MESSAGE_BYTES):
             return SessionRecord(record.key.decode("utf-8"), kind, seq, count, record.value,
                                  int(headers["dsh-format"]))
     except (KeyError, ValueError, TypeError, AttributeError):
@@ -160,8 +163,19 @@ def _envelope_error(record: KafkaRecord) -> DecodeError:
         numbers = [int(fields[name]) for name in ("dsh-seq", "dsh-count", "dsh-format")]
     except ValueError:
         return DecodeError(f"{where}: dsh-seq/dsh-count/dsh-format must be integers, got {fields}")
-    if min(numbers[:2]) < 0:
-        return DecodeError(f"{where}: dsh-seq and dsh-count must not be negative, got {fields}")
+    if min(numbers[:2]) < 0 or max(numbers[:2]) > MAX_SAFE_INTEGER:
+        return DecodeError(f"{where}: dsh-seq and dsh-count must be safe integers from 0 to 2^53-1, got {fields}")
     if record.value is None:
         return DecodeError(f"{where}: record has no value")
+    if len(record.value) > MAX_MESSAGE_BYTES:
+        return DecodeError(f"{where}: a {len(record.value)}-byte value (after decompression) is over the "
+                           f"{MAX_MESSAGE_BYTES}-byte record limit")
     return DecodeError(f"{where}: the record envelope cannot be read")
+
+
+def check_identity(record: SessionRecord, header: SessionHeader) -> None:
+    """The key is a record's identity: a header naming another session is
+    refused with :class:`IdentityError`."""
+    if header.id != record.session_id:
+        raise IdentityError(f"session {record.session_id!r}: the header in the value names session {header.id!r}; "
+                            "the record key is the session's identity")

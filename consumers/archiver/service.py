@@ -24,7 +24,7 @@ from dsh_core.jsonvalue import decode_json
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.layout import Compression
 from dsh_core.storage.writer import SessionFileWriter
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_identity
 
 from ..runtime.config import ServiceConfig
 from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
@@ -115,6 +115,7 @@ class Archive(Policy[ArchivedSession]):
         if decoded.kind == KIND_HEADER:
             if session.header is None:
                 header = parse_header_line(decode_json(decoded.value), f"session {session_id!r} header")
+                check_identity(decoded, header)
                 path = new_file(self.config.root, header, self.config.compression)
                 if path.exists():
                     session.start(*resume(path, self.config.compression))

@@ -16,7 +16,8 @@ __all__ = ["Finding", "Report", "category_of", "lossless_problem"]
 # letters can be matched to a refusal class.
 _CATEGORY: dict[str, Category] = {
     "sequence-gap": "corrupt-storage", "corrupt-storage": "corrupt-storage",
-    "unsupported-format": "unsupported-format", "invalid-log": "invalid-log", "lossless": "invalid-log"}
+    "unsupported-format": "unsupported-format", "invalid-log": "invalid-log", "lossless": "invalid-log",
+    "internal": "internal"}
 
 
 def category_of(rule: str) -> Category:

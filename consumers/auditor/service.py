@@ -39,8 +39,8 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import DecodeError, DshError
-from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record
+from dsh_core.errors import DecodeError, DshError, InternalError
+from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record, where_of
 
 from ..runtime.config import ServiceConfig
 from ..runtime.outputs import Outputs
@@ -122,7 +122,7 @@ class Audit(Policy[AuditedSession]):
         if session.refused:
             return
         if decoded.kind == KIND_HEADER:
-            if session.fold is None and session.start(decoded.value):
+            if session.fold is None and session.start(decoded):
                 drain(session)
                 self._gap_closed(session)
             return
@@ -175,10 +175,14 @@ class Audit(Policy[AuditedSession]):
         FINDINGS.labels(finding.rule).inc()
 
     def refuse(self, error: DshError, record: KafkaRecord) -> None:
-        if isinstance(error, DecodeError) and record.key:
-            self._send(record.partition, Finding("corrupt-storage", record.key.decode("utf-8", "replace"), None,
-                                                 f"{error.message} at {record.topic}[{record.partition}]@"
-                                                 f"{record.offset}"))
+        session_id = record.key.decode("utf-8", "replace") if record.key else None
+        session = self.sessions.get(session_id) if session_id is not None else None
+        if isinstance(error, InternalError) and session is not None:  # its state is not trusted any more
+            session.refuse(error, None)
+            self._report(session)
+        elif isinstance(error, DecodeError) and session_id is not None:
+            self._send(record.partition, Finding("corrupt-storage", session_id, None,
+                                                 f"{error.message} at {where_of(record)}"))
         super().refuse(error, record)
 
     # ---------------------------------------------------------- state store

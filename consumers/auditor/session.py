@@ -12,6 +12,7 @@ from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.invariants import InvariantChecker
 from dsh_core.jsonvalue import decode_json, dump_json
 from dsh_core.request import BoundaryTracker, MessagesDigest, request_frame
+from dsh_kafka.records import SessionRecord, check_identity
 
 from ..runtime.sequencing import HeldRecords
 from .checks import BoundaryAudit
@@ -70,24 +71,31 @@ class AuditedSession:
         self.verify_pending()
         return True
 
-    def start(self, header_value: bytes) -> bool:
-        """Take the session header; ``False`` if it is refused."""
+    def start(self, header: SessionRecord) -> bool:
+        """Take the session header; ``False`` if it is refused. Raises
+        :class:`IdentityError` for a header of another session."""
         fold = StagedFold(f"session {self.session_id!r}", BoundaryAudit(self.report, self.attested))
         try:
-            fold.header_line(header_value)
+            fold.header_line(header.value)
         except DshError as error:
             self.refuse(error, 0)
             return False
+        check_identity(header, fold.header)
         self.fold = fold
         return True
 
-    def refuse(self, error: DshError, seq: int) -> None:
+    def refuse(self, error: DshError, seq: int | None) -> None:
         self.refused = True
         self.report.finding(error.category, seq, f"{type(error).__name__}: {error.message}")
 
     # --------------------------------------------------------- attestations
 
     def attestation(self, boundary: int, value: bytes) -> None:
+        """An attestation of the request sent at ``boundary``; its value must
+        be a JSON object (raises :class:`DecodeError` otherwise)."""
+        if not isinstance(decode_json(value), dict):
+            raise DecodeError(f"session {self.session_id!r}: the attestation for boundary {boundary} is not a JSON "
+                              "object")
         position = self.fold.count if self.fold is not None else 0
         if position > boundary:
             self.report.verdicts.append("late")

@@ -29,13 +29,14 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DshError
+from dsh_core.errors import DshError, InternalError
 from dsh_core.fold import StagedFold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_identity
 
 from ..runtime.config import ServiceConfig
+from ..runtime.metrics import LabelValues
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
 from ..runtime.sequencing import HeldRecords, Placement, deliver, drain
@@ -56,18 +57,22 @@ TOKENS = Counter("dsh_tokens_total", "Tokens reported by assistant messages, by 
                  ["provider", "model", "kind"])
 TURN_ENDS = Counter("dsh_turn_ends_total", "Turns ended, by end reason.", ["reason"])
 
+# Label values come from log content: bounded, so /metrics stays small.
+_reasons, _models = LabelValues(32), LabelValues(256)
 # Label lookups cost more than the increments (one per assistant message).
 _turn_ends = functools.lru_cache(maxsize=256)(TURN_ENDS.labels)
 _tokens = functools.lru_cache(maxsize=4096)(TOKENS.labels)
 
 
 def _count_turn_end(reason: Any) -> None:
-    _turn_ends(str(reason.get("kind")) if isinstance(reason, dict) else "unknown").inc()
+    _turn_ends(_reasons(str(reason.get("kind")) if isinstance(reason, dict) else "unknown")).inc()
 
 
 def _count_usage(provider: str, model: str, counted: dict[str, int]) -> None:
+    provider, model = _models(provider), _models(model)
     for kind, value in counted.items():
-        _tokens(provider, model, kind).inc(value)
+        if value > 0:  # a negative count is the log's to keep, not a counter's
+            _tokens(provider, model, kind).inc(value)
 
 
 def _analysis() -> LogAnalysis:
@@ -206,6 +211,13 @@ class Projection(Policy[ProjectedSession]):
                 self.tally.add(APPLIED, session.applied)
                 session.applied = 0
 
+    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+        session = self.sessions.get(record.key.decode("utf-8", "replace")) if record.key else None
+        if isinstance(error, InternalError) and session is not None:  # its state is not trusted any more
+            session.refuse(error)
+            self._changed[session.session_id] = session
+        super().refuse(error, record)
+
     def _header(self, session: ProjectedSession, decoded: SessionRecord) -> None:
         if session.fold is not None:
             self.tally.add(DUPLICATES)
@@ -217,6 +229,7 @@ class Projection(Policy[ProjectedSession]):
         except DshError as error:
             session.refuse(error)
             raise
+        check_identity(decoded, fold.header)
         session.fold = fold
         drain(session)
         self._heal(session)

@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["RECORDS", "DEAD_LETTERS", "BATCH_RECORDS", "BATCH_SECONDS", "LAG", "COMMITS", "Tally"]
+__all__ = ["RECORDS", "DEAD_LETTERS", "BATCH_RECORDS", "BATCH_SECONDS", "LAG", "COMMITS", "LabelValues", "Tally"]
 
 RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind.", ["service", "kind"])
 DEAD_LETTERS = Counter("dsh_consumer_dead_letters_total", "Records sent to the dead-letter topic, by service and reason.",
@@ -35,3 +35,24 @@ class Tally:
         amounts, self._amounts = self._amounts, {}
         for counter, amount in amounts.items():
             counter.inc(amount)
+
+
+class LabelValues:
+    """Label values copied from log content (model names, end reasons),
+    bounded: the first ``limit`` distinct values keep their name (valid
+    UTF-8, at most 100 characters); later ones are counted as ``other``."""
+
+    __slots__ = ("limit", "_known")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._known: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        value = value.encode("utf-8", "replace").decode("utf-8")[:100]
+        if value in self._known:
+            return value
+        if len(self._known) < self.limit:
+            self._known.add(value)
+            return value
+        return "other"

@@ -12,6 +12,7 @@ transactional outputs commit both in one transaction per partition.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from abc import ABC, abstractmethod
 from typing import Any, Awaitable, Iterable, Sequence
 
@@ -21,24 +22,46 @@ from dsh_core.errors import DeliveryError, DshError
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig
 from dsh_kafka.records import KafkaRecord
-from dsh_kafka.topics import TopicNames
+from dsh_kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 
 from .metrics import DEAD_LETTERS
 
-__all__ = ["Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter_headers"]
+__all__ = ["DEAD_LETTER_VALUE_BYTES", "Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter"]
 
 Headers = Sequence[tuple[str, bytes]]
 #: ``(source partition, topic, key, value, headers)``
 OutgoingRecord = tuple[int, str, bytes | None, bytes | None, Headers]
 
 
-def dead_letter_headers(record: KafkaRecord, error: DshError, service: str) -> list[tuple[str, bytes]]:
-    """The record's own headers plus why and where it was refused."""
-    return list(record.headers or ()) + [
+#: Bytes of the original value a dead letter carries; the rest of the topic's
+#: limit is room for its headers.
+DEAD_LETTER_VALUE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
+#: Bytes of the original's own headers a dead letter copies.
+_ORIGINAL_HEADER_BYTES = 16 * 1024
+
+
+def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+    """The dead letter of ``record``: its value and headers plus why and where
+    it was refused. It always fits the topic: an original over
+    :data:`DEAD_LETTER_VALUE_BYTES` is cut, with its size and SHA-256, and
+    oversized original headers are left out, with their size."""
+    value, original = record.value, list(record.headers or ())
+    headers: list[tuple[str, bytes]] = []
+    original_size = sum(len(key) + len(item) for key, item in original)
+    if original_size <= _ORIGINAL_HEADER_BYTES:
+        headers += original
+    else:
+        headers.append(("dsh-dlq-headers-left-out", str(original_size).encode()))
+    if value is not None and len(value) > DEAD_LETTER_VALUE_BYTES:
+        headers += [("dsh-dlq-value-size", str(len(value)).encode()),
+                    ("dsh-dlq-value-sha256", hashlib.sha256(value).hexdigest().encode())]
+        value = value[:DEAD_LETTER_VALUE_BYTES]
+    headers += [
         ("dsh-dlq-service", service.encode()), ("dsh-dlq-reason", error.category.encode()),
         ("dsh-dlq-error", f"{type(error).__name__}: {error.message}"[:4000].encode("utf-8", "replace")),
         ("dsh-dlq-topic", record.topic.encode()), ("dsh-dlq-partition", str(record.partition).encode()),
         ("dsh-dlq-offset", str(record.offset).encode())]
+    return value, headers
 
 
 async def all_done(awaitables: Iterable[Awaitable[Any]]) -> None:
@@ -65,8 +88,7 @@ class Outputs(ABC):
     def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
         """Queue ``record`` for the dead-letter topic with its reason and
         coordinates, and count it."""
-        self.send(record.partition, self.topics.dead_letter, record.key, record.value,
-                  dead_letter_headers(record, error, self.service))
+        self.send(record.partition, self.topics.dead_letter, record.key, *dead_letter(record, error, self.service))
         DEAD_LETTERS.labels(self.service, error.category).inc()
 
     @abstractmethod

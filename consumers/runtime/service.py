@@ -5,10 +5,12 @@ a record) with its :class:`~.outputs.Outputs` (where records go, how offsets
 are committed). It guarantees:
 
 * records of a partition are handled in offset order, in poll batches;
-* a record that cannot be decoded, or that the policy refuses, goes to
-  :meth:`Policy.refuse` (by default the dead-letter topic, with the reason
-  and ``topic[partition]@offset``) and is counted; nothing is skipped
-  silently;
+* a record that cannot be decoded, that the policy refuses, or that makes
+  the policy fail unexpectedly (an :class:`InternalError` naming the
+  exception) goes to :meth:`Policy.refuse` (by default the dead-letter
+  topic, with the reason and ``topic[partition]@offset``) and is counted;
+  nothing is skipped silently and one record never stops the service; only
+  failures of the store, the disk or the cluster do;
 * offsets are committed only after :meth:`Policy.persist` returned and every
   record it queued was acknowledged, never on a failure; auto-commit is off;
 * that acknowledgement wait and the commit run while the next batch is
@@ -26,14 +28,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from typing import Any, Coroutine
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from dsh_core.errors import DecodeError, DshError
+from dsh_core.errors import DecodeError, DshError, InternalError, PipelineError
 from dsh_kafka.clients import make_consumer
-from dsh_kafka.records import decode_kafka_record
+from dsh_kafka.records import decode_kafka_record, where_of
 
 from .config import ServiceConfig
 from .metrics import BATCH_RECORDS, BATCH_SECONDS, COMMITS, LAG, RECORDS
@@ -44,6 +47,8 @@ __all__ = ["ConsumerService"]
 
 #: How long one poll waits for records (bounds how soon ``stop`` is seen).
 _POLL_MS = 250
+#: Failures of what a service stands on, never of one record: they stop it.
+_INFRASTRUCTURE = (PipelineError, OSError, sqlite3.OperationalError, MemoryError)
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -120,7 +125,7 @@ class ConsumerService:
                 if batch:
                     started = time.perf_counter()
                     async with self.lock:
-                        self._handle_batch(batch)
+                        self.handle_batch(batch)
                         await self._checkpoint(wait=False)
                     BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
                     BATCH_RECORDS.labels(self.name).observe(sum(len(r) for r in batch.values()))
@@ -150,7 +155,9 @@ class ConsumerService:
         if self.rebalance_failure is not None:
             raise self.rebalance_failure
 
-    def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
+    def handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        """Hand one fetched batch to the policy, record by record in offset
+        order; every record ends applied, held, a duplicate or refused."""
         policy = self.policy
         try:
             for partition, records in batch.items():
@@ -159,10 +166,14 @@ class ConsumerService:
                         decoded = decode_kafka_record(record)
                         policy.tally.add(self._counter(decoded.kind))
                         policy.handle(record, decoded)
+                    except _INFRASTRUCTURE:
+                        raise  # the store, the disk or the cluster: the service stops, nothing is committed
                     except DshError as error:
                         if isinstance(error, DecodeError):
                             policy.tally.add(self._counter("undecodable"))
                         policy.refuse(error, record)
+                    except Exception as error:  # a bug this record found: it is dead-lettered, the rest goes on
+                        policy.refuse(InternalError(f"{where_of(record)}: {type(error).__name__}: {error}"), record)
                     self._uncommitted[partition] = self._positions[partition] = record.offset + 1
         finally:
             policy.tally.flush()

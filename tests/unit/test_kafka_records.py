@@ -67,7 +67,7 @@ def test_header_and_attestation_records():
      "must be integers"),
     (Fetched(b"\xff", b"{}", []), "key is not UTF-8"),
     (Fetched(b"s", b"{}", [("dsh-kind", b"record"), ("dsh-seq", b"-1"), ("dsh-count", b"1"), ("dsh-format", b"0")]),
-     "must not be negative"),
+     "must be safe integers from 0 to 2\\^53-1"),
     (Fetched(b"s", None, [("dsh-kind", b"record"), ("dsh-seq", b"1"), ("dsh-count", b"1"), ("dsh-format", b"0")]),
      "record has no value"),
 ])

@@ -7,15 +7,16 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
+from aiokafka import TopicPartition
+
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig, ViewStore
-from consumers.runtime import Outputs, Policy
-from dsh_core.errors import DshError
+from consumers.runtime import ConsumerService, Outputs, Policy
 from dsh_core.storage.layout import find_session_files
 from dsh_core.storage.reader import load_session
 from dsh_kafka.config import KafkaConfig
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, decode_kafka_record
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord
 from dsh_kafka.topics import TopicNames
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 
@@ -72,14 +73,11 @@ def _fetched(records: list[SessionRecord]) -> list[_Fetched]:
 def _run(policy: Policy, records: list[_Fetched]) -> _Recorded:
     """What the runtime does with one batch, then its checkpoint."""
     outputs = _Recorded()
+    service = ConsumerService(policy.config, policy, outputs)
 
     async def batch() -> None:
         await policy.open(outputs)
-        for record in records:
-            try:
-                policy.handle(record, decode_kafka_record(record))
-            except DshError as error:
-                policy.refuse(error, record)
+        service.handle_batch({TopicPartition(_NAMES.events, 0): records})
         policy.persist()
         await outputs.publish()
         policy.committed({})
@@ -163,3 +161,93 @@ def test_services_are_built_outside_an_event_loop_and_connect_only_when_run(tmp_
     assert [service.name for service in services] == ["projector", "auditor", "archiver"]
     assert [service.config.group for service in services] == ["dsh-projector", "dsh-auditor", "dsh-archiver"]
     assert not (tmp_path / "views.sqlite").exists() and not (tmp_path / "archive").exists()
+
+
+def _forged_header(truth, records) -> SessionRecord:
+    """A header record keyed for ``truth``'s session whose value names another."""
+    header = next(r for r in records if r.kind == KIND_HEADER)
+    value = json.loads(header.value)
+    value["id"] = "victim-session"
+    return SessionRecord(truth.session_id, KIND_HEADER, 0, 0, json.dumps(value).encode())
+
+
+def _reasons(outputs: _Recorded) -> list[bytes]:
+    return [headers["dsh-dlq-reason"] for _, _, headers in outputs.on(_NAMES.dead_letter)]
+
+
+def test_a_header_naming_another_session_is_refused_by_every_service(tmp_path):
+    truth, records = _session(seed=45)
+    forged = _forged_header(truth, records)
+    policies = [Projection(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
+                Audit(AuditorConfig(kafka=_KAFKA)), Archive(ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive"))]
+    for policy in policies:
+        outputs = _run(policy, _fetched([forged] + records))
+        assert _reasons(outputs) == [b"identity"], policy.name
+    [path] = find_session_files(tmp_path / "archive")  # the real session's file only, under its own id
+    assert path.parent.name == truth.session_id and load_session(path).stored_count == truth.next_seq
+
+
+def test_envelope_numbers_beyond_safe_integers_are_refused_not_stored(tmp_path):
+    truth, records = _session(seed=46)
+    huge = _Fetched(truth.session_id.encode(), records[1].value,
+                    [("dsh-kind", b"record"), ("dsh-seq", str(2**63).encode()), ("dsh-count", b"1"),
+                     ("dsh-format", b"0")], offset=len(records))
+    outputs = _run(Projection(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
+                   _fetched(records) + [huge])
+    [(_, _, headers)] = outputs.on(_NAMES.dead_letter)
+    assert headers["dsh-dlq-reason"] == b"corrupt-storage"
+    assert b"must be safe integers from 0 to 2^53-1" in headers["dsh-dlq-error"]
+
+
+def test_an_unexpected_failure_dead_letters_the_record_and_the_service_goes_on(tmp_path):
+    first, first_records = _session(seed=47, index=0)
+    second, second_records = _session(seed=47, index=1)
+
+    class Buggy(Projection):
+        def handle(self, record, decoded):
+            if decoded.session_id == first.session_id and decoded.seq == 3:
+                raise KeyError("a bug")
+            super().handle(record, decoded)
+
+    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")
+    outputs = _run(Buggy(config), _fetched(first_records + second_records))
+    [(key, _, headers)] = outputs.on(_NAMES.dead_letter)
+    assert (key, headers["dsh-dlq-reason"]) == (first.session_id.encode(), b"internal")
+    assert headers["dsh-dlq-error"].startswith(b"InternalError: dsh.session-events[0]@") and b"KeyError" in \
+        headers["dsh-dlq-error"]
+    store = ViewStore(config.store)
+    try:
+        assert store.view(first.session_id)["status"] == "refused"  # its state is not trusted any more
+        assert store.view(second.session_id)["messagesDigest"] == second.messages_digest
+    finally:
+        store.close()
+
+
+def test_an_attestation_that_is_not_an_object_is_dead_lettered():
+    truth, records = _session(seed=48)
+    attestation = next(r for r in records if r.kind == "attestation")
+    bad = SessionRecord(truth.session_id, "attestation", attestation.seq, 0, b"[1, 2]")
+    policy = Audit(AuditorConfig(kafka=_KAFKA))
+    outputs = _run(policy, _fetched([r if r is not attestation else bad for r in records]))
+    assert _reasons(outputs) == [b"corrupt-storage"]
+    assert policy.sessions.get(truth.session_id).fold.count == truth.next_seq
+
+
+def test_an_oversized_dead_letter_is_cut_with_its_size_and_digest():
+    from consumers.runtime.outputs import DEAD_LETTER_VALUE_BYTES, dead_letter
+    from dsh_core.errors import DecodeError
+    value = b"x" * (DEAD_LETTER_VALUE_BYTES + 10)
+    record = _Fetched(b"s", value, [("big", b"y" * 20_000)], offset=7)
+    cut, headers = dead_letter(record, DecodeError("too big"), "projector")
+    named = dict(headers)
+    assert len(cut) == DEAD_LETTER_VALUE_BYTES and "big" not in named
+    assert (named["dsh-dlq-value-size"], named["dsh-dlq-headers-left-out"]) == (
+        str(len(value)).encode(), b"20003")
+    assert len(named["dsh-dlq-value-sha256"]) == 64 and named["dsh-dlq-offset"] == b"7"
+
+
+def test_label_values_from_log_content_are_bounded():
+    from consumers.runtime.metrics import LabelValues
+    labels = LabelValues(2)
+    assert [labels(v) for v in ("a", "b", "c", "a", "\ud800x" * 80)] == ["a", "b", "other", "a", "other"]
+    assert LabelValues(5)("\ud800") == "?"
