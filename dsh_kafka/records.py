@@ -24,8 +24,8 @@ from dsh_core.storage.records import decode_row, pack_chunk_runs
 from .topics import MAX_MESSAGE_BYTES
 
 __all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "SessionRecord", "KafkaRecord", "Attestation",
-           "record_from_line", "records_for_batch", "header_record", "attestation_record", "check_identity",
-           "decode_kafka_record", "where_of"]
+           "record_from_line", "records_for_batch", "header_record", "attestation_record", "check_envelope",
+           "check_identity", "decode_kafka_record", "where_of"]
 
 KIND_HEADER = "header"
 KIND_RECORD = "record"
@@ -101,6 +101,15 @@ def record_from_line(session_id: str, line: bytes) -> SessionRecord:
     if type(seq) is not int or seq < 0:
         raise DecodeError(f"session {session_id!r}: a storage record needs a non-negative integer seq, got {seq!r}")
     return SessionRecord(session_id, KIND_RECORD, seq, 1, line)
+
+
+def check_envelope(record: SessionRecord) -> None:
+    """A record's ``dsh-seq`` and ``dsh-count`` are those of its value, which
+    is one storage line; raises :class:`DecodeError` otherwise."""
+    stored = record_from_line(record.session_id, record.value)
+    if (stored.seq, stored.count) != (record.seq, record.count):
+        raise DecodeError(f"session {record.session_id!r}: the envelope says seq {record.seq} count {record.count}, "
+                          f"its value holds seq {stored.seq} count {stored.count}")
 
 
 def records_for_batch(session_id: str, events: Iterable[Event | dict[str, Any]], pack: bool = True) -> list[SessionRecord]:

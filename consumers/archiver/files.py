@@ -8,21 +8,35 @@ next.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 from dsh_core.session_header import SessionHeader
-from dsh_core.storage.layout import Compression, encode_segment, log_name, log_path
+from dsh_core.storage.layout import Compression, encode_segment, log_name, project_dir
 from dsh_core.storage.reader import load_session_bytes, read_events
 from dsh_core.storage.writer import SessionFileWriter
 
-__all__ = ["existing_file", "new_file", "resume"]
+__all__ = ["archive_segment", "existing_file", "new_file", "resume"]
+
+#: The longest folder name file systems take (bytes).
+_NAME_BYTES = 255
+
+
+def archive_segment(session_id: str) -> str:
+    """The session's folder name: dsh's escaped segment of its id (which
+    never leaves its folder), or, when that is longer than a file name may
+    be, its first 190 characters and a digest of the whole id."""
+    segment = encode_segment(session_id)
+    if len(segment) <= _NAME_BYTES:  # the escaped segment is ASCII
+        return segment
+    return f"{segment[:190]}~~{hashlib.sha256(session_id.encode('utf-8', 'surrogatepass')).hexdigest()[:40]}"
 
 
 def existing_file(root: Path, session_id: str, compression: Compression) -> Path | None:
     """The session's archive file if a run before wrote one (its project
     folder comes from the header, which this run may never see)."""
-    segment, name = encode_segment(session_id), log_name(compression)
+    segment, name = archive_segment(session_id), log_name(compression)
     for project in root.iterdir():
         path = project / segment / name
         if path.is_file():
@@ -32,7 +46,8 @@ def existing_file(root: Path, session_id: str, compression: Compression) -> Path
 
 def new_file(root: Path, header: SessionHeader, compression: Compression) -> Path:
     """Where a session first seen with ``header`` is archived."""
-    return log_path(root, header.cwd if isinstance(header.cwd, str) else None, header.id, compression)
+    cwd = header.cwd if isinstance(header.cwd, str) else None
+    return root / project_dir(cwd) / archive_segment(header.id) / log_name(compression)
 
 
 def resume(path: Path, compression: Compression) -> tuple[SessionHeader, int, SessionFileWriter]:

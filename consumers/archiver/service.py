@@ -24,7 +24,7 @@ from dsh_core.jsonvalue import decode_json
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.layout import Compression
 from dsh_core.storage.writer import SessionFileWriter
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_identity
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_identity
 
 from ..runtime.config import ServiceConfig
 from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
@@ -124,6 +124,7 @@ class Archive(Policy[ArchivedSession]):
                 drain(session)
                 self._changed[session_id] = session
             return
+        check_envelope(decoded)  # the file takes the value as it is: its seq and count must be what it says
         if deliver(session, decoded.seq, decoded.value, decoded.count) is Placement.DUPLICATE:
             ARCHIVE_SKIPPED.labels("duplicate").inc()
         elif session.lines or session.held.dirty:
@@ -138,15 +139,14 @@ class Archive(Policy[ArchivedSession]):
                 FRAMES.inc()
                 session.lines = []
             if session.held.dirty:
-                held_changed.append((session_id, session.held))
+                held_changed.append(session.held)
         self._changed.clear()
         # After the files: a crash in between leaves held rows the file has
         # passed, which the next drain drops as below the next seq.
         if held_changed:
             with self.held_store.transaction() as db:
-                for session_id, held in held_changed:
-                    store_held(db, session_id, held.rows())
-                    held.dirty = False
+                for held in held_changed:
+                    store_held(db, held)
         self.sessions.evict()  # nothing unwritten is left to lose
 
 

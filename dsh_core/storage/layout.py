@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Literal
 
 from ..errors import CorruptionError, ValidationError
 
-__all__ = ["Compression", "encode_segment", "project_key", "session_dir", "log_path",
+__all__ = ["Compression", "encode_segment", "project_dir", "project_key", "session_dir", "log_path",
            "log_name", "compression_of", "find_session_files"]
 
 Compression = Literal["zstd", "none"]
@@ -62,9 +62,13 @@ def log_name(compression: Compression) -> str:
     return "session.jsonl.zstd" if compression == "zstd" else "session.jsonl"
 
 
+def project_dir(cwd: str | None) -> str:
+    """The project folder of a session whose header has ``cwd``."""
+    return "_no-cwd" if cwd is None else project_key(cwd)
+
+
 def session_dir(root: str | os.PathLike[str], cwd: str | None, session_id: str) -> Path:
-    project = "_no-cwd" if cwd is None else project_key(cwd)
-    return Path(root) / project / encode_segment(session_id)
+    return Path(root) / project_dir(cwd) / encode_segment(session_id)
 
 
 def log_path(root: str | os.PathLike[str], cwd: str | None, session_id: str, compression: Compression) -> Path:
