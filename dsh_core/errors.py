@@ -194,17 +194,18 @@ class StateStoreError(PipelineError):
 
 class HeldLimitError(DshError):
     """Raised for a record of a session that already holds ``limit`` records
-    above a missing seq; the record is dead-lettered (re-shipping the session
-    brings it back once the gap is filled)."""
+    (or ``byte_limit`` bytes) above a missing seq; the record is
+    dead-lettered (re-shipping the session brings it back once the gap is
+    filled)."""
 
     category: Category = "held-limit"
 
-    def __init__(self, session_id: str, waiting_for: int, seq: int, limit: int) -> None:
+    def __init__(self, session_id: str, waiting_for: int, seq: int, limit: int, byte_limit: int) -> None:
         self.session_id = session_id
         self.waiting_for = waiting_for
         self.seq = seq
-        super().__init__(f"session {session_id!r} waits for seq {waiting_for} and already keeps {limit} later "
-                         f"records; seq {seq} is dead-lettered")
+        super().__init__(f"session {session_id!r} waits for seq {waiting_for} and keeps at most {limit} later "
+                         f"records of {byte_limit} bytes in all; seq {seq} is dead-lettered")
 
 
 class RuntimeDiedError(PipelineError):

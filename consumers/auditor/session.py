@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh_core.errors import DecodeError, DshError
+from dsh_core.errors import DecodeError, DshError, HeldLimitError
 from dsh_core.fold import StagedFold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.invariants import InvariantChecker
@@ -18,7 +18,12 @@ from ..runtime.sequencing import HeldRecords
 from .checks import BoundaryAudit
 from .findings import Report
 
-__all__ = ["AuditedSession", "SavedSession"]
+__all__ = ["ATTESTATION_BYTES", "AuditedSession", "PENDING_LIMIT", "SavedSession"]
+
+#: The largest attestation value taken (one is a small JSON object).
+ATTESTATION_BYTES = 64 * 1024
+#: Attestations a session keeps waiting for the events below their boundary.
+PENDING_LIMIT = 1000
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,13 @@ class AuditedSession:
     # --------------------------------------------------------- attestations
 
     def attestation(self, boundary: int, value: bytes) -> None:
-        """An attestation of the request sent at ``boundary``; its value must
-        be a JSON object (raises :class:`DecodeError` otherwise)."""
+        """An attestation of the request sent at ``boundary``. Its value must
+        be a JSON object of at most :data:`ATTESTATION_BYTES` (raises
+        :class:`DecodeError` otherwise); at most :data:`PENDING_LIMIT` wait
+        for their boundary (raises :class:`HeldLimitError` beyond)."""
+        if len(value) > ATTESTATION_BYTES:
+            raise DecodeError(f"session {self.session_id!r}: the attestation for boundary {boundary} is "
+                              f"{len(value)} bytes, over the {ATTESTATION_BYTES}-byte limit")
         if not isinstance(decode_json(value), dict):
             raise DecodeError(f"session {self.session_id!r}: the attestation for boundary {boundary} is not a JSON "
                               "object")
@@ -102,6 +112,8 @@ class AuditedSession:
             self.report.finding("attestation-late", boundary, f"attestation for boundary {boundary} arrived after "
                                 f"seq {position - 1}; its prefix is gone")
             return
+        if boundary not in self.pending and len(self.pending) >= PENDING_LIMIT:
+            raise HeldLimitError(self.session_id, position, boundary, PENDING_LIMIT, PENDING_LIMIT * ATTESTATION_BYTES)
         self.pending[boundary] = value
         self.verify_pending()
 

@@ -15,7 +15,7 @@ from prometheus_client import Counter
 
 from dsh_core.errors import StateStoreError
 
-from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
+from ..runtime.database import HELD_SCHEMA, Database, load_held, replace_held
 from .session import SavedSession
 
 __all__ = ["AuditStore"]
@@ -77,7 +77,7 @@ class AuditStore:
             for session_id, saved in sessions.items():
                 db.execute("INSERT OR REPLACE INTO sessions (session_id, partition, fold, state) VALUES (?, ?, ?, ?)",
                            (session_id, saved.partition, saved.fold, saved.state))
-                store_held(db, session_id, saved.held)
+                replace_held(db, session_id, saved.held)
                 db.execute("DELETE FROM attestations WHERE session_id = ?", (session_id,))
                 db.executemany("INSERT INTO attestations (session_id, seq, value) VALUES (?, ?, ?)",
                                [(session_id, seq, value) for seq, value in saved.pending.items()])

@@ -152,8 +152,7 @@ class ProjectedSession:
             gone = self.stored_surface - current.keys()
             new = [(seq, *current[seq]) for seq in current.keys() - self.stored_surface]
             self.stored_surface = set(current)
-        held = self.held.rows() if self.held.dirty else None
-        self.held.dirty = False
+        held = self.held if self.held.dirty else None
         snapshot = snapshot_fold(self.fold, with_surface_events=False) if self.fold is not None else None
         return SessionChange(self.session_id, self.partition, self.view(), snapshot, self.error, gone, new, held)
 

@@ -20,6 +20,7 @@ from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
 
 from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
+from ..runtime.sequencing import HeldRecords
 
 __all__ = ["SavedSession", "SessionChange", "ViewStore", "view_head"]
 
@@ -105,7 +106,8 @@ class ViewStore:
 
 @dataclass(frozen=True, slots=True)
 class SessionChange:
-    """One session's rows as a batch left them (``held`` ``None``: unchanged)."""
+    """One session's rows as a batch left them (``held``: its held records,
+    whose changes are written; ``None``: unchanged)."""
 
     session_id: str
     partition: int
@@ -114,7 +116,7 @@ class SessionChange:
     error: str | None
     surface_gone: Iterable[int]
     surface_new: Iterable[tuple[int, str, Any]]
-    held: list[tuple[int, bytes, int]] | None
+    held: HeldRecords | None
 
     def write(self, db: Any) -> None:
         session_id = self.session_id
@@ -129,6 +131,6 @@ class SessionChange:
                    (session_id, self.view["status"], self.view["nextSeq"], dump_json(self.view).decode(),
                     self.snapshot, self.error))
         if self.held is not None:
-            store_held(db, session_id, self.held)
+            store_held(db, self.held)
         db.execute("INSERT OR REPLACE INTO unacknowledged_heads (session_id, partition) VALUES (?, ?)",
                    (session_id, self.partition))

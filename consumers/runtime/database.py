@@ -15,7 +15,9 @@ from typing import Iterator, Sequence
 
 from dsh_core.errors import StateStoreError
 
-__all__ = ["Database", "HELD_SCHEMA", "load_held", "store_held"]
+from .sequencing import HeldRecords, HeldRow
+
+__all__ = ["Database", "HELD_SCHEMA", "load_held", "replace_held", "store_held"]
 
 #: Records a service holds at a gap, by session (every service's store has it).
 HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
@@ -83,13 +85,21 @@ class Database:
         self.connection.close()
 
 
-def load_held(db: sqlite3.Connection, session_id: str) -> list[tuple[int, bytes, int]]:
+def load_held(db: sqlite3.Connection, session_id: str) -> list[HeldRow]:
     """A session's held ``(seq, value, count)`` rows."""
     return db.execute("SELECT seq, value, count FROM held WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
 
 
-def store_held(db: sqlite3.Connection, session_id: str, rows: Sequence[tuple[int, bytes, int]]) -> None:
-    """Replace a session's held rows (inside a transaction)."""
+def store_held(db: sqlite3.Connection, held: HeldRecords) -> None:
+    """Write what changed in a session's held records (inside a transaction)."""
+    removed, added = held.changes()
+    db.executemany("DELETE FROM held WHERE session_id = ? AND seq = ?", [(held.session_id, seq) for seq in removed])
+    db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
+                   [(held.session_id, seq, value, count) for seq, value, count in added])
+
+
+def replace_held(db: sqlite3.Connection, session_id: str, rows: Sequence[HeldRow]) -> None:
+    """Replace every held row of a session (a snapshot's, inside a transaction)."""
     db.execute("DELETE FROM held WHERE session_id = ?", (session_id,))
     db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
                    [(session_id, seq, value, count) for seq, value, count in rows])

@@ -4,9 +4,10 @@
 session's next seq is a duplicate; one above it, or any record before the
 session can take records at all (no header yet), is held until the gap
 below it fills; the next one is applied, and so are the held records it
-makes contiguous. At most ``limit`` records are held per session: one more
-is refused with :class:`HeldLimitError` (its service dead-letters it;
-re-shipping the session brings it back once the gap is filled).
+makes contiguous. At most ``limit`` records and ``byte_limit`` bytes are
+held per session: one more is refused with :class:`HeldLimitError` (its
+service dead-letters it; re-shipping the session brings it back once the
+gap is filled).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Iterable, Protocol
 
 from dsh_core.errors import HeldLimitError
 
-__all__ = ["HELD_LIMIT", "HeldRecords", "Placement", "Sequenced", "deliver", "drain"]
+__all__ = ["HELD_BYTES", "HELD_LIMIT", "HeldRecords", "HeldRow", "Placement", "Sequenced", "deliver", "drain"]
 
-#: Records a service keeps per session while it waits for a missing seq.
+#: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
+#: ... and the bytes of their values, at most.
+HELD_BYTES = 64 * 1024 * 1024
 
 
 class Placement(enum.Enum):
@@ -31,35 +34,59 @@ class Placement(enum.Enum):
     APPLIED = "applied"  # the next record: applied, with what it made contiguous
 
 
+#: ``(seq, value, count)`` of a held record, as a store keeps it.
+HeldRow = tuple[int, bytes, int]
+
+
 class HeldRecords:
     """The records of one session waiting for a missing seq: ``seq ->
-    (value, count)``; ``dirty`` until a store has written them."""
+    (value, count)``, bounded by ``limit`` records and ``byte_limit`` bytes.
+    It notes what changed since a store last wrote it, so a store writes
+    the change, not every held record again."""
 
-    __slots__ = ("session_id", "records", "dirty", "limit")
+    __slots__ = ("session_id", "records", "limit", "byte_limit", "bytes", "_added", "_removed")
 
-    def __init__(self, session_id: str, records: Iterable[tuple[int, bytes, int]] = (),
-                 limit: int = HELD_LIMIT) -> None:
+    def __init__(self, session_id: str, records: Iterable[HeldRow] = (), limit: int = HELD_LIMIT,
+                 byte_limit: int = HELD_BYTES) -> None:
         self.session_id = session_id
         self.records = {seq: (value, count) for seq, value, count in records}
-        self.dirty = False
         self.limit = limit
+        self.byte_limit = byte_limit
+        self.bytes = sum(len(value) for value, _ in self.records.values())
+        self._added: set[int] = set()
+        self._removed: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def rows(self) -> list[tuple[int, bytes, int]]:
-        """``(seq, value, count)`` in seq order, for a store."""
+    @property
+    def dirty(self) -> bool:
+        """Whether it changed since :meth:`changes` was last taken."""
+        return bool(self._added or self._removed)
+
+    def rows(self) -> list[HeldRow]:
+        """Every held record in seq order."""
         return [(seq, value, count) for seq, (value, count) in sorted(self.records.items())]
+
+    def changes(self) -> tuple[list[int], list[HeldRow]]:
+        """The seqs gone and the records added since the last call, for a
+        store to write; it is clean afterwards."""
+        removed = sorted(self._removed)
+        added = [(seq, *self.records[seq]) for seq in sorted(self._added)]
+        self._added, self._removed = set(), set()
+        return removed, added
 
     def hold(self, seq: int, value: bytes, count: int, waiting_for: int) -> bool:
         """Keep a record; returns whether it is new. Raises
-        :class:`HeldLimitError` when the session already holds ``limit``."""
+        :class:`HeldLimitError` when the session holds ``limit`` records or
+        the value would take it past ``byte_limit`` bytes."""
         if seq in self.records:
             return False
-        if len(self.records) >= self.limit:
-            raise HeldLimitError(self.session_id, waiting_for, seq, self.limit)
+        if len(self.records) >= self.limit or self.bytes + len(value) > self.byte_limit:
+            raise HeldLimitError(self.session_id, waiting_for, seq, self.limit, self.byte_limit)
         self.records[seq] = (value, count)
-        self.dirty = True
+        self.bytes += len(value)
+        self._added.add(seq)
         return True
 
     def take(self, next_seq: int) -> tuple[bytes, int] | None:
@@ -67,10 +94,16 @@ class HeldRecords:
         (copies of records applied since)."""
         stale = [seq for seq in self.records if seq < next_seq]
         for seq in stale:
-            del self.records[seq]
-        item = self.records.pop(next_seq, None)
-        if stale or item is not None:
-            self.dirty = True
+            self._forget(seq)
+        return self._forget(next_seq) if next_seq in self.records else None
+
+    def _forget(self, seq: int) -> tuple[bytes, int]:
+        item = self.records.pop(seq)
+        self.bytes -= len(item[0])
+        if seq in self._added:
+            self._added.discard(seq)  # never stored
+        else:
+            self._removed.add(seq)
         return item
 
 

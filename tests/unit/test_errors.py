@@ -55,7 +55,7 @@ def test_every_error_is_exported_and_every_category_is_a_known_word() -> None:
     (errors.SequenceGapError("s", 3, 5), "corrupt-storage"),
     (errors.FormatUnsupportedError("x"), "unsupported-format"),
     (errors.SurfaceError("x"), "invalid-log"),
-    (errors.HeldLimitError("s", 3, 9, 10), "held-limit"),
+    (errors.HeldLimitError("s", 3, 9, 10, 100), "held-limit"),
     (errors.FencedError("x"), "pipeline"),
 ])
 def test_categories(error: errors.DshError, category: str) -> None:
@@ -65,5 +65,5 @@ def test_categories(error: errors.DshError, category: str) -> None:
 def test_messages_say_expected_got_and_where() -> None:
     assert str(errors.SequenceGapError("s", 3, 5, "dsh.session-events[2]@17")) == (
         "session 's': expected seq 3, got 5 at dsh.session-events[2]@17")
-    assert errors.HeldLimitError("s", 3, 9, 10).message == (
-        "session 's' waits for seq 3 and already keeps 10 later records; seq 9 is dead-lettered")
+    assert errors.HeldLimitError("s", 3, 9, 10, 100).message == (
+        "session 's' waits for seq 3 and keeps at most 10 later records of 100 bytes in all; seq 9 is dead-lettered")

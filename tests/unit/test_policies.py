@@ -251,3 +251,38 @@ def test_label_values_from_log_content_are_bounded():
     labels = LabelValues(2)
     assert [labels(v) for v in ("a", "b", "c", "a", "\ud800x" * 80)] == ["a", "b", "other", "a", "other"]
     assert LabelValues(5)("\ud800") == "?"
+
+
+def test_the_archive_takes_only_values_that_are_what_their_envelope_says(tmp_path):
+    truth, records = _session(seed=49)
+    event = next(r for r in records if r.kind == KIND_RECORD and r.count == 1 and r.seq > 3)
+    liars = [SessionRecord(truth.session_id, KIND_RECORD, event.seq, 10**9, event.value),  # claims 10^9 events
+             SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, b"not json"),
+             SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, event.value + b"\n" + event.value)]
+    position = records.index(event)
+    config = ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive")
+    outputs = _run(Archive(config), _fetched(records[:position] + liars + records[position:]))
+    assert _reasons(outputs) == [b"corrupt-storage"] * 3
+    [path] = find_session_files(config.root)
+    result = load_session(path)
+    assert result.accepted and result.stored_count == truth.next_seq
+    assert messages_digest(result.state.messages()) == truth.messages_digest
+
+
+def test_a_session_id_too_long_for_a_file_name_gets_a_bounded_folder(tmp_path):
+    from consumers.archiver.files import archive_segment
+    long_id = "s" * 300
+    segment = archive_segment(long_id)
+    assert len(segment) <= 255 and segment.startswith("s" * 190) and segment != archive_segment(long_id + "t")
+    assert "/" not in archive_segment("../x") and archive_segment("..") not in ("..", ".")
+
+
+def test_pending_attestations_are_bounded_in_count_and_size():
+    from consumers.auditor.session import ATTESTATION_BYTES, PENDING_LIMIT
+    truth, records = _session(seed=50)
+    header = next(r for r in records if r.kind == KIND_HEADER)
+    waiting = [SessionRecord(truth.session_id, "attestation", 10_000 + n, 0, b'{"digest": "x"}')
+               for n in range(PENDING_LIMIT + 1)]
+    huge = SessionRecord(truth.session_id, "attestation", 5, 0, b'{"d": "' + b"x" * ATTESTATION_BYTES + b'"}')
+    outputs = _run(Audit(AuditorConfig(kafka=_KAFKA)), _fetched([header, huge] + waiting))
+    assert _reasons(outputs) == [b"corrupt-storage", b"held-limit"]

@@ -59,7 +59,16 @@ def test_held_copies_below_the_next_seq_are_dropped_as_stale():
     log = _Log()
     deliver(log, 1, b"b", 1)
     log.seq = 2  # moved on another way (a packed record covering seq 1)
-    assert drain(log) == 0 and not log.held and log.held.dirty
+    assert drain(log) == 0 and not log.held and not log.held.dirty  # never stored: nothing to write
+
+
+def test_a_store_writes_what_changed_in_the_held_records_only():
+    held = HeldRecords("s", [(5, b"stored", 1), (6, b"stored too", 1)])
+    assert not held.dirty and held.bytes == 16
+    held.hold(8, b"new", 1, waiting_for=4)
+    assert held.take(6) == (b"stored too", 1)  # drops 5 as stale as well
+    assert held.dirty and held.changes() == ([5, 6], [(8, b"new", 1)])
+    assert not held.dirty and held.changes() == ([], []) and held.bytes == 3
 
 
 def test_draining_stops_at_a_refusal():
@@ -70,14 +79,18 @@ def test_draining_stops_at_a_refusal():
     assert log.applied == [b"a"] and list(log.held.records) == [2]
 
 
-def test_the_held_limit_is_a_named_refusal():
+def test_the_held_limits_in_records_and_bytes_are_named_refusals():
     log = _Log(limit=2)
     deliver(log, 5, b"x", 1)
     deliver(log, 6, b"y", 1)
-    with pytest.raises(HeldLimitError, match=r"session 's' waits for seq 0 and already keeps 2 later records; "
-                                             r"seq 7 is dead-lettered") as caught:
+    with pytest.raises(HeldLimitError, match=r"session 's' waits for seq 0 and keeps at most 2 later records of "
+                                             r"\d+ bytes in all; seq 7 is dead-lettered") as caught:
         deliver(log, 7, b"z", 1)
     assert caught.value.category == "held-limit" and len(log.held) == 2
+    held = HeldRecords("s", byte_limit=10)
+    held.hold(3, b"12345678", 1, waiting_for=0)
+    with pytest.raises(HeldLimitError, match=r"of 10 bytes in all; seq 4 is dead-lettered"):
+        held.hold(4, b"123", 1, waiting_for=0)
 
 
 class _Session:
