@@ -198,6 +198,13 @@ def decode_json(data: bytes | str | msgspec.Raw) -> Any:
     surrogate escapes, integers beyond 64 bits) go through the stdlib parser.
     """
     try:
+        return _decode(data)
+    except RecursionError:  # msgspec's and the stdlib's own limit
+        raise DecodeError("not a JSON value this reader takes: nested too deeply") from None
+
+
+def _decode(data: bytes | str | msgspec.Raw) -> Any:
+    try:
         return _decoder.decode(data)
     except msgspec.DecodeError as exc:
         try:

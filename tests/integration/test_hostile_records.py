@@ -1,0 +1,104 @@
+"""Hostile records between honest sessions on one partition, through the
+real broker: no service stops, every honest session is projected and
+archived exactly, every hostile record is dead-lettered or reported with
+its reason, and nothing is written outside the archive root."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+
+import pytest
+
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import SERVICE_PRODUCER
+from dsh_kafka.records import KIND_HEADER, SessionRecord
+from producers.simulator import SimulatorConfig, simulate_session
+from tests.integration.test_archiver import assert_archive_is_the_truth
+from tests.integration.test_projector import run_until, views_match
+from tests.kafka_fixtures import caught_up, consume_all, end_offsets
+from tests.services import archiver, auditor, projector
+
+pytestmark = pytest.mark.kafka
+
+Raw = tuple[bytes, bytes, list[tuple[str, bytes]]]
+
+
+def _raw(record: SessionRecord) -> Raw:
+    return record.key, record.value, record.headers
+
+
+def _headers(kind: str, seq: object, count: object) -> list[tuple[str, bytes]]:
+    return [("dsh-kind", kind.encode()), ("dsh-seq", str(seq).encode()), ("dsh-count", str(count).encode()),
+            ("dsh-format", b"0")]
+
+
+def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=1)
+    config = SimulatorConfig(sessions=3, seed=91, min_turns=2, max_turns=3)
+    truths, honest = [], []
+    for index in range(config.sessions):
+        truth, batches = simulate_session(config, index)
+        truths.append(truth)
+        honest.append([r for batch in batches for r in batch])
+    victim, liar = truths[0].session_id, truths[1].session_id
+    forged = json.loads(honest[0][0].value) | {"id": "someone-else"}
+    seq_zero = next(r for r in honest[1] if r.kind != KIND_HEADER and r.seq == 0)
+    # (key, value, headers) -> what each service does with it
+    hostile: list[tuple[Raw, dict[str, set[str]]]] = [
+        ((victim.encode(), json.dumps(forged).encode(), _headers("header", 0, 0)),
+         {"projector": {"identity"}, "auditor": {"identity"}, "archiver": {"identity"}}),
+        ((b"hostile-seq", b"{}", _headers("record", 2**63, 1)),
+         {name: {"corrupt-storage"} for name in ("projector", "auditor", "archiver")}),
+        ((b"hostile-json", b"{not json", _headers("header", 0, 0)),
+         {"projector": {"corrupt-storage"}, "archiver": {"corrupt-storage"}}),  # the auditor reports it (a finding)
+        ((b"hostile-deep", b"[" * 100_000 + b"]" * 100_000, _headers("header", 0, 0)),
+         {"projector": {"corrupt-storage"}, "archiver": {"corrupt-storage"}}),  # the auditor reports it
+        ((b"hostile-surrogate", b'{"type": "\\ud800", "seq": 0}', _headers("record", 0, 1)),
+         {}),  # held: the session never gets a header
+        ((liar.encode(), seq_zero.value, _headers("record", 0, 10**9)), {"archiver": {"corrupt-storage"}}),
+    ]
+    # the liar's record right after its header, the rest before the honest sessions
+    stream = [raw for raw, _ in hostile[:-1]]
+    for index, records in enumerate(honest):
+        stream += [_raw(records[0])] + ([hostile[-1][0]] if index == 1 else []) + [_raw(r) for r in records[1:]]
+    db, state, root = tmp_path / "views.sqlite", tmp_path / "auditor.sqlite", tmp_path / "archive"
+
+    async def scenario() -> tuple[list, list]:
+        producer = make_producer(kafka, SERVICE_PRODUCER)
+        await producer.start()
+        try:
+            for key, value, headers in stream:
+                await producer.send(names.events, key=key, value=value, headers=headers)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        ends = await end_offsets(kafka, names.events)
+        services = [projector(kafka, names, group_id("projector"), db), auditor(kafka, names, group_id("auditor"),
+                                                                                   state=state),
+                    archiver(kafka, names, group_id("archiver"), root)]
+        # run_until fails the test if a service stops before it caught up
+        await asyncio.gather(*(run_until(service, lambda s=service: caught_up(s, ends)) for service in services))
+        dead = await consume_all(kafka, names.dead_letter, 1000, timeout=5)
+        found = await consume_all(kafka, names.findings, 1000, timeout=5, committed_only=True)
+        return dead, found
+
+    dead, found = asyncio.run(scenario())
+    reasons: dict[tuple[str, bytes], set[str]] = collections.defaultdict(set)
+    for record in dead:
+        headers = dict(record.headers)
+        reasons[(headers["dsh-dlq-service"].decode(), record.key)].add(headers["dsh-dlq-reason"].decode())
+    for (key, _, _), expected in hostile:
+        for service, allowed in expected.items():
+            assert reasons.pop((service, key), set()) & allowed, (service, key, allowed)
+    assert not reasons, f"dead letters nobody expected: {dict(reasons)}"
+    rules = {(json.loads(r.value)["session"], json.loads(r.value)["rule"]) for r in found}
+    assert {("hostile-json", "corrupt-storage"), ("hostile-deep", "corrupt-storage")} <= rules
+    assert not {session for session, _ in rules} & {t.session_id for t in truths}, rules  # honest: clean
+
+    assert views_match(db, truths)
+    assert_archive_is_the_truth(root, truths)
+    written = {path.relative_to(tmp_path).parts[0] for path in tmp_path.rglob("*")}
+    assert written <= {"views.sqlite", "views.sqlite-wal", "views.sqlite-shm", "auditor.sqlite", "auditor.sqlite-wal",
+                       "auditor.sqlite-shm", "archive"}, written
