@@ -30,6 +30,7 @@ from prometheus_client import Counter, Gauge
 from dsh_core.errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, SequenceGapError
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.records import SessionRecord, header_record, record_from_line
+from dsh_kafka.topics import MAX_MESSAGE_BYTES
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import decompress_frame, iter_frames
 from dsh_core.storage.layout import compression_of, encode_segment, find_session_files
@@ -41,7 +42,9 @@ SHIPPED_EVENTS = Counter("dsh_shipper_events_total", "Session events shipped.")
 SHIPPER_ERRORS = Counter("dsh_shipper_errors_total", "Session files and directories refused, by error class.", ["error"])
 SESSIONS = Gauge("dsh_shipper_sessions", "Session files followed, by state.", ["state"])
 
-_READ_LIMIT = 8 << 20  # bytes of a raw file read per pass (bounded memory)
+#: Bytes of a raw file read at once (bounded memory): a line longer than a
+#: record may be is refused, not waited on.
+_READ_LIMIT = MAX_MESSAGE_BYTES + 1
 
 
 @dataclass
@@ -155,6 +158,9 @@ def _read_raw(path: Path, out: _Read) -> None:
         data = stream.read(_READ_LIMIT)
     end = data.rfind(b"\n")
     if end < 0:
+        if len(data) == _READ_LIMIT:
+            raise CorruptionError(f"{path}: line {out.position.lines + 1} is longer than the {MAX_MESSAGE_BYTES}-byte "
+                                  "record limit")
         return  # nothing complete yet: a torn record is waited on
     for line in data[:end].split(b"\n"):
         _line_records(path, [line], out)
@@ -203,7 +209,11 @@ class Shipper:
                     self._report(f"refused earlier, not shipped: {position.failed}")
                 continue
             while True:
-                read = _read_new(path, position)
+                try:
+                    read = _read_new(path, position)
+                except OSError as error:  # unreadable now (permissions, replaced): said once, tried again next pass
+                    self._refuse_entry(CorruptionError(f"{path}: cannot be read: {error.strerror or error}"))
+                    break
                 for record in read.records:
                     await self._send(record)
                     SHIPPED_RECORDS.labels(record.kind).inc()

@@ -20,6 +20,11 @@ __all__ = ["ZSTD_MAGIC", "Frame", "iter_frames", "decompress_frame", "decompress
 
 ZSTD_MAGIC = 0xFD2FB528
 READ_SIZE = 1 << 20
+#: The most plaintext one frame may hold (dsh writes one frame per append
+#: batch; a batch of several large tool results stays far below this).
+FRAME_PLAINTEXT_LIMIT = 256 << 20
+#: Plaintext bytes decompressed at a time.
+_INFLATE_PIECE = 1 << 20
 
 _compressor = zstandard.ZstdCompressor(write_checksum=True)
 _decompressor = zstandard.ZstdDecompressor()
@@ -95,19 +100,34 @@ def iter_frames(stream: BinaryIO, where: str) -> Iterator[Frame]:
 
 
 def decompress_frame(frame: bytes, where: str) -> bytes:
-    """Plaintext of one complete frame; a checksum or decoding failure is corruption."""
+    """Plaintext of one complete frame; a checksum or decoding failure is
+    corruption, and so is a frame that inflates past :data:`FRAME_PLAINTEXT_LIMIT`."""
     try:
-        return _decompressor.decompressobj().decompress(frame)
+        return _inflate(frame, where)
     except zstandard.ZstdError as exc:
         raise CorruptionError(f"{where}: corrupt Zstandard session log: {exc}") from None
 
 
-def decompress_prefix(frame: bytes) -> bytes:
+def decompress_prefix(frame: bytes, where: str) -> bytes:
     """Whatever plaintext an incomplete final frame yields (maybe nothing)."""
     try:
-        return _decompressor.decompressobj().decompress(frame)
+        return _inflate(frame, where)
     except zstandard.ZstdError:
         return b""
+
+
+def _inflate(frame: bytes, where: str) -> bytes:
+    """Decompress in bounded pieces, so a frame inflating past the limit is
+    refused before it takes the memory."""
+    pieces, size = [], 0
+    with _decompressor.stream_reader(frame) as reader:
+        while piece := reader.read(_INFLATE_PIECE):
+            size += len(piece)
+            if size > FRAME_PLAINTEXT_LIMIT:
+                raise CorruptionError(f"{where}: a Zstandard frame of {len(frame)} bytes inflates past "
+                                      f"{FRAME_PLAINTEXT_LIMIT} bytes; refused as a decompression bomb")
+            pieces.append(piece)
+    return b"".join(pieces)
 
 
 def compress_frame(plaintext: bytes) -> bytes:

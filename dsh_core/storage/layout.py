@@ -85,7 +85,9 @@ def find_session_files(root: str | os.PathLike[str],
     """Every session file of a sessions root in dsh's layout, sorted.
 
     A root holds one encoding per session (spec §8.1): a session directory
-    holding both, or a flat ``<project>/<id>.jsonl[.zstd]`` file, is refused.
+    holding both, or a flat ``<project>/<id>.jsonl[.zstd]`` file, is refused,
+    and so is a session file that is not a regular file. Symbolic links are
+    not followed (one could lead out of the root): they are refused too.
     Without ``refuse`` that raises; with it, the entry is passed over and
     ``refuse`` gets the error.
     """
@@ -94,20 +96,31 @@ def find_session_files(root: str | os.PathLike[str],
             raise error
         refuse(error)
 
+    def linked(path: Path) -> bool:
+        if path.is_symlink():
+            refused(CorruptionError(f"{path}: a symbolic link; links in a sessions root are not followed"))
+            return True
+        return False
+
     found: list[Path] = []
     root = Path(root)
-    for project in sorted(p for p in root.iterdir() if p.is_dir()):
+    for project in sorted(root.iterdir()):
+        if linked(project) or not project.is_dir():
+            continue
         for entry in sorted(project.iterdir()):
+            if linked(entry):
+                continue
             if entry.is_file() and entry.name.endswith((".jsonl", ".jsonl.zstd")):
                 refused(CorruptionError(f"{entry}: a flat session file; dsh keeps each session in "
                                         "<project>/<id>/session.jsonl[.zstd]"))
             if not entry.is_dir():
                 continue
-            raw, packed = entry / "session.jsonl", entry / "session.jsonl.zstd"
-            if raw.exists() and packed.exists():
+            files = [entry / name for name in ("session.jsonl", "session.jsonl.zstd") if os.path.lexists(entry / name)]
+            odd = [path for path in files if path.is_symlink() or not path.is_file()]
+            if odd:
+                refused(CorruptionError(f"{odd[0]}: not a regular file"))
+            elif len(files) == 2:
                 refused(CorruptionError(f"{entry}: holds both session.jsonl and session.jsonl.zstd"))
-            elif packed.exists():
-                found.append(packed)
-            elif raw.exists():
-                found.append(raw)
+            elif files:
+                found.append(files[0])
     return found

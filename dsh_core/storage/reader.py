@@ -106,7 +106,7 @@ def _read_zstd(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> Non
                 break
             if fragment:
                 raise CorruptionError(f"{where}: corrupt Zstandard session log: complete frame contains a torn JSONL record")
-            plaintext = decompress_prefix(frame.data)
+            plaintext = decompress_prefix(frame.data, where)
             lines = plaintext.split(b"\n")
             lines.pop()
             joined = True

@@ -1,0 +1,73 @@
+"""A sessions root with hostile entries beside an honest session: the
+shipper reports each entry with its path and reason and ships the honest
+session exactly (no broker: records are collected as they are sent)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import zstandard
+
+from dsh_core.storage.framing import FRAME_PLAINTEXT_LIMIT, compress_frame
+from dsh_kafka.topics import MAX_MESSAGE_BYTES
+from producers.shipper import Shipper, ShipperConfig
+from tests.conftest import corpus_logs, expected_of
+from tests.layout_helpers import place, storage_lines
+
+
+def _honest_log() -> tuple[bytes, dict]:
+    log = next(log for log in corpus_logs("dsh-real") if expected_of(log)["accepted"]
+               and expected_of(log)["repair"] is None)
+    return log.read_bytes(), expected_of(log)
+
+
+def _header(session_id: str) -> bytes:
+    """The honest log's header, for another session in the hostile project."""
+    header = json.loads(_honest_log()[0].split(b"\n", 1)[0])
+    return json.dumps(header | {"id": session_id, "cwd": "/work/hostile"}).encode()
+
+
+def _bomb() -> bytes:
+    """One frame that inflates past the frame limit, compressed piece by piece."""
+    compressing = zstandard.ZstdCompressor(write_checksum=True).compressobj()
+    zeros = bytes(1 << 20)
+    frame = b"".join(compressing.compress(zeros) for _ in range((FRAME_PLAINTEXT_LIMIT >> 20) + 2))
+    return frame + compressing.flush()
+
+
+def test_hostile_entries_are_reported_and_the_honest_session_ships(tmp_path):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    log, expected = _honest_log()
+    place(root, log, "none")
+    project = root / "--work-hostile--"
+    (project / "dir-not-file" / "session.jsonl").mkdir(parents=True)
+    (project / "long-line").mkdir()
+    (project / "long-line" / "session.jsonl").write_bytes(
+        _header("long-line") + b"\n" + b'{"seq": 0, "pad": "' + b"x" * MAX_MESSAGE_BYTES + b'"}\n')
+    (project / "bomb").mkdir()
+    (project / "bomb" / "session.jsonl.zstd").write_bytes(compress_frame(_header("bomb") + b"\n") + _bomb())
+    (outside / "escaped").mkdir(parents=True)
+    (outside / "escaped" / "session.jsonl").write_bytes(log)
+    (project / "escaped").symlink_to(outside / "escaped")
+
+    sent, reports = [], []
+
+    async def send(record) -> None:
+        sent.append(record)
+
+    async def flush() -> None:
+        pass
+
+    shipper = Shipper(ShipperConfig(root, tmp_path / "state", once=True), send, flush, reports.append)
+    asyncio.run(shipper.ship_once())
+
+    honest_id = expected["sessionHeader"]["id"]
+    assert [r.value for r in sent if r.session_id == honest_id][1:] == storage_lines(log)
+    assert {r.session_id for r in sent} <= {honest_id, "long-line", "bomb"}  # headers of the refused two
+    said = "\n".join(reports)
+    assert f"{project / 'dir-not-file' / 'session.jsonl'}: not a regular file" in said
+    assert f"{project / 'escaped'}: a symbolic link; links in a sessions root are not followed" in said
+    assert "long-line/session.jsonl: line 2 is longer than the 16777216-byte record limit" in said
+    assert "bomb/session.jsonl.zstd: a Zstandard frame of" in said and "decompression bomb" in said
+    assert len(reports) == 4, reports
