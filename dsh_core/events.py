@@ -22,6 +22,7 @@ from .jsonvalue import encode_json, freeze
 
 __all__ = [
     "Event",
+    "is_row",
     "SURFACE_TYPES",
     "KNOWN_TYPES",
     "RETIRED_TYPES",
@@ -54,6 +55,12 @@ RETIRED_TYPES = frozenset({"request/header-delta", "mode/set"})
 
 #: Storage-only tags of packed chunk rows (spec §8.3); never session events.
 ROW_TAGS = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
+
+
+def is_row(value: Any) -> bool:
+    """Whether a decoded record is a packed chunk row (its ``type`` a row
+    tag; a type that is no string at all is not one)."""
+    return isinstance(value, dict) and isinstance(tag := value.get("type"), str) and tag in ROW_TAGS
 
 
 class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):

@@ -35,7 +35,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from .errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, ValidationError
-from .events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES
+from .events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES, is_row
 from .jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json, float_hook
 from .session import SessionState
 from .session_header import SessionHeader, parse_header_line
@@ -156,7 +156,7 @@ class StagedFold:
         line_no = self._line_no + 1  # the header is line 1
         try:
             value = decode_json(line)
-            row = decode_row(value) if isinstance(value, dict) and value.get("type") in ROW_TAGS else None
+            row = decode_row(value) if is_row(value) else None
         except DecodeError as exc:
             if self._issue is None:
                 self._issue = CorruptionError(f"{self.where}: line {line_no}: unparsable committed record ({exc})")
@@ -200,7 +200,7 @@ class StagedFold:
             self._rows(row)
             return
         value = decode_json(line)
-        if isinstance(value, dict) and value.get("type") in ROW_TAGS:
+        if is_row(value):
             row = decode_row(value)
             self.count += row.count
             self._rows(row)
@@ -280,6 +280,8 @@ class StagedFold:
         if self.shape_error is not None:
             return
         event_type = event.get("type")
+        if not isinstance(event_type, str):  # dsh's Set.has is false for it: an unknown, unmarked type
+            event_type = _show(event_type)
         try:  # shape_error
             if event_type in _UPGRADED_TYPES:
                 check_retired(event_type, event.get("data"), lambda: self._where(event))

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Protocol, Sequence
 import msgspec
 
 from dsh_core.errors import DecodeError, IdentityError
-from dsh_core.events import ROW_TAGS, Event
+from dsh_core.events import ROW_TAGS, Event, is_row
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.request import DIGEST_ALGORITHM
 from dsh_core.session_header import FORMAT_VERSION, SessionHeader
@@ -94,7 +94,7 @@ def record_from_line(session_id: str, line: bytes) -> SessionRecord:
     """The record of one stored JSONL line, its bytes unchanged. Raises
     :class:`DecodeError` for a line that is no storage record."""
     value = decode_json(line)
-    if isinstance(value, dict) and value.get("type") in ROW_TAGS:
+    if is_row(value):
         row = decode_row(value)
         return SessionRecord(session_id, KIND_RECORD, row.seq0, row.count, line)
     seq = value.get("seq") if isinstance(value, dict) else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
 from ..errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError
-from ..events import ROW_TAGS
+from ..events import is_row
 from ..fold import FoldObserver, StagedFold
 from ..jsonvalue import decode_json
 from ..session import SessionState
@@ -167,7 +167,7 @@ class _EventCollector:
     def event_line(self, line: bytes) -> bool:
         try:
             value = decode_json(line)
-            if isinstance(value, dict) and value.get("type") in ROW_TAGS:
+            if is_row(value):
                 self.events.extend(decode_row(value).expand())
             else:
                 self.events.append(value)
