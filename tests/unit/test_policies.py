@@ -286,3 +286,20 @@ def test_pending_attestations_are_bounded_in_count_and_size():
     huge = SessionRecord(truth.session_id, "attestation", 5, 0, b'{"d": "' + b"x" * ATTESTATION_BYTES + b'"}')
     outputs = _run(Audit(AuditorConfig(kafka=_KAFKA)), _fetched([header, huge] + waiting))
     assert _reasons(outputs) == [b"corrupt-storage", b"held-limit"]
+
+
+def test_a_negative_token_count_is_the_log_s_to_keep_not_a_counter_s(tmp_path):
+    truth, records = _session(seed=51)
+    index, message = next((i, json.loads(r.value)) for i, r in enumerate(records)
+                          if r.kind == KIND_RECORD and b'"assistant/message"' in r.value and b'"usage"' in r.value)
+    message["data"]["usage"]["inputTokens"] = -5
+    records[index] = SessionRecord(truth.session_id, KIND_RECORD, records[index].seq, 1, json.dumps(message).encode())
+    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")
+    outputs = _run(Projection(config), _fetched(records))
+    assert outputs.on(_NAMES.dead_letter) == []
+    store = ViewStore(config.store)
+    try:
+        view = store.view(truth.session_id)
+    finally:
+        store.close()
+    assert view["status"] == "idle" and view["nextSeq"] == truth.next_seq
