@@ -14,18 +14,18 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import msgspec
 
-from dsh_core.errors import DecodeError, IdentityError
+from dsh_core.errors import DecodeError, DshError, IdentityError
 from dsh_core.events import ROW_TAGS, Event, is_row
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.request import DIGEST_ALGORITHM
-from dsh_core.session_header import FORMAT_VERSION, SessionHeader
+from dsh_core.session_header import FORMAT_VERSION, SessionHeader, parse_header_line
 from dsh_core.storage.records import decode_row, pack_chunk_runs
 
 from .topics import MAX_MESSAGE_BYTES
 
 __all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "SessionRecord", "KafkaRecord", "Attestation",
            "record_from_line", "records_for_batch", "header_record", "attestation_record", "check_envelope",
-           "check_identity", "decode_kafka_record", "where_of"]
+           "check_identity", "check_same_header", "decode_kafka_record", "where_of"]
 
 KIND_HEADER = "header"
 KIND_RECORD = "record"
@@ -180,6 +180,26 @@ def _envelope_error(record: KafkaRecord) -> DecodeError:
         return DecodeError(f"{where}: a {len(record.value)}-byte value (after decompression) is over the "
                            f"{MAX_MESSAGE_BYTES}-byte record limit")
     return DecodeError(f"{where}: the record envelope cannot be read")
+
+
+def check_same_header(record: SessionRecord, header: SessionHeader) -> None:
+    """A header record for a session that already has ``header`` is a copy
+    of it; a different one (two writers, or two sessions of one id) is
+    refused with :class:`IdentityError`."""
+    try:
+        again = parse_header_line(decode_json(record.value), f"session {record.session_id!r} header")
+    except DshError as error:
+        raise IdentityError(f"session {record.session_id!r}: a second header that is not one ({error.message})") \
+            from None
+    if again.to_dict() != header.to_dict():
+        raise IdentityError(f"session {record.session_id!r}: a second header differing from the first "
+                            f"({_differences(header, again)}); two writers share this session id")
+
+
+def _differences(first: SessionHeader, second: SessionHeader) -> str:
+    one, two = first.to_dict(), second.to_dict()
+    return ", ".join(f"{key}: {one.get(key)!r} then {two.get(key)!r}" for key in sorted(one.keys() | two.keys())
+                     if one.get(key) != two.get(key))
 
 
 def check_identity(record: SessionRecord, header: SessionHeader) -> None:

@@ -24,7 +24,8 @@ from dsh_core.jsonvalue import decode_json
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.layout import Compression
 from dsh_core.storage.writer import SessionFileWriter
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_identity
+from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_identity,
+                               check_same_header)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
@@ -113,7 +114,9 @@ class Archive(Policy[ArchivedSession]):
         session_id = decoded.session_id
         session = self._session(session_id, record.partition)
         if decoded.kind == KIND_HEADER:
-            if session.header is None:
+            if session.header is not None:
+                check_same_header(decoded, session.header)
+            else:
                 header = parse_header_line(decode_json(decoded.value), f"session {session_id!r} header")
                 check_identity(decoded, header)
                 path = new_file(self.config.root, header, self.config.compression)

@@ -40,7 +40,8 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import DecodeError, DshError, InternalError
-from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, decode_kafka_record, where_of
+from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, check_same_header,
+                               decode_kafka_record, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.outputs import Outputs
@@ -122,7 +123,9 @@ class Audit(Policy[AuditedSession]):
         if session.refused:
             return
         if decoded.kind == KIND_HEADER:
-            if session.fold is None and session.start(decoded):
+            if session.fold is not None:
+                check_same_header(decoded, session.fold.header)
+            elif session.start(decoded):
                 drain(session)
                 self._gap_closed(session)
             return

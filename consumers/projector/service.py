@@ -33,7 +33,7 @@ from dsh_core.errors import DshError, InternalError
 from dsh_core.fold import StagedFold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_identity
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_identity, check_same_header
 
 from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
@@ -219,6 +219,7 @@ class Projection(Policy[ProjectedSession]):
 
     def _header(self, session: ProjectedSession, decoded: SessionRecord) -> None:
         if session.fold is not None:
+            check_same_header(decoded, session.fold.header)
             self.tally.add(DUPLICATES)
             return
         fold = StagedFold(f"session {decoded.session_id!r}", session.analysis)

@@ -85,9 +85,11 @@ def find_session_files(root: str | os.PathLike[str],
     """Every session file of a sessions root in dsh's layout, sorted.
 
     A root holds one encoding per session (spec §8.1): a session directory
-    holding both, or a flat ``<project>/<id>.jsonl[.zstd]`` file, is refused,
-    and so is a session file that is not a regular file. Symbolic links are
-    not followed (one could lead out of the root): they are refused too.
+    holding both, or a flat ``<project>/<id>.jsonl[.zstd]`` file, is refused;
+    so are a session file that is not a regular file and a session id seen
+    before under another project (two logs are not one session). Symbolic
+    links are not followed (one could lead out of the root): they are
+    refused too.
     Without ``refuse`` that raises; with it, the entry is passed over and
     ``refuse`` gets the error.
     """
@@ -103,6 +105,7 @@ def find_session_files(root: str | os.PathLike[str],
         return False
 
     found: list[Path] = []
+    first_seen: dict[str, Path] = {}  # session folder name -> where it was found first
     root = Path(root)
     for project in sorted(root.iterdir()):
         if linked(project) or not project.is_dir():
@@ -121,6 +124,10 @@ def find_session_files(root: str | os.PathLike[str],
                 refused(CorruptionError(f"{odd[0]}: not a regular file"))
             elif len(files) == 2:
                 refused(CorruptionError(f"{entry}: holds both session.jsonl and session.jsonl.zstd"))
+            elif entry.name in first_seen:
+                refused(CorruptionError(f"{entry}: session {entry.name!r} is also at {first_seen[entry.name]}; a "
+                                        "root holds one log per session id"))
             elif files:
+                first_seen[entry.name] = entry
                 found.append(files[0])
     return found

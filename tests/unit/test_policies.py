@@ -303,3 +303,17 @@ def test_a_negative_token_count_is_the_log_s_to_keep_not_a_counter_s(tmp_path):
     finally:
         store.close()
     assert view["status"] == "idle" and view["nextSeq"] == truth.next_seq
+
+
+def test_a_second_different_header_is_refused_and_a_copy_is_a_duplicate(tmp_path):
+    truth, records = _session(seed=52)
+    header = next(r for r in records if r.kind == KIND_HEADER)
+    other = json.loads(header.value) | {"createdAt": json.loads(header.value)["createdAt"] + 1}
+    second = SessionRecord(truth.session_id, KIND_HEADER, 0, 0, json.dumps(other).encode())
+    policies = [Projection(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
+                Audit(AuditorConfig(kafka=_KAFKA)), Archive(ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive"))]
+    for policy in policies:
+        outputs = _run(policy, _fetched(records + [header, second]))
+        [(_, _, headers)] = outputs.on(_NAMES.dead_letter)
+        assert headers["dsh-dlq-reason"] == b"identity", policy.name
+        assert b"a second header differing from the first (createdAt: " in headers["dsh-dlq-error"], policy.name

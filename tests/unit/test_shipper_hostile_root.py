@@ -71,3 +71,17 @@ def test_hostile_entries_are_reported_and_the_honest_session_ships(tmp_path):
     assert "long-line/session.jsonl: line 2 is longer than the 16777216-byte record limit" in said
     assert "bomb/session.jsonl.zstd: a Zstandard frame of" in said and "decompression bomb" in said
     assert len(reports) == 4, reports
+
+
+def test_one_session_id_under_two_projects_ships_once_and_the_second_is_reported(tmp_path):
+    from dsh_core.storage.layout import find_session_files
+    root = tmp_path / "root"
+    log, expected = _honest_log()
+    first = place(root, log, "none")
+    second = root / "--elsewhere--" / first.parent.name / "session.jsonl"
+    second.parent.mkdir(parents=True)
+    second.write_bytes(log)
+    refused = []
+    found = find_session_files(root, refused.append)
+    assert len(found) == 1 and len(refused) == 1
+    assert f"is also at {found[0].parent}; a root holds one log per session id" in refused[0].message
