@@ -91,6 +91,8 @@ class LogAnalysis:
 
     def after_event(self, event: dict[str, Any], state: SessionState) -> None:
         event_type, data = event["type"], event["data"]
+        if not isinstance(data, dict):  # the fold admits any JSON value here; it says nothing to count
+            return
         if event_type == "turn/start":
             self.turns.append({"turn": data.get("turn"), "reason": None, "steps": 0})
         elif event_type == "step/start":

@@ -39,7 +39,7 @@ from .events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES, is_row
 from .jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json, float_hook
 from .session import SessionState
 from .session_header import SessionHeader, parse_header_line
-from .shapes import check_message_shape, check_retired
+from .shapes import check_envelope, check_message_shape, check_retired
 from .storage.legacy import upgrade_event
 from .storage.records import ChunkRow, decode_row, decode_row_line
 from .storage.repair import OpenTurnTracker
@@ -141,8 +141,12 @@ class StagedFold:
             if envelope is not None and envelope.seq == self.count and envelope.type not in ROW_TAGS:
                 self._line_no += 1
                 self.count += 1
-                self._envelope(envelope)
-                return True
+                try:
+                    self._envelope(envelope)
+                    return True
+                except DecodeError:  # a payload that is no JSON (say, not UTF-8): the full path names it
+                    self._line_no -= 1
+                    self.count -= 1
             row = decode_row_line(line) if envelope is None else None
             if row is not None and row.seq0 == self.count:
                 self._line_no += 1
@@ -192,7 +196,11 @@ class StagedFold:
             envelope = None
         if envelope is not None and envelope.type not in ROW_TAGS:
             self.count += 1
-            self._envelope(envelope)
+            try:
+                self._envelope(envelope)
+            except DecodeError:  # its payload is no JSON: nothing was folded, the record is refused
+                self.count -= 1
+                raise
             return
         row = decode_row_line(line)
         if row is not None:
@@ -311,9 +319,12 @@ class StagedFold:
 
     def _fold(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
         observer, state = self.observer, self.state
-        if observer is not None:
-            observer.before_event(event, state)
         try:
+            if observer is not None:
+                if not envelope_checked:  # an observer reads only events whose envelope holds
+                    check_envelope(event, state.next_seq)
+                    envelope_checked = True
+                observer.before_event(event, state)
             state.check_and_apply(event, messages_checked=True, envelope_checked=envelope_checked)
         except ValidationError as exc:
             self.validation_error = exc

@@ -19,12 +19,24 @@ def canonical_header(header: Any) -> FrozenDict:
     if isinstance(defaults, dict) and (defaults.get("reasoningEffort") is True or defaults.get("maxTokens") is True):
         out["adapterDefaults"] = defaults
     system = header.get("system")
-    if system is not None and len(system) > 0:
+    if _non_empty(system):
         out["system"] = system
     tools = header.get("tools")
-    if tools is not None and len(tools) > 0:
+    if _non_empty(tools):
         out["tools"] = tools
     return FrozenDict(out)
+
+
+def _non_empty(value: Any) -> bool:
+    """``value.length > 0`` as the reference evaluates it: a string's or an
+    array's length, an object's own numeric ``length``; anything else has
+    none (``undefined > 0`` is false)."""
+    if isinstance(value, (str, list, tuple)):
+        return len(value) > 0
+    if isinstance(value, dict):
+        length = value.get("length")
+        return type(length) in (int, float) and length > 0
+    return False
 
 
 _MISSING: Any = object()

@@ -115,7 +115,8 @@ class ProjectedSession:
 
     def refuse(self, error: DshError) -> None:
         self.status = "refused"
-        self.error = f"[{error.category}] {type(error).__name__}: {error.message}"
+        text = f"[{error.category}] {type(error).__name__}: {error.message}"
+        self.error = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate stays readable
         REFUSED.labels(error.category).inc()
 
     def view(self) -> dict[str, Any]:

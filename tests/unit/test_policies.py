@@ -3,88 +3,16 @@ archive files, findings and dead letters out (into recording outputs)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from dataclasses import dataclass, field
-
-from aiokafka import TopicPartition
 
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig, ViewStore
-from consumers.runtime import ConsumerService, Outputs, Policy
 from dsh_core.storage.layout import find_session_files
 from dsh_core.storage.reader import load_session
-from dsh_kafka.config import KafkaConfig
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord
-from dsh_kafka.topics import TopicNames
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
-
-_KAFKA = KafkaConfig("unused.invalid:9092")  # no client is ever made
-_NAMES = TopicNames()
-
-
-@dataclass
-class _Fetched:
-    """A record as a consumer fetches it."""
-
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    offset: int
-    topic: str = _NAMES.events
-    partition: int = 0
-    timestamp: int = 0
-
-
-@dataclass
-class _Recorded(Outputs):
-    """Outputs that keep what a checkpoint would send."""
-
-    sent: list[tuple[str, bytes | None, bytes | None, dict]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        super().__init__(_NAMES, "test")
-
-    async def start(self, consumer) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    async def publish(self) -> None:
-        pending, self.pending = self.pending, []
-        self.sent += [(topic, key, value, dict(headers)) for _, topic, key, value, headers in pending]
-
-    async def flush(self) -> None:
-        pass
-
-    async def commit(self, offsets) -> None:
-        pass
-
-    def on(self, topic: str) -> list[tuple[bytes | None, bytes | None, dict]]:
-        return [(key, value, headers) for sent_to, key, value, headers in self.sent if sent_to == topic]
-
-
-def _fetched(records: list[SessionRecord]) -> list[_Fetched]:
-    return [_Fetched(r.key, r.value, r.headers, offset) for offset, r in enumerate(records)]
-
-
-def _run(policy: Policy, records: list[_Fetched]) -> _Recorded:
-    """What the runtime does with one batch, then its checkpoint."""
-    outputs = _Recorded()
-    service = ConsumerService(policy.config, policy, outputs)
-
-    async def batch() -> None:
-        await policy.open(outputs)
-        service.handle_batch({TopicPartition(_NAMES.events, 0): records})
-        policy.persist()
-        await outputs.publish()
-        policy.committed({})
-        await policy.close(True)
-
-    asyncio.run(batch())
-    return outputs
+from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs, fetched, run_batch
 
 
 def _session(seed: int, index: int = 0):
@@ -103,25 +31,25 @@ def _shuffled(records: list[SessionRecord]) -> list[SessionRecord]:
 
 def test_the_projection_folds_records_in_seq_order_and_queues_heads(tmp_path):
     truth, records = _session(seed=41)
-    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite", hot_sessions=1)
-    outputs = _run(Projection(config), _fetched(_shuffled(records)))
+    config = ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite", hot_sessions=1)
+    outputs = run_batch(Projection(config), fetched(_shuffled(records)))
     store = ViewStore(config.store)
     try:
         view = store.view(truth.session_id)
     finally:
         store.close()
     assert (view["status"], view["nextSeq"], view["messagesDigest"]) == ("idle", truth.next_seq, truth.messages_digest)
-    heads = outputs.on(_NAMES.views)
+    heads = outputs.on(NAMES.views)
     assert [(key, json.loads(value)["seq"]) for key, value, _ in heads] == [(truth.session_id.encode(), truth.next_seq)]
-    assert outputs.on(_NAMES.dead_letter) == []
+    assert outputs.on(NAMES.dead_letter) == []
 
 
 def test_a_refused_record_is_dead_lettered_with_its_reason_and_place(tmp_path):
     truth, records = _session(seed=42)
     broken = SessionRecord(truth.session_id, KIND_RECORD, records[3].seq, 1, b'{"seq": "not an event"')
-    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")
-    outputs = _run(Projection(config), _fetched(records[:3] + [broken]))
-    [(key, value, headers)] = outputs.on(_NAMES.dead_letter)
+    config = ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")
+    outputs = run_batch(Projection(config), fetched(records[:3] + [broken]))
+    [(key, value, headers)] = outputs.on(NAMES.dead_letter)
     assert (key, value) == (broken.key, broken.value)
     assert (headers["dsh-dlq-service"], headers["dsh-dlq-reason"], headers["dsh-dlq-offset"]) == (
         b"test", b"corrupt-storage", b"3")
@@ -130,8 +58,8 @@ def test_a_refused_record_is_dead_lettered_with_its_reason_and_place(tmp_path):
 
 def test_the_archive_is_the_shipped_log_whatever_the_arrival_order(tmp_path):
     truth, records = _session(seed=43)
-    config = ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive")
-    _run(Archive(config), _fetched(_shuffled(records)))
+    config = ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive")
+    run_batch(Archive(config), fetched(_shuffled(records)))
     [path] = find_session_files(config.root)
     result = load_session(path)
     assert result.accepted and result.stored_count == truth.next_seq
@@ -141,9 +69,9 @@ def test_the_archive_is_the_shipped_log_whatever_the_arrival_order(tmp_path):
 def test_the_audit_reports_a_missing_header_once_and_heals_when_it_comes(tmp_path):
     truth, records = _session(seed=44)
     header = next(r for r in records if r.kind == KIND_HEADER)
-    policy = Audit(AuditorConfig(kafka=_KAFKA))
-    outputs = _run(policy, _fetched([r for r in records if r is not header] + [header]))
-    findings = [json.loads(value) for _, value, _ in outputs.on(_NAMES.findings)]
+    policy = Audit(AuditorConfig(kafka=KAFKA))
+    outputs = run_batch(policy, fetched([r for r in records if r is not header] + [header]))
+    findings = [json.loads(value) for _, value, _ in outputs.on(NAMES.findings)]
     assert [(f["rule"], f["session"], f["seq"], f["category"]) for f in findings] == [
         ("sequence-gap", truth.session_id, 0, "corrupt-storage")]
     assert "the session header is missing" in findings[0]["detail"]
@@ -151,13 +79,13 @@ def test_the_audit_reports_a_missing_header_once_and_heals_when_it_comes(tmp_pat
     assert healed.fold.count == truth.next_seq and not healed.held and healed.gap_reported is None
 
 
-def test_services_are_built_outside_an_event_loop_and_connect_only_when_run(tmp_path):
+def test_services_are_built_outside_an_event_loop_and_connect_only_whenrun_batch(tmp_path):
     from consumers.archiver import archiver_service
     from consumers.auditor import auditor_service
     from consumers.projector import projector_service
-    services = [projector_service(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
-                auditor_service(AuditorConfig(kafka=_KAFKA)),
-                archiver_service(ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive"))]
+    services = [projector_service(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
+                auditor_service(AuditorConfig(kafka=KAFKA)),
+                archiver_service(ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive"))]
     assert [service.name for service in services] == ["projector", "auditor", "archiver"]
     assert [service.config.group for service in services] == ["dsh-projector", "dsh-auditor", "dsh-archiver"]
     assert not (tmp_path / "views.sqlite").exists() and not (tmp_path / "archive").exists()
@@ -171,17 +99,17 @@ def _forged_header(truth, records) -> SessionRecord:
     return SessionRecord(truth.session_id, KIND_HEADER, 0, 0, json.dumps(value).encode())
 
 
-def _reasons(outputs: _Recorded) -> list[bytes]:
-    return [headers["dsh-dlq-reason"] for _, _, headers in outputs.on(_NAMES.dead_letter)]
+def _reasons(outputs: RecordingOutputs) -> list[bytes]:
+    return [headers["dsh-dlq-reason"] for _, _, headers in outputs.on(NAMES.dead_letter)]
 
 
 def test_a_header_naming_another_session_is_refused_by_every_service(tmp_path):
     truth, records = _session(seed=45)
     forged = _forged_header(truth, records)
-    policies = [Projection(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
-                Audit(AuditorConfig(kafka=_KAFKA)), Archive(ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive"))]
+    policies = [Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
+                Audit(AuditorConfig(kafka=KAFKA)), Archive(ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive"))]
     for policy in policies:
-        outputs = _run(policy, _fetched([forged] + records))
+        outputs = run_batch(policy, fetched([forged] + records))
         assert _reasons(outputs) == [b"identity"], policy.name
     [path] = find_session_files(tmp_path / "archive")  # the real session's file only, under its own id
     assert path.parent.name == truth.session_id and load_session(path).stored_count == truth.next_seq
@@ -189,12 +117,12 @@ def test_a_header_naming_another_session_is_refused_by_every_service(tmp_path):
 
 def test_envelope_numbers_beyond_safe_integers_are_refused_not_stored(tmp_path):
     truth, records = _session(seed=46)
-    huge = _Fetched(truth.session_id.encode(), records[1].value,
+    huge = Fetched(truth.session_id.encode(), records[1].value,
                     [("dsh-kind", b"record"), ("dsh-seq", str(2**63).encode()), ("dsh-count", b"1"),
                      ("dsh-format", b"0")], offset=len(records))
-    outputs = _run(Projection(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
-                   _fetched(records) + [huge])
-    [(_, _, headers)] = outputs.on(_NAMES.dead_letter)
+    outputs = run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
+                   fetched(records) + [huge])
+    [(_, _, headers)] = outputs.on(NAMES.dead_letter)
     assert headers["dsh-dlq-reason"] == b"corrupt-storage"
     assert b"must be safe integers from 0 to 2^53-1" in headers["dsh-dlq-error"]
 
@@ -209,9 +137,9 @@ def test_an_unexpected_failure_dead_letters_the_record_and_the_service_goes_on(t
                 raise KeyError("a bug")
             super().handle(record, decoded)
 
-    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")
-    outputs = _run(Buggy(config), _fetched(first_records + second_records))
-    [(key, _, headers)] = outputs.on(_NAMES.dead_letter)
+    config = ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")
+    outputs = run_batch(Buggy(config), fetched(first_records + second_records))
+    [(key, _, headers)] = outputs.on(NAMES.dead_letter)
     assert (key, headers["dsh-dlq-reason"]) == (first.session_id.encode(), b"internal")
     assert headers["dsh-dlq-error"].startswith(b"InternalError: dsh.session-events[0]@") and b"KeyError" in \
         headers["dsh-dlq-error"]
@@ -227,8 +155,8 @@ def test_an_attestation_that_is_not_an_object_is_dead_lettered():
     truth, records = _session(seed=48)
     attestation = next(r for r in records if r.kind == "attestation")
     bad = SessionRecord(truth.session_id, "attestation", attestation.seq, 0, b"[1, 2]")
-    policy = Audit(AuditorConfig(kafka=_KAFKA))
-    outputs = _run(policy, _fetched([r if r is not attestation else bad for r in records]))
+    policy = Audit(AuditorConfig(kafka=KAFKA))
+    outputs = run_batch(policy, fetched([r if r is not attestation else bad for r in records]))
     assert _reasons(outputs) == [b"corrupt-storage"]
     assert policy.sessions.get(truth.session_id).fold.count == truth.next_seq
 
@@ -237,7 +165,7 @@ def test_an_oversized_dead_letter_is_cut_with_its_size_and_digest():
     from consumers.runtime.outputs import DEAD_LETTER_VALUE_BYTES, dead_letter
     from dsh_core.errors import DecodeError
     value = b"x" * (DEAD_LETTER_VALUE_BYTES + 10)
-    record = _Fetched(b"s", value, [("big", b"y" * 20_000)], offset=7)
+    record = Fetched(b"s", value, [("big", b"y" * 20_000)], offset=7)
     cut, headers = dead_letter(record, DecodeError("too big"), "projector")
     named = dict(headers)
     assert len(cut) == DEAD_LETTER_VALUE_BYTES and "big" not in named
@@ -260,8 +188,8 @@ def test_the_archive_takes_only_values_that_are_what_their_envelope_says(tmp_pat
              SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, b"not json"),
              SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, event.value + b"\n" + event.value)]
     position = records.index(event)
-    config = ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive")
-    outputs = _run(Archive(config), _fetched(records[:position] + liars + records[position:]))
+    config = ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive")
+    outputs = run_batch(Archive(config), fetched(records[:position] + liars + records[position:]))
     assert _reasons(outputs) == [b"corrupt-storage"] * 3
     [path] = find_session_files(config.root)
     result = load_session(path)
@@ -284,7 +212,7 @@ def test_pending_attestations_are_bounded_in_count_and_size():
     waiting = [SessionRecord(truth.session_id, "attestation", 10_000 + n, 0, b'{"digest": "x"}')
                for n in range(PENDING_LIMIT + 1)]
     huge = SessionRecord(truth.session_id, "attestation", 5, 0, b'{"d": "' + b"x" * ATTESTATION_BYTES + b'"}')
-    outputs = _run(Audit(AuditorConfig(kafka=_KAFKA)), _fetched([header, huge] + waiting))
+    outputs = run_batch(Audit(AuditorConfig(kafka=KAFKA)), fetched([header, huge] + waiting))
     assert _reasons(outputs) == [b"corrupt-storage", b"held-limit"]
 
 
@@ -294,9 +222,9 @@ def test_a_negative_token_count_is_the_log_s_to_keep_not_a_counter_s(tmp_path):
                           if r.kind == KIND_RECORD and b'"assistant/message"' in r.value and b'"usage"' in r.value)
     message["data"]["usage"]["inputTokens"] = -5
     records[index] = SessionRecord(truth.session_id, KIND_RECORD, records[index].seq, 1, json.dumps(message).encode())
-    config = ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")
-    outputs = _run(Projection(config), _fetched(records))
-    assert outputs.on(_NAMES.dead_letter) == []
+    config = ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")
+    outputs = run_batch(Projection(config), fetched(records))
+    assert outputs.on(NAMES.dead_letter) == []
     store = ViewStore(config.store)
     try:
         view = store.view(truth.session_id)
@@ -310,10 +238,10 @@ def test_a_second_different_header_is_refused_and_a_copy_is_a_duplicate(tmp_path
     header = next(r for r in records if r.kind == KIND_HEADER)
     other = json.loads(header.value) | {"createdAt": json.loads(header.value)["createdAt"] + 1}
     second = SessionRecord(truth.session_id, KIND_HEADER, 0, 0, json.dumps(other).encode())
-    policies = [Projection(ProjectorConfig(kafka=_KAFKA, store=tmp_path / "views.sqlite")),
-                Audit(AuditorConfig(kafka=_KAFKA)), Archive(ArchiverConfig(kafka=_KAFKA, root=tmp_path / "archive"))]
+    policies = [Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
+                Audit(AuditorConfig(kafka=KAFKA)), Archive(ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive"))]
     for policy in policies:
-        outputs = _run(policy, _fetched(records + [header, second]))
-        [(_, _, headers)] = outputs.on(_NAMES.dead_letter)
+        outputs = run_batch(policy, fetched(records + [header, second]))
+        [(_, _, headers)] = outputs.on(NAMES.dead_letter)
         assert headers["dsh-dlq-reason"] == b"identity", policy.name
         assert b"a second header differing from the first (createdAt: " in headers["dsh-dlq-error"], policy.name
