@@ -117,8 +117,8 @@ async def _catch_up(service: ConsumerService, ends: dict) -> float:
     assigned: list[float] = []
     policy_assigned = service.policy.assigned
 
-    async def assigned_timed(partitions) -> None:
-        await policy_assigned(partitions)
+    async def assigned_timed(partitions, committed) -> None:
+        await policy_assigned(partitions, committed)
         if not assigned:
             assigned.append(time.perf_counter())
 
@@ -279,8 +279,8 @@ async def main():
                 await asyncio.sleep(0.005)
             return await fetch(*args, **kwargs)
         member.consumer.getmany = gated
-    async def noted_assigned(partitions):
-        await policy_assigned(partitions)
+    async def noted_assigned(partitions, committed):
+        await policy_assigned(partitions, committed)
         (work / f"assigned-{instance}").write_text(str(len(member.assignment())))
     member.policy.open, member.policy.assigned = gated_open, noted_assigned
     stop = asyncio.Event()

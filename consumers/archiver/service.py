@@ -29,7 +29,7 @@ from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRec
 
 from ..runtime.config import ServiceConfig
 from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
-from ..runtime.outputs import Outputs, ProducerOutputs
+from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
 from ..runtime.sequencing import HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
@@ -81,26 +81,21 @@ class ArchivedSession:
 class Archive(Policy[ArchivedSession]):
     name = "archiver"
     config: ArchiverConfig
+    store: Database | None
 
     def __init__(self, config: ArchiverConfig) -> None:
         super().__init__(config)
-        self.held_store: Database | None = None
         self._changed: dict[str, ArchivedSession] = {}  # with lines to write or held records to store
 
-    async def open(self, outputs: Outputs) -> None:
-        await super().open(outputs)
-        self.held_store = Database(self.config.root / HELD_FILE, "archiver-held", 1, [HELD_SCHEMA])
-
-    async def close(self, drained: bool) -> None:
-        if self.held_store is not None:
-            self.held_store.close()
-            self.held_store = None
+    def open_store(self) -> Database:
+        """The held records (the archive files are the rest of its state)."""
+        return Database(self.config.root / HELD_FILE, "archiver-held", 1, [HELD_SCHEMA])
 
     def _session(self, session_id: str, partition: int) -> ArchivedSession:
         session = self.sessions.get(session_id)
         if session is None:
             session = ArchivedSession(partition, HeldRecords(session_id,
-                                                             load_held(self.held_store.connection, session_id)))
+                                                             load_held(self.store.connection, session_id)))
             path = existing_file(self.config.root, session_id, self.config.compression)
             if path is not None:
                 session.start(*resume(path, self.config.compression))
@@ -147,7 +142,7 @@ class Archive(Policy[ArchivedSession]):
         # After the files: a crash in between leaves held rows the file has
         # passed, which the next drain drops as below the next seq.
         if held_changed:
-            with self.held_store.transaction() as db:
+            with self.store.transaction() as db:
                 for held in held_changed:
                     store_held(db, held)
         self.sessions.evict()  # nothing unwritten is left to lose

@@ -44,8 +44,7 @@ from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KafkaRecord, Sessi
                                decode_kafka_record, where_of)
 
 from ..runtime.config import ServiceConfig
-from ..runtime.outputs import Outputs
-from ..runtime.policy import Policy
+from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import deliver, drain
 from ..runtime.service import ConsumerService
 from .findings import Finding, lossless_problem
@@ -74,10 +73,10 @@ class AuditorConfig(ServiceConfig):
 class Audit(Policy[AuditedSession]):
     name = "auditor"
     config: AuditorConfig
+    store: AuditStore | None
 
     def __init__(self, config: AuditorConfig) -> None:
         super().__init__(config)
-        self.store: AuditStore | None = None
         self.replayed = 0  # records replayed on assignment
         self._changed: dict[str, AuditedSession] = {}  # since their last store write
         self._staged: dict[str, SavedSession] = {}  # stored once the commit in flight lands
@@ -86,18 +85,15 @@ class Audit(Policy[AuditedSession]):
         self._pending_gauge_due = 0.0
         self._committed: dict[TopicPartition, int] = {}
 
-    async def open(self, outputs: Outputs) -> None:
-        await super().open(outputs)
-        self.store = AuditStore(self.config.state, self.config.group, self.config.topics.events)
+    def open_store(self) -> AuditStore:
+        return AuditStore(self.config.state, self.config.group, self.config.topics.events)
 
     async def close(self, drained: bool) -> None:
-        if self.store is not None:
-            try:
-                if drained:  # after a failure, memory may hold a half-applied record
-                    self._store_now(set(self._committed))
-            finally:
-                self.store.close()
-                self.store = None
+        try:
+            if drained and self.store is not None:  # after a failure, memory may hold a half-applied record
+                self._store_now(set(self._committed))
+        finally:
+            await super().close(drained)
 
     # -------------------------------------------------------------- records
 
@@ -230,20 +226,21 @@ class Audit(Policy[AuditedSession]):
 
     # ----------------------------------------------------------- rebalances
 
-    async def assigned(self, partitions: dict[TopicPartition, int | None]) -> None:
+    async def assigned(self, partitions: set[TopicPartition], committed: CommittedOffset) -> None:
         """Rebuild the assigned partitions' state: replay each from its
         stored offset (0 without one) to the committed offset."""
         ranges = {}
-        for partition, committed in partitions.items():
-            if committed is None:
+        for partition in sorted(partitions):
+            offset = await committed(partition)
+            if offset is None:
                 continue
-            self._committed[partition] = committed
+            self._committed[partition] = offset
             stored = self.store.stored_offset(partition.partition)
-            if stored is not None and stored > committed:  # the group's offsets were moved back
+            if stored is not None and stored > offset:  # the group's offsets were moved back
                 self.store.forget(partition.partition)
                 stored = None
-            if (stored or 0) < committed:
-                ranges[partition] = (stored or 0, committed)
+            if (stored or 0) < offset:
+                ranges[partition] = (stored or 0, offset)
         await replay(self.config.kafka, ranges, self._replay_one,
                      lambda: self.store.write(self._evict(), {}))  # replayed state is committed state
 

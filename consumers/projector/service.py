@@ -38,7 +38,7 @@ from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionReco
 from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
 from ..runtime.outputs import ProducerOutputs
-from ..runtime.policy import Policy
+from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
 from .store import SessionChange, ViewStore, view_head
@@ -161,21 +161,15 @@ class ProjectedSession:
 class Projection(Policy[ProjectedSession]):
     name = "projector"
     config: ProjectorConfig
+    store: ViewStore | None
 
     def __init__(self, config: ProjectorConfig) -> None:
         super().__init__(config)
-        self.store: ViewStore | None = None
         self._changed: dict[str, ProjectedSession] = {}
         self._unacknowledged: list[str] = []  # sessions whose heads the commit in flight covers
 
-    async def open(self, outputs: Any) -> None:
-        await super().open(outputs)
-        self.store = ViewStore(self.config.store)
-
-    async def close(self, drained: bool) -> None:
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+    def open_store(self) -> ViewStore:
+        return ViewStore(self.config.store)
 
     def _session(self, session_id: str, partition: int) -> ProjectedSession:
         session = self.sessions.get(session_id)
@@ -275,7 +269,7 @@ class Projection(Policy[ProjectedSession]):
         self.store.acknowledged(self._unacknowledged)
         self._unacknowledged = []
 
-    async def assigned(self, partitions: dict[TopicPartition, int | None]) -> None:
+    async def assigned(self, partitions: set[TopicPartition], committed: CommittedOffset) -> None:
         """Publish the heads a crash left unacknowledged for these partitions'
         sessions (their views are committed; their records come back only
         as duplicates)."""

@@ -8,7 +8,7 @@ it never polls, commits or sends by itself. Its records leave through the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Generic, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Protocol, TypeVar
 
 from aiokafka import TopicPartition
 
@@ -20,9 +20,19 @@ from .metrics import Tally
 from .outputs import Outputs
 from .sessions import SessionTable, OnPartition
 
-__all__ = ["Policy"]
+__all__ = ["CommittedOffset", "Policy", "Store"]
 
 S = TypeVar("S", bound=OnPartition)
+
+
+class Store(Protocol):
+    """A service's files: closed when the service stops."""
+
+    def close(self) -> None: ...
+
+
+#: The group's committed offset of a partition, asked of the cluster.
+CommittedOffset = Callable[[TopicPartition], Awaitable[int | None]]
 
 
 class Policy(ABC, Generic[S]):
@@ -33,7 +43,7 @@ class Policy(ABC, Generic[S]):
     :meth:`refuse`) for each record in offset order, then :meth:`persist`,
     and once the batch's records are acknowledged and its offsets committed,
     :meth:`committed`. Rebalances call :meth:`revoked` after the partitions'
-    last commit and :meth:`assigned` with the group's committed offsets.
+    last commit and :meth:`assigned` when partitions arrive.
     """
 
     #: The ``service`` label of the metrics and dead letters.
@@ -44,14 +54,23 @@ class Policy(ABC, Generic[S]):
         self.sessions: SessionTable[S] = SessionTable(config.hot_sessions)
         self.tally = Tally()
         self.outputs: Outputs | None = None
+        self.store: Any = None  # what open_store() opened, until close()
 
     async def open(self, outputs: Outputs) -> None:
-        """Before the first batch: open the service's files."""
+        """Before the first batch: keep ``outputs``, open the service's store."""
         self.outputs = outputs
+        self.store = self.open_store()
+
+    def open_store(self) -> Store | None:
+        """The service's file(s) (``None``: it keeps none)."""
+        return None
 
     async def close(self, drained: bool) -> None:
-        """Release files (idempotent); ``drained`` when everything handled
+        """Close the store (idempotent); ``drained`` when everything handled
         was persisted and committed."""
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
 
     @abstractmethod
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
@@ -72,9 +91,9 @@ class Policy(ABC, Generic[S]):
         """The last :meth:`persist`'s records were acknowledged and these
         offsets committed."""
 
-    async def assigned(self, partitions: dict[TopicPartition, int | None]) -> None:
-        """Partitions arrived, with the group's committed offsets (``None``:
-        nothing committed yet)."""
+    async def assigned(self, partitions: set[TopicPartition], committed: CommittedOffset) -> None:
+        """Partitions arrived; ``committed`` asks the cluster for one's
+        committed offset (``None``: nothing committed yet)."""
 
     async def revoked(self, partitions: set[TopicPartition]) -> None:
         """Partitions left after their last commit: another member continues

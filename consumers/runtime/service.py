@@ -17,7 +17,7 @@ are committed). It guarantees:
   fetched and handled; the next checkpoint waits for them, so commits stay
   in order and a failure still stops the service;
 * on revoke the service checkpoints before the partitions go; on assign the
-  policy gets the group's committed offsets;
+  policy may ask for the group's committed offsets;
 * ``stop`` drains: the current batch finishes, is persisted and committed,
   then everything closes;
 * a rebalance callback that fails stops the service with that error before
@@ -227,8 +227,7 @@ class ConsumerService:
     async def _assign(self, partitions: set[TopicPartition]) -> None:
         assert self.consumer is not None
         await self.outputs.assigned(partitions)  # fences previous owners before their offsets are read
-        committed = {tp: await self.consumer.committed(tp) for tp in sorted(partitions)}
-        await self.policy.assigned(committed)
+        await self.policy.assigned(partitions, self.consumer.committed)
 
     def _update_lag(self) -> None:
         assert self.consumer is not None

@@ -29,8 +29,8 @@ def test_a_failed_assignment_stops_the_service(kafka, topics, group_id):
     names = topics(partitions=2)
 
     class Broken(Audit):
-        async def assigned(self, partitions):
-            await super().assigned(partitions)
+        async def assigned(self, partitions, committed):
+            await super().assigned(partitions, committed)
             raise _Failure("the state rebuild failed")
 
     async def run() -> None:
