@@ -19,6 +19,7 @@
     │   ├── LegacyShapeError      malformed legacy v0 shape (§8.10)
     │   ├── SessionHeaderError    session header fields (§8.2) at restore
     │   ├── IdentityError         a record's value names another session than its key (identity)
+    │   │   └── ConflictingWriterError  a seq seen before with other bytes: two writers (conflicting-writer)
     │   └── ForkError             fork boundary rules (§7.2)
     └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
         ├── DeliveryError         a record was not acknowledged by the cluster
@@ -53,6 +54,7 @@ __all__ = [
     "LegacyShapeError",
     "SessionHeaderError",
     "IdentityError",
+    "ConflictingWriterError",
     "ForkError",
     "PipelineError",
     "DeliveryError",
@@ -66,8 +68,8 @@ __all__ = [
 #: The coarse classes of refusals and audit findings: an error's
 #: ``category``, a dead letter's ``dsh-dlq-reason``, a finding's category
 #: and the conformance output all use these words.
-Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "identity", "held-limit", "internal",
-                   "invariant", "reconstruction", "pipeline"]
+Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "identity", "conflicting-writer",
+                   "held-limit", "internal", "invariant", "reconstruction", "pipeline"]
 
 
 class DshError(Exception):
@@ -162,6 +164,19 @@ class IdentityError(ValidationError):
     (the key is the record's identity)."""
 
     category: Category = "identity"
+
+
+class ConflictingWriterError(IdentityError):
+    """Raised for a record whose seq a session already applied or holds with
+    other bytes: a second writer of the session, never a duplicate."""
+
+    category: Category = "conflicting-writer"
+
+    def __init__(self, session_id: str, seq: int, first: str, then: str) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        super().__init__(f"session {session_id!r} seq {seq}: a record of sha256 {then}, where one of sha256 {first} "
+                         "came first; two writers share this session id")
 
 
 class ForkError(ValidationError):

@@ -9,12 +9,15 @@ records are read again from Kafka, whose offsets were not yet committed.
 
 Records are ordered by the runtime's sequencing; those held at a gap are
 kept durably in the root's ``.dsh-archiver-held.sqlite`` (written before
-the commit, so a restart finds them; the shipper's discovery ignores it).
+the commit, so a restart finds them; the shipper's discovery ignores it),
+and so is the digest of every record archived, written before the file so
+a copy with other bytes (a second writer) is never taken for a duplicate.
 Offsets are committed after fsync.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,10 +31,11 @@ from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRec
                                check_same_header)
 
 from ..runtime.config import ServiceConfig
-from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
+from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
+                                store_held)
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
-from ..runtime.sequencing import HeldRecords, Placement, deliver, drain
+from ..runtime.sequencing import AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
 from .files import existing_file, new_file, resume
 
@@ -58,6 +62,7 @@ class ArchivedSession:
 
     partition: int
     held: HeldRecords
+    digests: AppliedDigests
     header: SessionHeader | None = None
     writer: SessionFileWriter | None = None
     lines: list[bytes] = field(default_factory=list)
@@ -89,18 +94,21 @@ class Archive(Policy[ArchivedSession]):
 
     def open_store(self) -> Database:
         """The held records (the archive files are the rest of its state)."""
-        return Database(self.config.root / HELD_FILE, "archiver-held", 1, [HELD_SCHEMA])
+        return Database(self.config.root / HELD_FILE, "archiver-held", 2, [HELD_SCHEMA, DIGESTS_SCHEMA])
 
     def _session(self, session_id: str, partition: int) -> ArchivedSession:
         session = self.sessions.get(session_id)
         if session is None:
-            session = ArchivedSession(partition, HeldRecords(session_id,
-                                                             load_held(self.store.connection, session_id)))
+            session = ArchivedSession(partition, HeldRecords(session_id, load_held(self.store.connection, session_id)),
+                                      AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
             path = existing_file(self.config.root, session_id, self.config.compression)
             if path is not None:
                 session.start(*resume(path, self.config.compression))
             self.sessions.put(session_id, session)
         return session
+
+    def _stored_digest(self, session_id: str, seq: int) -> bytes | None:
+        return applied_digest(self.store.connection, session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
         if decoded.kind not in (KIND_HEADER, KIND_RECORD):
@@ -129,6 +137,14 @@ class Archive(Policy[ArchivedSession]):
             self._changed[session_id] = session
 
     def persist(self) -> None:
+        # Digests before the files: a crash in between makes the records
+        # come again from Kafka and be archived with the same digests.
+        digests = [(session_id, session.digests.changes()) for session_id, session in self._changed.items()
+                   if session.digests.dirty]
+        if digests:
+            with self.store.transaction() as db:
+                for session_id, rows in digests:
+                    store_digests(db, session_id, rows)
         held_changed = []
         for session_id, session in self._changed.items():
             if session.lines:

@@ -17,7 +17,7 @@ __all__ = ["Finding", "Report", "category_of", "lossless_problem"]
 _CATEGORY: dict[str, Category] = {
     "sequence-gap": "corrupt-storage", "corrupt-storage": "corrupt-storage",
     "unsupported-format": "unsupported-format", "invalid-log": "invalid-log", "lossless": "invalid-log",
-    "internal": "internal"}
+    "internal": "internal", "conflicting-writer": "conflicting-writer"}
 
 
 def category_of(rule: str) -> Category:

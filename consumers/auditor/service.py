@@ -13,6 +13,9 @@ Per session it runs dsh_core's staged fold with the auditor's checks
 * ``sequence-gap`` — a record above the next seq, or before the session
   header (the session is held until the missing record arrives);
 * ``lossless`` — a record whose JSON would not survive a round trip;
+* ``conflicting-writer`` — a record with other bytes at a seq applied or
+  held before: two writers share the session id (the record is also
+  dead-lettered);
 * ``unsupported-format`` / ``invalid-log`` / ``corrupt-storage`` — the
   session's log is refused;
 * ``invariant:<rule>`` — a turn/step/tool relation of spec §7.1 is broken.
@@ -32,6 +35,7 @@ loses a finding, and replays at most one checkpoint interval.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +43,7 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import DecodeError, DshError, InternalError
+from dsh_core.errors import ConflictingWriterError, DecodeError, DshError, InternalError
 from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, check_same_header,
                                decode_kafka_record, where_of)
 
@@ -102,11 +106,17 @@ class Audit(Policy[AuditedSession]):
         session = self.sessions.get(session_id)
         if session is None:
             saved = self._staged.get(session_id) or self.store.load(session_id)
-            session = (AuditedSession.restore(session_id, saved) if saved is not None
-                       else AuditedSession.new(session_id, record.partition))
+            stored = functools.partial(self._stored_digest, session_id)
+            session = (AuditedSession.restore(session_id, saved, stored) if saved is not None
+                       else AuditedSession.new(session_id, record.partition, stored))
             self.sessions.put(session_id, session)
         self._changed[session_id] = session
         return session
+
+    def _stored_digest(self, session_id: str, seq: int) -> bytes | None:
+        staged = self._staged.get(session_id)  # stored once the commit in flight lands
+        digest = staged.digests.get(seq) if staged is not None else None
+        return digest if digest is not None else self.store.digest(session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
         session = self._session(decoded, record)
@@ -132,11 +142,9 @@ class Audit(Policy[AuditedSession]):
         if problem:
             session.report.finding("lossless", decoded.seq, problem)
         expected = session.next_seq()
-        if expected is not None and decoded.seq < expected:
-            return  # a duplicate: transport, not a log defect
         if expected is None or decoded.seq > expected:
             self._gap(session, expected, decoded.seq, record)
-        deliver(session, decoded.seq, decoded.value, decoded.count)
+        deliver(session, decoded.seq, decoded.value, decoded.count)  # a duplicate is transport, not a log defect
         self._gap_closed(session)
 
     @staticmethod
@@ -181,6 +189,9 @@ class Audit(Policy[AuditedSession]):
             self._report(session)
         elif isinstance(error, DecodeError) and session_id is not None:
             self._send(record.partition, Finding("corrupt-storage", session_id, None,
+                                                 f"{error.message} at {where_of(record)}"))
+        elif isinstance(error, ConflictingWriterError):
+            self._send(record.partition, Finding("conflicting-writer", error.session_id, error.seq,
                                                  f"{error.message} at {where_of(record)}"))
         super().refuse(error, record)
 

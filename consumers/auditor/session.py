@@ -4,7 +4,7 @@ the state store keeps of it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from dsh_core.errors import DecodeError, DshError, HeldLimitError
 from dsh_core.fold import StagedFold
@@ -14,7 +14,7 @@ from dsh_core.jsonvalue import decode_json, dump_json
 from dsh_core.request import BoundaryTracker, MessagesDigest, request_frame
 from dsh_kafka.records import SessionRecord, check_identity
 
-from ..runtime.sequencing import HeldRecords
+from ..runtime.sequencing import AppliedDigests, HeldRecords
 from .checks import BoundaryAudit
 from .findings import Report
 
@@ -35,6 +35,11 @@ class SavedSession:
     state: bytes  # JSON: refusal, gap report, attested boundaries, checker states
     held: list[tuple[int, bytes, int]]
     pending: dict[int, bytes]  # attestation values by boundary seq
+    digests: dict[int, bytes]  # of the records applied since the last snapshot, by seq
+
+
+#: The stored digest of the record a session applied at a seq.
+StoredDigest = Callable[[int], bytes | None]
 
 
 @dataclass
@@ -42,6 +47,7 @@ class AuditedSession:
     session_id: str
     partition: int
     held: HeldRecords
+    digests: AppliedDigests
     report: Report
     fold: StagedFold | None = None
     refused: bool = False
@@ -53,8 +59,9 @@ class AuditedSession:
     frame: tuple[bytes, bytes] = (b"", b"")
 
     @classmethod
-    def new(cls, session_id: str, partition: int) -> "AuditedSession":
-        return cls(session_id, partition, HeldRecords(session_id), Report(session_id))
+    def new(cls, session_id: str, partition: int, stored: StoredDigest) -> "AuditedSession":
+        return cls(session_id, partition, HeldRecords(session_id), AppliedDigests(session_id, stored),
+                   Report(session_id))
 
     # ------------------------------------------------------------ sequenced
 
@@ -155,12 +162,12 @@ class AuditedSession:
             state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
                       "invariants": fold.observer.invariants.to_json()}
         return SavedSession(self.partition, snapshot_fold(fold) if fold is not None else None, dump_json(state),
-                            self.held.rows(), dict(self.pending))
+                            self.held.rows(), dict(self.pending), self.digests.changes())
 
     @classmethod
-    def restore(cls, session_id: str, saved: SavedSession) -> "AuditedSession":
-        session = cls(session_id, saved.partition, HeldRecords(session_id, saved.held), Report(session_id),
-                      pending=dict(saved.pending))
+    def restore(cls, session_id: str, saved: SavedSession, stored: StoredDigest) -> "AuditedSession":
+        session = cls(session_id, saved.partition, HeldRecords(session_id, saved.held),
+                      AppliedDigests(session_id, stored), Report(session_id), pending=dict(saved.pending))
         state = decode_json(saved.state)
         session.refused, session.gap_reported = state["refused"], state["gapReported"]
         if saved.fold is not None:

@@ -15,19 +15,21 @@ from prometheus_client import Counter
 
 from dsh_core.errors import StateStoreError
 
-from ..runtime.database import HELD_SCHEMA, Database, load_held, replace_held
+from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, replace_held,
+                                store_digests)
 from .session import SavedSession
 
 __all__ = ["AuditStore"]
 
 STORE_WRITES = Counter("dsh_audit_state_writes_total", "Session states written to the auditor's state store.")
 
-_KIND, _LAYOUT = "auditor-state", 3
+_KIND, _LAYOUT = "auditor-state", 4
 _SCHEMA = (
     "CREATE TABLE owner (singleton INTEGER PRIMARY KEY CHECK (singleton = 0), group_id TEXT NOT NULL, "
     "topic TEXT NOT NULL)",
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL, fold BLOB, state BLOB NOT NULL)",
     HELD_SCHEMA,
+    DIGESTS_SCHEMA,
     "CREATE TABLE attestations (session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
     "PRIMARY KEY (session_id, seq))",
     "CREATE TABLE partitions (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL)",
@@ -62,7 +64,11 @@ class AuditStore:
         if row is None:
             return None
         pending = dict(self.db.execute("SELECT seq, value FROM attestations WHERE session_id = ?", (session_id,)))
-        return SavedSession(row[0], row[1], row[2], load_held(self.db, session_id), pending)
+        return SavedSession(row[0], row[1], row[2], load_held(self.db, session_id), pending, {})
+
+    def digest(self, session_id: str, seq: int) -> bytes | None:
+        """The digest of the record a session applied at ``seq``."""
+        return applied_digest(self.db, session_id, seq)
 
     def stored_offset(self, partition: int) -> int | None:
         row = self.db.execute("SELECT next_offset FROM partitions WHERE partition = ?", (partition,)).fetchone()
@@ -81,6 +87,7 @@ class AuditStore:
                 db.execute("DELETE FROM attestations WHERE session_id = ?", (session_id,))
                 db.executemany("INSERT INTO attestations (session_id, seq, value) VALUES (?, ?, ?)",
                                [(session_id, seq, value) for seq, value in saved.pending.items()])
+                store_digests(db, session_id, saved.digests)
             db.executemany("INSERT OR REPLACE INTO partitions (partition, next_offset) VALUES (?, ?)",
                            list(offsets.items()))
         STORE_WRITES.inc(len(sessions))
@@ -88,7 +95,7 @@ class AuditStore:
     def forget(self, partition: int) -> None:
         """Drop a partition's stored state (it is ahead of the committed offset)."""
         with self.database.transaction() as db:
-            for table in ("held", "attestations"):
+            for table in ("held", "applied", "attestations"):
                 db.execute(f"DELETE FROM {table} WHERE session_id IN "
                            "(SELECT session_id FROM sessions WHERE partition = ?)", (partition,))
             db.execute("DELETE FROM sessions WHERE partition = ?", (partition,))

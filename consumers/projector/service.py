@@ -2,14 +2,16 @@
 
 Per session it runs dsh_core's staged fold (legacy upgrades, vocabulary,
 seed validation, surface, derivation), ordered by the runtime's
-sequencing: duplicates are counted and skipped; a record above the next
-seq holds the session (status ``held``; its later records are kept) until
-the missing one arrives and the session heals. A record the fold refuses
-marks the session refused and is dead-lettered with its category.
+sequencing: duplicates (the bytes applied before at their seq) are counted
+and skipped, other bytes at an applied seq are a conflicting writer's and
+dead-lettered; a record above the next seq holds the session (status
+``held``; its later records are kept) until the missing one arrives and
+the session heals. A record the fold refuses marks the session refused and
+is dead-lettered with its category.
 
 One SQLite transaction per batch writes every changed session (view, fold
-snapshot, surface rows, held records) before the offsets are committed, so
-views are exactly-once. A cold session, or one whose partition was revoked
+snapshot, surface rows, held records, applied digests) before the offsets
+are committed, so views are exactly-once. A cold session, or one whose partition was revoked
 and came back, is restored from its snapshot. View heads go to the
 compacted ``dsh.session-views`` topic; the same transaction notes each
 session whose head is not acknowledged yet, and the note goes once the
@@ -39,7 +41,7 @@ from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import CommittedOffset, Policy
-from ..runtime.sequencing import HeldRecords, Placement, deliver, drain
+from ..runtime.sequencing import AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
 from .store import SessionChange, ViewStore, view_head
 
@@ -92,6 +94,7 @@ class ProjectedSession:
     session_id: str
     partition: int
     held: HeldRecords
+    digests: AppliedDigests
     fold: StagedFold | None = None
     analysis: LogAnalysis = field(default_factory=_analysis)
     status: str = "open"
@@ -155,7 +158,8 @@ class ProjectedSession:
             self.stored_surface = set(current)
         held = self.held if self.held.dirty else None
         snapshot = snapshot_fold(self.fold, with_surface_events=False) if self.fold is not None else None
-        return SessionChange(self.session_id, self.partition, self.view(), snapshot, self.error, gone, new, held)
+        return SessionChange(self.session_id, self.partition, self.view(), snapshot, self.error, gone, new, held,
+                             self.digests.changes())
 
 
 class Projection(Policy[ProjectedSession]):
@@ -177,7 +181,8 @@ class Projection(Policy[ProjectedSession]):
             return session
         saved = self.store.load(session_id)
         held = saved[3] if saved is not None else ()
-        session = ProjectedSession(session_id, partition, HeldRecords(session_id, held))
+        session = ProjectedSession(session_id, partition, HeldRecords(session_id, held),
+                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
         if saved is not None:
             session.status, blob, session.error = saved[0], saved[1], saved[2]
             if blob is not None:
@@ -186,6 +191,9 @@ class Projection(Policy[ProjectedSession]):
                 session.stored_surface = {seq for seq, _, _ in rows}
         self.sessions.put(session_id, session)
         return session
+
+    def _stored_digest(self, session_id: str, seq: int) -> bytes | None:
+        return self.store.digest(session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
         if decoded.kind not in (KIND_HEADER, KIND_RECORD):

@@ -3,7 +3,8 @@ any time. Every statement on it is here.
 
 ``sessions`` holds each session's view (JSON), fold snapshot and status;
 ``surface`` its current surface events (changed by difference, never
-rewritten); ``held`` the records it holds at a gap; ``unacknowledged_heads``
+rewritten); ``held`` the records it holds at a gap; ``applied`` the
+digest of every record applied (a copy is checked against it); ``unacknowledged_heads``
 the sessions whose view head is committed here but not yet acknowledged
 by the cluster.
 """
@@ -19,18 +20,20 @@ from dsh_core.fold import StagedFold
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
 
-from ..runtime.database import HELD_SCHEMA, Database, load_held, store_held
+from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
+                                store_held)
 from ..runtime.sequencing import HeldRecords
 
 __all__ = ["SavedSession", "SessionChange", "ViewStore", "view_head"]
 
-_KIND, _LAYOUT = "view-store", 1
+_KIND, _LAYOUT = "view-store", 2
 _SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
     "view TEXT NOT NULL, snapshot BLOB, error TEXT)",
     "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
     "PRIMARY KEY (session_id, seq))",
     HELD_SCHEMA,
+    DIGESTS_SCHEMA,
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
 )
 _HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
@@ -77,6 +80,10 @@ class ViewStore:
                               (session_id,)).fetchone()
         return None if row is None else (row[0], row[1], row[2], load_held(self.db, session_id))
 
+    def digest(self, session_id: str, seq: int) -> bytes | None:
+        """The digest of the record applied at ``seq`` of a session."""
+        return applied_digest(self.db, session_id, seq)
+
     def unacknowledged(self, partitions: Iterable[int]) -> list[tuple[str, int, bytes]]:
         """``(session id, partition, head)`` of the sessions of these
         partitions whose head was never acknowledged."""
@@ -107,7 +114,8 @@ class ViewStore:
 @dataclass(frozen=True, slots=True)
 class SessionChange:
     """One session's rows as a batch left them (``held``: its held records,
-    whose changes are written; ``None``: unchanged)."""
+    whose changes are written; ``None``: unchanged; ``digests``: of the
+    records applied since the last change)."""
 
     session_id: str
     partition: int
@@ -117,6 +125,7 @@ class SessionChange:
     surface_gone: Iterable[int]
     surface_new: Iterable[tuple[int, str, Any]]
     held: HeldRecords | None
+    digests: dict[int, bytes]
 
     def write(self, db: Any) -> None:
         session_id = self.session_id
@@ -132,5 +141,6 @@ class SessionChange:
                     self.snapshot, self.error))
         if self.held is not None:
             store_held(db, self.held)
+        store_digests(db, session_id, self.digests)
         db.execute("INSERT OR REPLACE INTO unacknowledged_heads (session_id, partition) VALUES (?, ?)",
                    (session_id, self.partition))

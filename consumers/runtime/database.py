@@ -11,17 +11,21 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from dsh_core.errors import StateStoreError
 
 from .sequencing import HeldRecords, HeldRow
 
-__all__ = ["Database", "HELD_SCHEMA", "load_held", "replace_held", "store_held"]
+__all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "applied_digest", "load_held", "replace_held",
+           "store_digests", "store_held"]
 
 #: Records a service holds at a gap, by session (every service's store has it).
 HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
                "count INTEGER NOT NULL, PRIMARY KEY (session_id, seq))")
+#: The sha256 of every record applied, by session and first seq (so is every service's).
+DIGESTS_SCHEMA = ("CREATE TABLE applied (session_id TEXT NOT NULL, seq INTEGER NOT NULL, digest BLOB NOT NULL, "
+                  "PRIMARY KEY (session_id, seq)) WITHOUT ROWID")
 
 #: How a service's state is rebuilt when its file cannot be used.
 _REBUILD = ("give the service a path of its own; to rebuild from the topic, move the file away (the auditor replays "
@@ -103,3 +107,15 @@ def replace_held(db: sqlite3.Connection, session_id: str, rows: Sequence[HeldRow
     db.execute("DELETE FROM held WHERE session_id = ?", (session_id,))
     db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
                    [(session_id, seq, value, count) for seq, value, count in rows])
+
+
+def applied_digest(db: sqlite3.Connection, session_id: str, seq: int) -> bytes | None:
+    """The stored digest of the record a session applied at ``seq``."""
+    row = db.execute("SELECT digest FROM applied WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+    return None if row is None else row[0]
+
+
+def store_digests(db: sqlite3.Connection, session_id: str, digests: Mapping[int, bytes]) -> None:
+    """Write a session's digests by seq (:meth:`AppliedDigests.changes`)."""
+    db.executemany("INSERT OR REPLACE INTO applied (session_id, seq, digest) VALUES (?, ?, ?)",
+                   [(session_id, seq, digest) for seq, digest in digests.items()])

@@ -4,7 +4,9 @@
 session's next seq is a duplicate; one above it, or any record before the
 session can take records at all (no header yet), is held until the gap
 below it fills; the next one is applied, and so are the held records it
-makes contiguous. At most ``limit`` records and ``byte_limit`` bytes are
+makes contiguous. A duplicate is proven by its content: a record at a seq
+applied or held before with other bytes is refused with
+:class:`ConflictingWriterError` (two writers of one session). At most ``limit`` records and ``byte_limit`` bytes are
 held per session: one more is refused with :class:`HeldLimitError` (its
 service dead-letters it; re-shipping the session brings it back once the
 gap is filled).
@@ -13,11 +15,13 @@ gap is filled).
 from __future__ import annotations
 
 import enum
-from typing import Iterable, Protocol
+import hashlib
+from typing import Callable, Iterable, Protocol
 
-from dsh_core.errors import HeldLimitError
+from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["HELD_BYTES", "HELD_LIMIT", "HeldRecords", "HeldRow", "Placement", "Sequenced", "deliver", "drain"]
+__all__ = ["AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HeldRecords", "HeldRow", "Placement", "Sequenced",
+           "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
@@ -81,6 +85,9 @@ class HeldRecords:
         :class:`HeldLimitError` when the session holds ``limit`` records or
         the value would take it past ``byte_limit`` bytes."""
         if seq in self.records:
+            first = self.records[seq][0]
+            if first != value:
+                raise ConflictingWriterError(self.session_id, seq, _sha256(first).hex(), _sha256(value).hex())
             return False
         if len(self.records) >= self.limit or self.bytes + len(value) > self.byte_limit:
             raise HeldLimitError(self.session_id, waiting_for, seq, self.limit, self.byte_limit)
@@ -107,10 +114,51 @@ class HeldRecords:
         return item
 
 
+def _sha256(value: bytes) -> bytes:
+    return hashlib.sha256(value).digest()
+
+
+class AppliedDigests:
+    """The sha256 of every record a session applied, by its first seq. New
+    ones wait in :attr:`new` for a store to write them (:meth:`changes`);
+    older ones are asked of ``stored``, which answers ``None`` where it
+    keeps none (a service's crash between its output and its store): such
+    a copy counts as a duplicate, unproven."""
+
+    __slots__ = ("session_id", "stored", "new")
+
+    def __init__(self, session_id: str, stored: Callable[[int], bytes | None] = lambda seq: None) -> None:
+        self.session_id = session_id
+        self.stored = stored
+        self.new: dict[int, bytes] = {}
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.new)
+
+    def add(self, seq: int, value: bytes) -> None:
+        self.new[seq] = _sha256(value)
+
+    def check(self, seq: int, value: bytes) -> None:
+        """Raise :class:`ConflictingWriterError` if the record applied at
+        ``seq`` had other bytes than ``value``."""
+        first = self.new.get(seq) or self.stored(seq)
+        if first is not None:
+            then = _sha256(value)
+            if then != first:
+                raise ConflictingWriterError(self.session_id, seq, first.hex(), then.hex())
+
+    def changes(self) -> dict[int, bytes]:
+        """The digests by seq added since the last call, for a store to write."""
+        new, self.new = self.new, {}
+        return new
+
+
 class Sequenced(Protocol):
     """A session whose records :func:`deliver` orders."""
 
     held: HeldRecords
+    digests: AppliedDigests
 
     def next_seq(self) -> int | None:
         """The seq the session takes next; ``None`` while it takes none yet."""
@@ -124,10 +172,13 @@ def deliver(session: Sequenced, seq: int, value: bytes, count: int) -> Placement
     """Place one record of ``session`` carrying events from ``seq`` on."""
     expected = session.next_seq()
     if expected is not None and seq < expected:
+        session.digests.check(seq, value)
         return Placement.DUPLICATE
     if expected is None or seq > expected:
         return Placement.HELD if session.held.hold(seq, value, count, expected or 0) else Placement.HELD_AGAIN
-    if session.apply(value, count):
+    applies = session.apply(value, count)
+    session.digests.add(seq, value)
+    if applies:
         drain(session)
     return Placement.APPLIED
 
@@ -141,6 +192,8 @@ def drain(session: Sequenced) -> int:
         if item is None:
             break
         applied += 1
-        if not session.apply(*item):
+        applies = session.apply(*item)
+        session.digests.add(expected, item[0])
+        if not applies:
             break
     return applied

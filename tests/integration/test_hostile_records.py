@@ -42,9 +42,10 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path):
         truth, batches = simulate_session(config, index)
         truths.append(truth)
         honest.append([r for batch in batches for r in batch])
-    victim, liar = truths[0].session_id, truths[1].session_id
+    victim, liar, shared = truths[0].session_id, truths[1].session_id, truths[2].session_id
     forged = json.loads(honest[0][0].value) | {"id": "someone-else"}
     seq_zero = next(r for r in honest[1] if r.kind != KIND_HEADER and r.seq == 0)
+    seq_two = next(r for r in honest[2] if r.kind != KIND_HEADER and r.seq == 2)
     # (key, value, headers) -> what each service does with it
     hostile: list[tuple[Raw, dict[str, set[str]]]] = [
         ((victim.encode(), json.dumps(forged).encode(), _headers("header", 0, 0)),
@@ -57,12 +58,16 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path):
          {"projector": {"corrupt-storage"}, "archiver": {"corrupt-storage"}}),  # the auditor reports it
         ((b"hostile-surrogate", b'{"type": "\\ud800", "seq": 0}', _headers("record", 0, 1)),
          {}),  # held: the session never gets a header
+        # a second writer of a session: other bytes at a seq it wrote
+        ((shared.encode(), seq_two.value.replace(b"{", b"{ ", 1), _headers("record", 2, 1)),
+         {name: {"conflicting-writer"} for name in ("projector", "auditor", "archiver")}),
         ((liar.encode(), seq_zero.value, _headers("record", 0, 10**9)), {"archiver": {"corrupt-storage"}}),
     ]
-    # the liar's record right after its header, the rest before the honest sessions
-    stream = [raw for raw, _ in hostile[:-1]]
+    # the liar's record right after its header, the second writer's at the end, the rest before the honest sessions
+    stream = [raw for raw, _ in hostile[:-2]]
     for index, records in enumerate(honest):
         stream += [_raw(records[0])] + ([hostile[-1][0]] if index == 1 else []) + [_raw(r) for r in records[1:]]
+    stream.append(hostile[-2][0])
     db, state, root = tmp_path / "views.sqlite", tmp_path / "auditor.sqlite", tmp_path / "archive"
 
     async def scenario() -> tuple[list, list]:
@@ -95,6 +100,7 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path):
     assert not reasons, f"dead letters nobody expected: {dict(reasons)}"
     rules = {(json.loads(r.value)["session"], json.loads(r.value)["rule"]) for r in found}
     assert {("hostile-json", "corrupt-storage"), ("hostile-deep", "corrupt-storage")} <= rules
+    rules.remove((shared, "conflicting-writer"))
     assert not {session for session, _ in rules} & {t.session_id for t in truths}, rules  # honest: clean
 
     assert views_match(db, truths)

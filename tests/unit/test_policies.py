@@ -4,13 +4,14 @@ archive files, findings and dead letters out (into recording outputs)."""
 from __future__ import annotations
 
 import json
+import re
 
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from dsh_core.storage.layout import find_session_files
 from dsh_core.storage.reader import load_session
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord
+from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KIND_RECORD, SessionRecord
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs, fetched, run_batch
 
@@ -245,3 +246,26 @@ def test_a_second_different_header_is_refused_and_a_copy_is_a_duplicate(tmp_path
         [(_, _, headers)] = outputs.on(NAMES.dead_letter)
         assert headers["dsh-dlq-reason"] == b"identity", policy.name
         assert b"a second header differing from the first (createdAt: " in headers["dsh-dlq-error"], policy.name
+
+
+def test_other_bytes_at_an_applied_seq_are_a_conflicting_writer_not_a_duplicate(tmp_path):
+    truth, records = _session(seed=53)
+    records = [r for r in records if r.kind != KIND_ATTESTATION]
+    original = next(r for r in records if r.kind == KIND_RECORD and r.seq == 3)
+    forged = SessionRecord(truth.session_id, KIND_RECORD, 3, original.count, original.value.replace(b"{", b"{ ", 1))
+    policies = [Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
+                Audit(AuditorConfig(kafka=KAFKA, state=tmp_path / "auditor.sqlite", checkpoint_seconds=0)),
+                Archive(ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive"))]
+    for policy in policies:
+        # The digest in memory, then (a second batch: every record again) in the store.
+        for outputs in (run_batch(policy, fetched(records + [forged])), run_batch(policy, fetched(records + [forged]))):
+            [(_, _, headers)] = outputs.on(NAMES.dead_letter)
+            assert headers["dsh-dlq-reason"] == b"conflicting-writer", policy.name
+            assert re.search(rb"session '[^']+' seq 3: a record of sha256 [0-9a-f]{64}, where one of sha256 "
+                             rb"[0-9a-f]{64} came first; two writers share this session id",
+                             headers["dsh-dlq-error"]), policy.name
+            if policy.name == "auditor":
+                assert [(f["rule"], f["seq"]) for f in map(json.loads, (v for _, v, _ in outputs.on(NAMES.findings)))
+                        ] == [("conflicting-writer", 3)]
+    [path] = find_session_files(tmp_path / "archive")
+    assert load_session(path).stored_count == truth.next_seq

@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from consumers.runtime.database import Database
-from consumers.runtime.sequencing import HeldRecords, Placement, deliver, drain
+from consumers.runtime.database import DIGESTS_SCHEMA, Database, applied_digest, store_digests
+from consumers.runtime.sequencing import AppliedDigests, HeldRecords, Placement, deliver, drain
 from consumers.runtime.sessions import SessionTable
-from dsh_core.errors import HeldLimitError, StateStoreError
+from dsh_core.errors import ConflictingWriterError, HeldLimitError, StateStoreError
 
 
 class _Log:
@@ -18,6 +18,7 @@ class _Log:
 
     def __init__(self, started: bool = True, limit: int = 10, refuse_at: int | None = None) -> None:
         self.held = HeldRecords("s", limit=limit)
+        self.digests = AppliedDigests("s")
         self.applied: list[bytes] = []
         self.seq: int | None = 0 if started else None
         self.refuse_at = refuse_at
@@ -91,6 +92,40 @@ def test_the_held_limits_in_records_and_bytes_are_named_refusals():
     held.hold(3, b"12345678", 1, waiting_for=0)
     with pytest.raises(HeldLimitError, match=r"of 10 bytes in all; seq 4 is dead-lettered"):
         held.hold(4, b"123", 1, waiting_for=0)
+
+
+def test_a_copy_is_a_duplicate_only_with_the_bytes_applied_or_held_at_its_seq():
+    log = _Log()
+    deliver(log, 0, b"a", 1)
+    deliver(log, 2, b"c", 1)
+    assert deliver(log, 0, b"a", 1) is Placement.DUPLICATE
+    with pytest.raises(ConflictingWriterError, match=r"session 's' seq 0: a record of sha256 [0-9a-f]{64}, where one "
+                                                     r"of sha256 [0-9a-f]{64} came first; two writers share") as caught:
+        deliver(log, 0, b"forged", 1)
+    assert (caught.value.category, caught.value.seq) == ("conflicting-writer", 0)
+    with pytest.raises(ConflictingWriterError, match="seq 2"):
+        deliver(log, 2, b"forged", 1)  # held, not yet applied
+    deliver(log, 1, b"b", 1)
+    assert log.applied == [b"a", b"b", b"c"] and sorted(log.digests.new) == [0, 1, 2]
+
+
+def test_applied_digests_are_asked_of_the_store_once_written():
+    db = sqlite3.connect(":memory:")
+    db.execute(DIGESTS_SCHEMA)
+    log = _Log()
+    deliver(log, 0, b"a", 1)
+    store_digests(db, "s", log.digests.changes())
+    assert not log.digests.dirty and applied_digest(db, "s", 1) is None
+    log.digests = AppliedDigests("s", lambda seq: applied_digest(db, "s", seq))
+    assert deliver(log, 0, b"a", 1) is Placement.DUPLICATE
+    with pytest.raises(ConflictingWriterError):
+        deliver(log, 0, b"b", 1)
+
+
+def test_a_copy_without_a_known_digest_counts_as_a_duplicate():
+    log = _Log()
+    log.seq = 5  # applied before digests were kept (or before a crash lost them)
+    assert deliver(log, 3, b"anything", 1) is Placement.DUPLICATE
 
 
 class _Session:
