@@ -40,8 +40,8 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> N
     """Create missing topics and verify existing ones (idempotent).
 
     ``admin`` is a started admin client. An existing topic with a
-    different partition count, cleanup policy or a smaller message limit is
-    an error naming the topic and the setting.
+    different partition count, cleanup policy or compression type, or a
+    smaller message limit, is an error naming the topic and the setting.
     """
     existing = set(await admin.list_topics())
     missing = [spec for spec in specs if spec.name not in existing]
@@ -66,9 +66,12 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> N
             raise PipelineError(f"topic {spec.name} exists with {partitions} partitions, expected {spec.partitions}: "
                                 "keys would map to other partitions; use another topic prefix or recreate it")
         actual = configs.get(spec.name, {})
-        policy = spec.configs.get("cleanup.policy")
-        if policy and actual.get("cleanup.policy") != policy:
-            raise PipelineError(f"topic {spec.name} has cleanup.policy={actual.get('cleanup.policy')}, expected {policy}")
+        for setting in ("cleanup.policy", "compression.type"):
+            wanted_value = spec.configs.get(setting)
+            if wanted_value and actual.get(setting) != wanted_value:
+                raise PipelineError(f"topic {spec.name} has {setting}={actual.get(setting)}, expected {wanted_value} "
+                                    f"(kafka-configs --alter --entity-type topics --entity-name {spec.name} "
+                                    f"--add-config {setting}={wanted_value} sets it)")
         wanted = int(spec.configs.get("max.message.bytes", "0"))
         if wanted and int(actual.get("max.message.bytes", "0")) < wanted:
             raise PipelineError(f"topic {spec.name} has max.message.bytes={actual.get('max.message.bytes')}, "

@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
 from .config import ConsumerSettings, KafkaConfig, ProducerSettings
+from .topics import BATCH_OVERHEAD_BYTES
 
 __all__ = ["make_admin", "make_consumer", "make_producer"]
 
@@ -31,7 +32,7 @@ def make_producer(kafka: KafkaConfig, settings: ProducerSettings = ProducerSetti
     return AIOKafkaProducer(**_client_options(kafka), enable_idempotence=True, acks="all",
                             linger_ms=settings.linger_ms, compression_type=settings.compression,
                             max_batch_size=settings.max_batch_bytes,
-                            max_request_size=settings.max_record_bytes + 64 * 1024,
+                            max_request_size=settings.max_record_bytes + BATCH_OVERHEAD_BYTES,
                             request_timeout_ms=settings.request_timeout_ms, transactional_id=transactional_id)
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "TopicNames", "TopicSpec", "topic_specs"]
+__all__ = ["BATCH_OVERHEAD_BYTES", "DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "TopicNames", "TopicSpec",
+           "topic_specs"]
 
 #: Large enough for big tool outputs (a 5 MiB result plus its envelope).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: What a batch of one record of :data:`MAX_MESSAGE_BYTES` adds around it.
+BATCH_OVERHEAD_BYTES = 64 * 1024
 #: Partitions of newly created topics (the most members a consumer group can use).
 DEFAULT_PARTITIONS = 12
 
@@ -36,11 +39,19 @@ class TopicSpec:
 
 def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, retention_ms: int = -1) -> list[TopicSpec]:
     """Events: delete policy, long retention; views: compacted; findings and
-    dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`."""
+    dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`.
+
+    The events topic, written by every worker, is stored uncompressed: the
+    broker then inflates each batch a producer sends (compressed on the
+    wire) and refuses one over ``max.message.bytes`` after decompression, the
+    only place Kafka bounds that. A topic that keeps the producer's
+    compression passes a few-KB batch inflating to any size on to every
+    consumer."""
     size = str(MAX_MESSAGE_BYTES)
     return [
         TopicSpec(names.events, partitions, {"cleanup.policy": "delete", "retention.ms": str(retention_ms),
-                                             "max.message.bytes": size}),
+                                             "max.message.bytes": str(MAX_MESSAGE_BYTES + BATCH_OVERHEAD_BYTES),
+                                             "compression.type": "uncompressed"}),
         TopicSpec(names.views, partitions, {"cleanup.policy": "compact", "max.message.bytes": size}),
         TopicSpec(names.findings, partitions, {"cleanup.policy": "delete", "max.message.bytes": size}),
         TopicSpec(names.dead_letter, partitions, {"cleanup.policy": "delete", "max.message.bytes": size}),
