@@ -168,6 +168,7 @@ def _read_raw(path: Path, out: _Read) -> None:
 
 
 def _read_zstd(path: Path, out: _Read) -> None:
+    taken = 0  # plaintext bytes: past _READ_LIMIT the records go out before more frames are read
     with open(path, "rb") as stream:
         stream.seek(out.position.offset)
         for frame in iter_frames(stream, str(path)):
@@ -181,6 +182,9 @@ def _read_zstd(path: Path, out: _Read) -> None:
                 raise CorruptionError(f"{path}: first frame is not exactly one header line")
             _line_records(path, plaintext[:-1].split(b"\n"), out)
             out.position.offset += len(frame.data)
+            taken += len(plaintext)
+            if taken >= _READ_LIMIT:
+                return
 
 
 class Shipper:
