@@ -18,11 +18,11 @@ from dsh_kafka.records import KafkaRecord, SessionRecord
 from .config import ServiceConfig
 from .metrics import Tally
 from .outputs import Outputs
-from .sessions import SessionTable, OnPartition
+from .sessions import HotSession, SessionTable
 
 __all__ = ["CommittedOffset", "Policy", "Store"]
 
-S = TypeVar("S", bound=OnPartition)
+S = TypeVar("S", bound=HotSession)
 
 
 class Store(Protocol):

@@ -20,13 +20,16 @@ from typing import Callable, Iterable, Protocol
 
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HeldRecords", "HeldRow", "Placement", "Sequenced",
+__all__ = ["AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldRecords", "HeldRow", "Placement", "Sequenced",
            "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
 #: ... and the bytes of their values, at most.
 HELD_BYTES = 64 * 1024 * 1024
+#: Held bytes a service keeps in memory over all its sessions; beyond them
+#: sessions holding records leave memory (their store keeps the records).
+HELD_MEMORY_BYTES = 2 * HELD_BYTES
 
 
 class Placement(enum.Enum):

@@ -1,28 +1,33 @@
-"""The sessions a consumer service keeps in memory: a bounded LRU with an
-index by partition, so a revoked partition's sessions go at once."""
+"""The sessions a consumer service keeps in memory: an LRU bounded in
+sessions and in the bytes of the records they hold at gaps, with an index
+by partition, so a revoked partition's sessions go at once."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import Generic, Iterator, Protocol, TypeVar
 
-__all__ = ["OnPartition", "SessionTable"]
+from .sequencing import HELD_MEMORY_BYTES, HeldRecords
+
+__all__ = ["HotSession", "SessionTable"]
 
 
-class OnPartition(Protocol):
+class HotSession(Protocol):
     partition: int
+    held: HeldRecords
 
 
-S = TypeVar("S", bound=OnPartition)
+S = TypeVar("S", bound=HotSession)
 
 
 class SessionTable(Generic[S]):
     """Hot sessions by id, least recently used first."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, held_bytes: int = HELD_MEMORY_BYTES) -> None:
         if capacity < 1:
             raise ValueError(f"a session table holds at least one session, not {capacity}")
         self.capacity = capacity
+        self.held_bytes = held_bytes
         self._sessions: OrderedDict[str, S] = OrderedDict()
         self._by_partition: dict[int, set[str]] = {}
 
@@ -46,11 +51,22 @@ class SessionTable(Generic[S]):
         self._by_partition.setdefault(session.partition, set()).add(session_id)
 
     def evict(self) -> list[tuple[str, S]]:
-        """Take the least recently used sessions beyond the capacity out."""
+        """Take out the least recently used sessions beyond the capacity,
+        then, while the records held in memory take more than
+        ``held_bytes``, the least recently used of those holding records
+        (a store keeps them: they come back with their session)."""
         evicted = []
         while len(self._sessions) > self.capacity:
             session_id = next(iter(self._sessions))
             evicted.append((session_id, self._forget(session_id)))
+        held = sum(session.held.bytes for session in self._sessions.values())
+        if held > self.held_bytes:
+            for session_id in [key for key, session in self._sessions.items() if session.held.bytes]:
+                session = self._forget(session_id)
+                evicted.append((session_id, session))
+                held -= session.held.bytes
+                if held <= self.held_bytes:
+                    break
         return evicted
 
     def drop_partitions(self, partitions: set[int]) -> list[tuple[str, S]]:

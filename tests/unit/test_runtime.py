@@ -129,8 +129,9 @@ def test_a_copy_without_a_known_digest_counts_as_a_duplicate():
 
 
 class _Session:
-    def __init__(self, partition: int) -> None:
+    def __init__(self, partition: int, held: bytes = b"") -> None:
         self.partition = partition
+        self.held = HeldRecords("s", [(1, held, 1)] if held else [])
 
 
 def test_the_session_table_evicts_the_least_recently_used():
@@ -142,6 +143,16 @@ def test_the_session_table_evicts_the_least_recently_used():
     table.put("c", c)
     assert table.evict() == [("b", b)]
     assert table.get("b") is None and len(table) == 2
+
+
+def test_sessions_holding_records_leave_memory_past_the_held_byte_budget():
+    table: SessionTable[_Session] = SessionTable(10, held_bytes=10)
+    sessions = {"quiet": _Session(0), "a": _Session(0, b"123456"), "b": _Session(0, b"1234"),
+                "c": _Session(0, b"12345")}
+    for name, session in sessions.items():
+        table.put(name, session)
+    assert table.evict() == [("a", sessions["a"])]  # 15 bytes held: the least recently used holder goes
+    assert table.evict() == [] and len(table) == 3
 
 
 def test_a_revoked_partition_takes_its_sessions_out_at_once():
