@@ -92,10 +92,11 @@ def long_session_ratio(megabytes: int) -> dict:
 
 
 _MEASURED_INSPECT = """
-import resource, sys
+import sys
+from benchmarks import peak_rss_kb
 from dsh_pipeline.cli import main
 status = main(["inspect", sys.argv[1]])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+print(peak_rss_kb(), file=sys.stderr)
 sys.exit(status)
 """
 

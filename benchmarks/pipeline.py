@@ -332,7 +332,8 @@ def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, mem
 
 
 _RSS_CHILD = """
-import asyncio, resource, sys, time
+import asyncio, sys, time
+from benchmarks import peak_rss_kb
 from pathlib import Path
 from consumers.projector import ProjectorConfig, projector_service
 from dsh_kafka.config import KafkaConfig
@@ -347,7 +348,7 @@ async def main():
         await asyncio.sleep(0.2)
     stop.set(); await task
 asyncio.run(main())
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(peak_rss_kb())
 """
 
 

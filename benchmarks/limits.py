@@ -1,0 +1,223 @@
+"""Peak memory under hostile input, as ratios to an honest baseline run the same way.
+
+    python -m benchmarks.limits [--big-mb N] [--sessions N] [--bootstrap HOST:PORT]
+
+Every case runs in a process of its own, which reports its own peak RSS:
+
+* the shipper (``dsh-pipeline ship --once``) on a root of one small honest
+  session (the baseline), then on roots that add: ``--sessions`` sessions
+  (default 100k); one session of ``--big-mb`` (default 2048) written as
+  dsh writes zstd logs, a frame per append batch; a 32 KB zstd file whose
+  one frame inflates to 1 GiB (a bomb); a session with one 9 MiB line;
+* a projector catching up on a partition of one honest session (the
+  baseline), then on ones that also hold 8 and 64 records of the largest
+  size the events topic takes, each of a session that never sends its
+  header (so each is held: the most memory a record can take).
+
+A record over the limit after decompression never reaches a consumer: the
+events topic is stored uncompressed, so the broker refuses the batch
+(``tests/integration/test_record_limits.py``). The last line is one JSON
+object with all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import zstandard
+
+from benchmarks.bigsession import write_big_session
+from dsh_core.jsonvalue import decode_json, encode_json
+from dsh_core.storage.framing import compress_frame
+from dsh_core.storage.layout import log_path
+from dsh_kafka.admin import end_offsets, prepare_topics
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import BOOTSTRAP_ENV, SERVICE_PRODUCER, KafkaConfig
+from dsh_kafka.records import KIND_RECORD, SessionRecord
+from dsh_kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from dsh_pipeline.local_kafka import LocalKafka
+from producers.simulator import SimulatorConfig, simulate_session
+
+_SHIP = """
+import sys
+from benchmarks import peak_rss_kb
+from dsh_pipeline.cli import main
+status = main(["ship", "--once", "--root", sys.argv[1], "--bootstrap", sys.argv[2], "--topic-prefix", sys.argv[3],
+               "--partitions", "1"])
+print(peak_rss_kb(), file=sys.stderr)
+sys.exit(status)
+"""
+
+_PROJECT = """
+import asyncio, sys
+from benchmarks import peak_rss_kb
+from pathlib import Path
+from consumers.projector import ProjectorConfig, projector_service
+from dsh_kafka.config import KafkaConfig
+from dsh_kafka.topics import TopicNames
+bootstrap, prefix, db, expected = sys.argv[1:5]
+async def main():
+    service = projector_service(ProjectorConfig(kafka=KafkaConfig(bootstrap), topics=TopicNames.with_prefix(prefix),
+                                                group="limits", store=Path(db)))
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop))
+    while sum(service.positions().values()) < int(expected) and not task.done():
+        await asyncio.wait([task], timeout=0.2)
+    stop.set()
+    await task
+asyncio.run(main())
+print(peak_rss_kb(), file=sys.stderr)
+"""
+
+
+def _honest_session(root: Path, session_id: str, extra: list[bytes] = ()) -> None:
+    """A small valid session as dsh writes it (a plain log), with ``extra``
+    event lines after its own."""
+    truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=3, min_turns=1, max_turns=1), 0)
+    records = [r for batch in batches for r in batch if r.kind != "attestation"]
+    header = decode_json(records[0].value) | {"id": session_id}
+    lines = [encode_json(header)] + [r.value for r in records[1:]]
+    seq = truth.next_seq
+    for line in extra:
+        lines.append(line.replace(b'"seq":0', f'"seq":{seq}'.encode(), 1))
+        seq += 1
+    path = log_path(root, header.get("cwd"), session_id, "none")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+
+
+def _many_sessions(root: Path, count: int) -> None:
+    header = {"type": "session", "version": 0, "id": "", "createdAt": 1767225600000, "cwd": "/w", "delegationDepth": 0}
+    event = b'{"type":"user/message","seq":0,"time":1767225600001,"data":{"id":"u1","role":"user",' \
+            b'"content":[{"type":"text","text":"hi"}]},"surfaceOp":"append"}\n'
+    for index in range(count):
+        session_id = f"many-{index:06d}"
+        path = log_path(root, "/w", session_id, "none")
+        path.parent.mkdir(parents=True)
+        path.write_bytes(encode_json(header | {"id": session_id}) + b"\n" + event)
+
+
+def _big_zstd_session(root: Path, megabytes: int, work: Path) -> int:
+    plain = work / "big.jsonl"
+    stats = write_big_session(plain, megabytes * 1024 * 1024)
+    with open(plain, "rb") as source:
+        header = source.readline()
+        session = decode_json(header)
+        path = log_path(root, session.get("cwd"), session["id"], "zstd")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(compress_frame(header))
+            batch: list[bytes] = []
+            for line in source:
+                batch.append(line)
+                if len(batch) == 200:  # an append batch
+                    out.write(compress_frame(b"".join(batch)))
+                    batch = []
+            if batch:
+                out.write(compress_frame(b"".join(batch)))
+    plain.unlink()
+    return stats["events"]
+
+
+def _bomb(root: Path) -> int:
+    header = encode_json({"type": "session", "version": 0, "id": "bomb", "createdAt": 1767225600000, "cwd": "/w", "delegationDepth": 0})
+    line = b'{"type":"user/message","seq":0,"time":1,"data":{}}' + b" " * 4000 + b"\n"
+    compressor = zstandard.ZstdCompressor(level=19, write_checksum=True).compressobj()
+    frame = b"".join(compressor.compress(line * 1024) for _ in range(256)) + compressor.flush()  # 1 GiB
+    path = log_path(root, "/w", "bomb", "zstd")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(compress_frame(header + b"\n") + frame)
+    return path.stat().st_size
+
+
+def _long_line() -> bytes:
+    text = "x" * (9 * 1024 * 1024)
+    return encode_json({"type": "user/message", "seq": 0, "time": 1767225600999,
+                        "data": {"id": "u-long", "role": "user", "content": [{"type": "text", "text": text}]},
+                        "surfaceOp": "append"})
+
+
+def _ship_rss(root: Path, bootstrap: str) -> float:
+    """Peak RSS (MB) of one ``ship --once`` pass over ``root``."""
+    prefix = f"lim{uuid.uuid4().hex[:6]}."
+    child = subprocess.run([sys.executable, "-c", _SHIP, str(root), bootstrap, prefix], capture_output=True, text=True)
+    if child.returncode not in (0, 1):  # 1: entries were refused and reported, as some cases intend
+        raise SystemExit(f"ship failed on {root}:\n{child.stdout}{child.stderr}")
+    return int(child.stderr.strip().splitlines()[-1]) / 1024
+
+
+async def _fill_partition(kafka: KafkaConfig, names: TopicNames, junk: int) -> int:
+    truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=4, min_turns=2, max_turns=2), 0)
+    records = [r for batch in batches for r in batch]
+    largest = MAX_MESSAGE_BYTES - 200
+    records += [SessionRecord(f"junk-{i}", KIND_RECORD, 0, 1, os.urandom(largest)) for i in range(junk)]
+    producer = make_producer(kafka, SERVICE_PRODUCER)
+    await producer.start()
+    try:
+        for record in records:
+            await producer.send(names.events, key=record.key, value=record.value, headers=record.headers,
+                                partition=0)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return sum((await end_offsets(kafka, names.events)).values())
+
+
+def _project_rss(kafka: KafkaConfig, junk: int) -> float:
+    names = TopicNames.with_prefix(f"lim{uuid.uuid4().hex[:6]}.")
+    asyncio.run(prepare_topics(kafka, names, 1))
+    expected = asyncio.run(_fill_partition(kafka, names, junk))
+    with tempfile.TemporaryDirectory() as tmp:
+        child = subprocess.run([sys.executable, "-c", _PROJECT, kafka.bootstrap, names.events[:-len("dsh.session-events")],
+                                str(Path(tmp) / "v.sqlite"), str(expected)], capture_output=True, text=True)
+    if child.returncode != 0:
+        raise SystemExit(f"projector failed:\n{child.stdout}{child.stderr}")
+    return int(child.stderr.strip().splitlines()[-1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--big-mb", type=int, default=2048, help="size of the big session (MiB of plaintext)")
+    parser.add_argument("--sessions", type=int, default=100_000, help="sessions in the many-sessions root")
+    parser.add_argument("--bootstrap", default=os.environ.get(BOOTSTRAP_ENV))
+    args = parser.parse_args()
+    figures: dict[str, float] = {}
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+
+        def ship_case(name: str, prepare) -> None:
+            root = work / name
+            root.mkdir()
+            _honest_session(root, f"honest-{name}")
+            prepare(root)
+            figures[f"ship_{name}_mb"] = round(_ship_rss(root, bootstrap))
+            print(f"shipper, {name:>10}: peak RSS {figures[f'ship_{name}_mb']:6.0f} MB "
+                  f"({figures[f'ship_{name}_mb'] / figures['ship_baseline_mb']:.2f}x the baseline)", flush=True)
+
+        ship_case("baseline", lambda root: None)
+        ship_case("bomb", _bomb)
+        ship_case("long-line", lambda root: _honest_session(root, "long-line", [_long_line()]))
+        ship_case("many", lambda root: _many_sessions(root, args.sessions))
+        ship_case("big", lambda root: _big_zstd_session(root, args.big_mb, work))
+
+        kafka = KafkaConfig(bootstrap)
+        for junk in (0, 8, 64):
+            name = f"project_{junk}_largest_mb"
+            figures[name] = round(_project_rss(kafka, junk))
+            print(f"projector, {junk:2} held records of {MAX_MESSAGE_BYTES >> 20} MiB: peak RSS {figures[name]:4.0f} MB "
+                  f"({figures[name] / figures['project_0_largest_mb']:.2f}x the baseline)", flush=True)
+    print(json.dumps({"big_mb": args.big_mb, "sessions": args.sessions, **figures}))
+
+
+if __name__ == "__main__":
+    main()
