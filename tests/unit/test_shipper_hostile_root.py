@@ -85,3 +85,48 @@ def test_one_session_id_under_two_projects_ships_once_and_the_second_is_reported
     found = find_session_files(root, refused.append)
     assert len(found) == 1 and len(refused) == 1
     assert f"is also at {found[0].parent}; a root holds one log per session id" in refused[0].message
+
+
+def test_entries_that_change_or_cannot_be_read_are_reported_and_the_pass_goes_on(tmp_path, monkeypatch):
+    import producers.shipper as shipper_module
+
+    root = tmp_path / "root"
+    log, expected = _honest_log()
+    lines = storage_lines(log)
+    honest = place(root, log.split(b"\n", 1)[0] + b"\n" + b"".join(line + b"\n" for line in lines[:5]), "none")
+    project = root / "--work-hostile--"
+    nine_mib = b'{"seq": 0, "pad": "' + b"x" * (9 << 20) + b'"}'
+    for name, body in (("nine-mib-line", nine_mib), ("becomes-a-folder", b'{"seq": 0}'),
+                       ("unreadable", b'{"seq": 0}')):
+        (project / name).mkdir(parents=True)
+        (project / name / "session.jsonl").write_bytes(_header(name) + b"\n" + body + b"\n")
+    read_new = shipper_module._read_new
+
+    def unreadable(path, position):
+        if path.parent.name == "unreadable":
+            raise PermissionError(13, "Permission denied")
+        return read_new(path, position)
+
+    monkeypatch.setattr(shipper_module, "_read_new", unreadable)
+    sent, reports = [], []
+
+    async def send(record) -> None:
+        sent.append(record)
+
+    async def flush() -> None:
+        pass
+
+    shipper = Shipper(ShipperConfig(root, tmp_path / "state", once=True), send, flush, reports.append)
+    asyncio.run(shipper.ship_once())
+    assert [r.value for r in sent if r.session_id == "nine-mib-line"][1:] == [nine_mib]  # under the limit: shipped
+    assert [r.value for r in sent if r.session_id == "becomes-a-folder"][1:] == [b'{"seq": 0}']
+    assert reports == [f"refused CorruptionError: {project / 'unreadable' / 'session.jsonl'}: cannot be read: "
+                       "Permission denied"]
+
+    becomes = project / "becomes-a-folder" / "session.jsonl"
+    becomes.unlink()
+    becomes.mkdir()
+    honest.write_bytes(honest.read_bytes() + b"".join(line + b"\n" for line in lines[5:]))
+    asyncio.run(shipper.ship_once())  # the folder is reported, the honest session goes on
+    assert [r.value for r in sent if r.session_id == expected["sessionHeader"]["id"]][1:] == lines
+    assert f"{becomes}: not a regular file" in reports[-1] and len(reports) == 2
