@@ -35,6 +35,7 @@ from pathlib import Path
 
 import zstandard
 
+from benchmarks import projector_peak_rss_mb
 from benchmarks.bigsession import write_big_session
 from dsh_core.jsonvalue import decode_json, encode_json
 from dsh_core.storage.framing import compress_frame
@@ -56,28 +57,6 @@ status = main(["ship", "--once", "--root", sys.argv[1], "--bootstrap", sys.argv[
 print(peak_rss_kb(), file=sys.stderr)
 sys.exit(status)
 """
-
-_PROJECT = """
-import asyncio, sys
-from benchmarks import peak_rss_kb
-from pathlib import Path
-from consumers.projector import ProjectorConfig, projector_service
-from dsh_kafka.config import KafkaConfig
-from dsh_kafka.topics import TopicNames
-bootstrap, prefix, db, expected = sys.argv[1:5]
-async def main():
-    service = projector_service(ProjectorConfig(kafka=KafkaConfig(bootstrap), topics=TopicNames.with_prefix(prefix),
-                                                group="limits", store=Path(db)))
-    stop = asyncio.Event()
-    task = asyncio.create_task(service.run(stop))
-    while sum(service.positions().values()) < int(expected) and not task.done():
-        await asyncio.wait([task], timeout=0.2)
-    stop.set()
-    await task
-asyncio.run(main())
-print(peak_rss_kb(), file=sys.stderr)
-"""
-
 
 def _honest_session(root: Path, session_id: str, extra: list[bytes] = ()) -> None:
     """A small valid session as dsh writes it (a plain log), with ``extra``
@@ -176,12 +155,7 @@ def _project_rss(kafka: KafkaConfig, junk: int) -> float:
     names = TopicNames.with_prefix(f"lim{uuid.uuid4().hex[:6]}.")
     asyncio.run(prepare_topics(kafka, names, 1))
     expected = asyncio.run(_fill_partition(kafka, names, junk))
-    with tempfile.TemporaryDirectory() as tmp:
-        child = subprocess.run([sys.executable, "-c", _PROJECT, kafka.bootstrap, names.events[:-len("dsh.session-events")],
-                                str(Path(tmp) / "v.sqlite"), str(expected)], capture_output=True, text=True)
-    if child.returncode != 0:
-        raise SystemExit(f"projector failed:\n{child.stdout}{child.stderr}")
-    return int(child.stderr.strip().splitlines()[-1]) / 1024
+    return projector_peak_rss_mb(kafka.bootstrap, names.events[:-len("dsh.session-events")], expected)
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from aiokafka import ConsumerRebalanceListener
 
+from benchmarks import projector_peak_rss_mb
 from dsh_core.jsonvalue import decode_json
 from dsh_pipeline.local_kafka import LocalKafka
 from dsh_kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
@@ -331,27 +332,6 @@ def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, mem
     return max(t["done"] for t in times) - started
 
 
-_RSS_CHILD = """
-import asyncio, sys, time
-from benchmarks import peak_rss_kb
-from pathlib import Path
-from consumers.projector import ProjectorConfig, projector_service
-from dsh_kafka.config import KafkaConfig
-from dsh_kafka.topics import TopicNames
-bootstrap, prefix, db, expected = sys.argv[1:5]
-async def main():
-    p = projector_service(ProjectorConfig(kafka=KafkaConfig(bootstrap), topics=TopicNames.with_prefix(prefix),
-                                          group="rss", store=Path(db)))
-    stop = asyncio.Event()
-    task = asyncio.create_task(p.run(stop))
-    while sum(p.positions().values()) < int(expected):
-        await asyncio.sleep(0.2)
-    stop.set(); await task
-asyncio.run(main())
-print(peak_rss_kb())
-"""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=500_000)
@@ -395,11 +375,7 @@ def main() -> None:
         asyncio.run(_fill(kafka, rss_names, SimulatorConfig(sessions=args.sessions_rss, seed=5, min_turns=1,
                                                              max_turns=1)))
         rss_ends = asyncio.run(end_offsets(kafka, rss_names.events))
-        with tempfile.TemporaryDirectory() as tmp:
-            child = subprocess.run([sys.executable, "-c", _RSS_CHILD, bootstrap, rss_names.events[:-len("dsh.session-events")],
-                                    str(Path(tmp) / "v.sqlite"), str(sum(rss_ends.values()))],
-                                   capture_output=True, text=True, check=True)
-        rss_mb = int(child.stdout.strip().splitlines()[-1]) / 1024
+        rss_mb = projector_peak_rss_mb(bootstrap, rss_names.events[:-len("dsh.session-events")], sum(rss_ends.values()))
         print(f"projector peak RSS with {args.sessions_rss:,} sessions touched: {rss_mb:.0f} MB")
         print(json.dumps({"baseline_events_per_s": round(rates["baseline"]),
                           "decode_only_ratio": round(rates["decode only"] / rates["baseline"], 3),

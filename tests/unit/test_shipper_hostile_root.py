@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import zstandard
 
@@ -36,6 +37,20 @@ def _bomb() -> bytes:
     return frame + compressing.flush()
 
 
+def _collecting_shipper(root: Path, state: Path) -> tuple[Shipper, list, list[str]]:
+    """A shipper of ``root`` whose records and reports are collected."""
+    sent: list = []
+    reports: list[str] = []
+
+    async def send(record) -> None:
+        sent.append(record)
+
+    async def flush() -> None:
+        pass
+
+    return Shipper(ShipperConfig(root, state, once=True), send, flush, reports.append), sent, reports
+
+
 def test_hostile_entries_are_reported_and_the_honest_session_ships(tmp_path):
     root, outside = tmp_path / "root", tmp_path / "outside"
     log, expected = _honest_log()
@@ -51,15 +66,7 @@ def test_hostile_entries_are_reported_and_the_honest_session_ships(tmp_path):
     (outside / "escaped" / "session.jsonl").write_bytes(log)
     (project / "escaped").symlink_to(outside / "escaped")
 
-    sent, reports = [], []
-
-    async def send(record) -> None:
-        sent.append(record)
-
-    async def flush() -> None:
-        pass
-
-    shipper = Shipper(ShipperConfig(root, tmp_path / "state", once=True), send, flush, reports.append)
+    shipper, sent, reports = _collecting_shipper(root, tmp_path / "state")
     asyncio.run(shipper.ship_once())
 
     honest_id = expected["sessionHeader"]["id"]
@@ -108,15 +115,7 @@ def test_entries_that_change_or_cannot_be_read_are_reported_and_the_pass_goes_on
         return read_new(path, position)
 
     monkeypatch.setattr(shipper_module, "_read_new", unreadable)
-    sent, reports = [], []
-
-    async def send(record) -> None:
-        sent.append(record)
-
-    async def flush() -> None:
-        pass
-
-    shipper = Shipper(ShipperConfig(root, tmp_path / "state", once=True), send, flush, reports.append)
+    shipper, sent, reports = _collecting_shipper(root, tmp_path / "state")
     asyncio.run(shipper.ship_once())
     assert [r.value for r in sent if r.session_id == "nine-mib-line"][1:] == [nine_mib]  # under the limit: shipped
     assert [r.value for r in sent if r.session_id == "becomes-a-folder"][1:] == [b'{"seq": 0}']
