@@ -42,6 +42,7 @@ bench: setup reference kafka-jars
 	$(VPY) -m benchmarks.core
 	$(VPY) -m benchmarks.produce
 	$(VPY) -m benchmarks.pipeline
+	$(VPY) -m benchmarks.limits
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
