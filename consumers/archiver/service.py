@@ -35,7 +35,7 @@ from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_d
                                 store_held)
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
-from ..runtime.sequencing import AppliedDigests, HeldRecords, Placement, deliver, drain
+from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
 from .files import existing_file, new_file, resume
 
@@ -107,7 +107,7 @@ class Archive(Policy[ArchivedSession]):
             self.sessions.put(session_id, session)
         return session
 
-    def _stored_digest(self, session_id: str, seq: int) -> bytes | None:
+    def _stored_digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         return applied_digest(self.store.connection, session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:

@@ -49,7 +49,7 @@ from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KafkaRecord, Sessi
 
 from ..runtime.config import ServiceConfig
 from ..runtime.policy import CommittedOffset, Policy
-from ..runtime.sequencing import deliver, drain
+from ..runtime.sequencing import AppliedDigest, deliver, drain
 from ..runtime.service import ConsumerService
 from .findings import Finding, lossless_problem
 from .replay import replay
@@ -113,7 +113,7 @@ class Audit(Policy[AuditedSession]):
         self._changed[session_id] = session
         return session
 
-    def _stored_digest(self, session_id: str, seq: int) -> bytes | None:
+    def _stored_digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         staged = self._staged.get(session_id)  # stored once the commit in flight lands
         digest = staged.digests.get(seq) if staged is not None else None
         return digest if digest is not None else self.store.digest(session_id, seq)

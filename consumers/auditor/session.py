@@ -14,7 +14,7 @@ from dsh_core.jsonvalue import decode_json, dump_json
 from dsh_core.request import BoundaryTracker, MessagesDigest, request_frame
 from dsh_kafka.records import SessionRecord, check_identity
 
-from ..runtime.sequencing import AppliedDigests, HeldRecords
+from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords
 from .checks import BoundaryAudit
 from .findings import Report
 
@@ -35,11 +35,11 @@ class SavedSession:
     state: bytes  # JSON: refusal, gap report, attested boundaries, checker states
     held: list[tuple[int, bytes, int]]
     pending: dict[int, bytes]  # attestation values by boundary seq
-    digests: dict[int, bytes]  # of the records applied since the last snapshot, by seq
+    digests: dict[int, AppliedDigest]  # of the records applied since the last snapshot, by seq
 
 
 #: The stored digest of the record a session applied at a seq.
-StoredDigest = Callable[[int], bytes | None]
+StoredDigest = Callable[[int], AppliedDigest | None]
 
 
 @dataclass

@@ -17,6 +17,7 @@ from dsh_core.errors import StateStoreError
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, replace_held,
                                 store_digests)
+from ..runtime.sequencing import AppliedDigest
 from .session import SavedSession
 
 __all__ = ["AuditStore"]
@@ -66,7 +67,7 @@ class AuditStore:
         pending = dict(self.db.execute("SELECT seq, value FROM attestations WHERE session_id = ?", (session_id,)))
         return SavedSession(row[0], row[1], row[2], load_held(self.db, session_id), pending, {})
 
-    def digest(self, session_id: str, seq: int) -> bytes | None:
+    def digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         """The digest of the record a session applied at ``seq``."""
         return applied_digest(self.db, session_id, seq)
 

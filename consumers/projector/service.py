@@ -41,7 +41,7 @@ from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import CommittedOffset, Policy
-from ..runtime.sequencing import AppliedDigests, HeldRecords, Placement, deliver, drain
+from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
 from .store import SessionChange, ViewStore, view_head
 
@@ -192,7 +192,7 @@ class Projection(Policy[ProjectedSession]):
         self.sessions.put(session_id, session)
         return session
 
-    def _stored_digest(self, session_id: str, seq: int) -> bytes | None:
+    def _stored_digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         return self.store.digest(session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:

@@ -22,7 +22,7 @@ from dsh_core.jsonvalue import decode_json, dump_json
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
                                 store_held)
-from ..runtime.sequencing import HeldRecords
+from ..runtime.sequencing import AppliedDigest, HeldRecords
 
 __all__ = ["SavedSession", "SessionChange", "ViewStore", "view_head"]
 
@@ -80,7 +80,7 @@ class ViewStore:
                               (session_id,)).fetchone()
         return None if row is None else (row[0], row[1], row[2], load_held(self.db, session_id))
 
-    def digest(self, session_id: str, seq: int) -> bytes | None:
+    def digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         """The digest of the record applied at ``seq`` of a session."""
         return applied_digest(self.db, session_id, seq)
 
@@ -125,7 +125,7 @@ class SessionChange:
     surface_gone: Iterable[int]
     surface_new: Iterable[tuple[int, str, Any]]
     held: HeldRecords | None
-    digests: dict[int, bytes]
+    digests: dict[int, AppliedDigest]
 
     def write(self, db: Any) -> None:
         session_id = self.session_id

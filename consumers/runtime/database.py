@@ -15,7 +15,7 @@ from typing import Iterator, Mapping, Sequence
 
 from dsh_core.errors import StateStoreError
 
-from .sequencing import HeldRecords, HeldRow
+from .sequencing import AppliedDigest, HeldRecords, HeldRow
 
 __all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "applied_digest", "load_held", "replace_held",
            "store_digests", "store_held"]
@@ -24,8 +24,8 @@ __all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "applied_digest", "load_
 HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
                "count INTEGER NOT NULL, PRIMARY KEY (session_id, seq))")
 #: The sha256 of every record applied, by session and first seq (so is every service's).
-DIGESTS_SCHEMA = ("CREATE TABLE applied (session_id TEXT NOT NULL, seq INTEGER NOT NULL, digest BLOB NOT NULL, "
-                  "PRIMARY KEY (session_id, seq)) WITHOUT ROWID")
+DIGESTS_SCHEMA = ("CREATE TABLE applied (session_id TEXT NOT NULL, seq INTEGER NOT NULL, count INTEGER NOT NULL, "
+                  "digest BLOB NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID")
 
 #: How a service's state is rebuilt when its file cannot be used.
 _REBUILD = ("give the service a path of its own; to rebuild from the topic, move the file away (the auditor replays "
@@ -109,13 +109,14 @@ def replace_held(db: sqlite3.Connection, session_id: str, rows: Sequence[HeldRow
                    [(session_id, seq, value, count) for seq, value, count in rows])
 
 
-def applied_digest(db: sqlite3.Connection, session_id: str, seq: int) -> bytes | None:
-    """The stored digest of the record a session applied at ``seq``."""
-    row = db.execute("SELECT digest FROM applied WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
-    return None if row is None else row[0]
+def applied_digest(db: sqlite3.Connection, session_id: str, seq: int) -> AppliedDigest | None:
+    """The stored ``(count, sha256)`` of the record a session applied at ``seq``."""
+    row = db.execute("SELECT count, digest FROM applied WHERE session_id = ? AND seq = ?",
+                     (session_id, seq)).fetchone()
+    return None if row is None else (row[0], row[1])
 
 
-def store_digests(db: sqlite3.Connection, session_id: str, digests: Mapping[int, bytes]) -> None:
+def store_digests(db: sqlite3.Connection, session_id: str, digests: Mapping[int, AppliedDigest]) -> None:
     """Write a session's digests by seq (:meth:`AppliedDigests.changes`)."""
-    db.executemany("INSERT OR REPLACE INTO applied (session_id, seq, digest) VALUES (?, ?, ?)",
-                   [(session_id, seq, digest) for seq, digest in digests.items()])
+    db.executemany("INSERT OR REPLACE INTO applied (session_id, seq, count, digest) VALUES (?, ?, ?, ?)",
+                   [(session_id, seq, count, digest) for seq, (count, digest) in digests.items()])

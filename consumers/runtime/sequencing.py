@@ -5,8 +5,8 @@ session's next seq is a duplicate; one above it, or any record before the
 session can take records at all (no header yet), is held until the gap
 below it fills; the next one is applied, and so are the held records it
 makes contiguous. A duplicate is proven by its content: a record at a seq
-applied or held before with other bytes is refused with
-:class:`ConflictingWriterError` (two writers of one session). At most ``limit`` records and ``byte_limit`` bytes are
+applied or held before, carrying as many events in other bytes, is refused
+with :class:`ConflictingWriterError` (two writers of one session). At most ``limit`` records and ``byte_limit`` bytes are
 held per session: one more is refused with :class:`HeldLimitError` (its
 service dead-letters it; re-shipping the session brings it back once the
 gap is filled).
@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Protocol
 
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldRecords", "HeldRow", "Placement", "Sequenced",
+__all__ = ["AppliedDigest", "AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldRecords", "HeldRow", "Placement", "Sequenced",
            "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
@@ -88,8 +88,8 @@ class HeldRecords:
         :class:`HeldLimitError` when the session holds ``limit`` records or
         the value would take it past ``byte_limit`` bytes."""
         if seq in self.records:
-            first = self.records[seq][0]
-            if first != value:
+            first, first_count = self.records[seq]
+            if first_count == count and first != value:
                 raise ConflictingWriterError(self.session_id, seq, _sha256(first).hex(), _sha256(value).hex())
             return False
         if len(self.records) >= self.limit or self.bytes + len(value) > self.byte_limit:
@@ -121,38 +121,44 @@ def _sha256(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
 
 
+#: ``(count, sha256)`` of the record a session applied at a seq.
+AppliedDigest = tuple[int, bytes]
+
+
 class AppliedDigests:
-    """The sha256 of every record a session applied, by its first seq. New
-    ones wait in :attr:`new` for a store to write them (:meth:`changes`);
-    older ones are asked of ``stored``, which answers ``None`` where it
-    keeps none (a service's crash between its output and its store): such
-    a copy counts as a duplicate, unproven."""
+    """The events count and sha256 of every record a session applied, by its
+    first seq. New ones wait in :attr:`new` for a store to write them
+    (:meth:`changes`); older ones are asked of ``stored``, which answers
+    ``None`` where it keeps none (a service's crash between its output and
+    its store): such a copy counts as a duplicate, unproven. So does a copy
+    framed otherwise (another count from the same seq: a live writer sends
+    stream deltas one by one where the session file packs them)."""
 
     __slots__ = ("session_id", "stored", "new")
 
-    def __init__(self, session_id: str, stored: Callable[[int], bytes | None] = lambda seq: None) -> None:
+    def __init__(self, session_id: str, stored: Callable[[int], AppliedDigest | None] = lambda seq: None) -> None:
         self.session_id = session_id
         self.stored = stored
-        self.new: dict[int, bytes] = {}
+        self.new: dict[int, AppliedDigest] = {}
 
     @property
     def dirty(self) -> bool:
         return bool(self.new)
 
-    def add(self, seq: int, value: bytes) -> None:
-        self.new[seq] = _sha256(value)
+    def add(self, seq: int, value: bytes, count: int) -> None:
+        self.new[seq] = (count, _sha256(value))
 
-    def check(self, seq: int, value: bytes) -> None:
+    def check(self, seq: int, value: bytes, count: int) -> None:
         """Raise :class:`ConflictingWriterError` if the record applied at
-        ``seq`` had other bytes than ``value``."""
+        ``seq`` carried as many events in other bytes than ``value``."""
         first = self.new.get(seq) or self.stored(seq)
-        if first is not None:
+        if first is not None and first[0] == count:
             then = _sha256(value)
-            if then != first:
-                raise ConflictingWriterError(self.session_id, seq, first.hex(), then.hex())
+            if then != first[1]:
+                raise ConflictingWriterError(self.session_id, seq, first[1].hex(), then.hex())
 
-    def changes(self) -> dict[int, bytes]:
-        """The digests by seq added since the last call, for a store to write."""
+    def changes(self) -> dict[int, AppliedDigest]:
+        """What was added since the last call, by seq, for a store to write."""
         new, self.new = self.new, {}
         return new
 
@@ -175,12 +181,12 @@ def deliver(session: Sequenced, seq: int, value: bytes, count: int) -> Placement
     """Place one record of ``session`` carrying events from ``seq`` on."""
     expected = session.next_seq()
     if expected is not None and seq < expected:
-        session.digests.check(seq, value)
+        session.digests.check(seq, value, count)
         return Placement.DUPLICATE
     if expected is None or seq > expected:
         return Placement.HELD if session.held.hold(seq, value, count, expected or 0) else Placement.HELD_AGAIN
     applies = session.apply(value, count)
-    session.digests.add(seq, value)
+    session.digests.add(seq, value, count)
     if applies:
         drain(session)
     return Placement.APPLIED
@@ -196,7 +202,7 @@ def drain(session: Sequenced) -> int:
             break
         applied += 1
         applies = session.apply(*item)
-        session.digests.add(expected, item[0])
+        session.digests.add(expected, *item)
         if not applies:
             break
     return applied

@@ -24,7 +24,11 @@ from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
 from producers.publisher import Publisher
 from dsh_core.storage.layout import find_session_files
 from tests.conftest import canonical
-from tests.kafka_fixtures import consume_all
+from consumers.projector import ViewStore
+from dsh_kafka.admin import end_offsets
+from tests.integration.test_projector import run_until
+from tests.kafka_fixtures import caught_up, consume_all
+from tests.services import archiver, auditor, projector
 from tests.scripted_model import ScriptedModel
 
 pytestmark = [pytest.mark.kafka, pytest.mark.skipif(
@@ -105,6 +109,38 @@ def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, 
     sent = asyncio.run(ship())
     shipped = _events_of(asyncio.run(consume_all(kafka, shipped_names.events, sent, timeout=30)))
     assert canonical(shipped) == canonical(live_events)
+    _the_shipper_completes_what_the_bridges_published(kafka, names, root, files, tmp_path)
+
+
+def _the_shipper_completes_what_the_bridges_published(kafka, names, root, files, tmp_path) -> None:
+    """DESIGN.md's deployment: bridges publish live, the shipper ships the same
+    session files to the same topic (completing what a bridge missed). The
+    services take the shipper's records, packed otherwise than the bridges'
+    one-event records, as duplicates: no dead letter, views and archives
+    exactly the files."""
+    from producers.shipper import Shipper, ShipperConfig
+
+    async def scenario() -> list:
+        async with Publisher(kafka, names) as publisher:
+            shipper = Shipper(ShipperConfig(root=root, state_dir=tmp_path / "same-topic", once=True), publisher.send,
+                              publisher.flush, report=lambda line: pytest.fail(line))
+            await shipper.ship_once()
+        ends = await end_offsets(kafka, names.events)
+        services = [projector(kafka, names, "bridged-p", tmp_path / "views.sqlite"),
+                    auditor(kafka, names, "bridged-au"), archiver(kafka, names, "bridged-ar", tmp_path / "archive")]
+        await asyncio.gather(*(run_until(service, lambda s=service: caught_up(s, ends)) for service in services))
+        return await consume_all(kafka, names.dead_letter, 1, timeout=3)
+
+    assert asyncio.run(scenario()) == []
+    store = ViewStore(tmp_path / "views.sqlite")
+    try:
+        for session_id, path in files.items():
+            assert store.view(session_id)["nextSeq"] == len(read_events(path)[1]), session_id
+    finally:
+        store.close()
+    archived = {path.parent.name: path for path in find_session_files(tmp_path / "archive")}
+    assert {s: canonical(read_events(p)[1]) for s, p in archived.items()} == {
+        s: canonical(read_events(p)[1]) for s, p in files.items()}
 
 
 class _Recording:

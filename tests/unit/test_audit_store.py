@@ -13,14 +13,14 @@ from dsh_core.errors import StateStoreError
 def test_a_state_file_keeps_its_owner_and_refuses_others(tmp_path):
     path = tmp_path / "auditor.sqlite"
     store = AuditStore(path, "dsh-auditor", "dsh.session-events")
-    store.write({"s1": SavedSession(3, None, b"{}", [(7, b"held", 2)], {9: b"attested"}, {7: b"digest"})}, {3: 42})
+    store.write({"s1": SavedSession(3, None, b"{}", [(7, b"held", 2)], {9: b"attested"}, {7: (2, b"digest")})}, {3: 42})
     store.close()
 
     again = AuditStore(path, "dsh-auditor", "dsh.session-events")
     try:
         assert again.stored_offset(3) == 42
         assert again.load("s1") == SavedSession(3, None, b"{}", [(7, b"held", 2)], {9: b"attested"}, {})
-        assert again.digest("s1", 7) == b"digest" and again.digest("s1", 8) is None
+        assert again.digest("s1", 7) == (2, b"digest") and again.digest("s1", 8) is None
     finally:
         again.close()
 

@@ -122,10 +122,14 @@ def test_applied_digests_are_asked_of_the_store_once_written():
         deliver(log, 0, b"b", 1)
 
 
-def test_a_copy_without_a_known_digest_counts_as_a_duplicate():
+def test_a_copy_without_a_known_digest_or_framed_otherwise_counts_as_a_duplicate():
     log = _Log()
     log.seq = 5  # applied before digests were kept (or before a crash lost them)
     assert deliver(log, 3, b"anything", 1) is Placement.DUPLICATE
+    deliver(log, 5, b"a packed row", 3)
+    assert deliver(log, 5, b"its first delta alone", 1) is Placement.DUPLICATE  # a live writer's framing
+    deliver(log, 10, b"a held row", 3)
+    assert deliver(log, 10, b"its first delta alone", 1) is Placement.HELD_AGAIN
 
 
 class _Session:
