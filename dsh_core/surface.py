@@ -31,10 +31,10 @@ def _is_seq(value: Any) -> bool:
     return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
-def _check_sources(event_type: str, seq: int, sources: Any, shadowed: list[int]) -> None:
-    """``sourceEventSeqs`` rules (§4.1 steps 5–6); ``None`` means absent."""
+def _check_sources(event_type: str, seq: int, sources: Any, has_sources: bool, shadowed: list[int]) -> None:
+    """``sourceEventSeqs`` rules (§4.1 steps 5–6); ``null`` is present, and no array."""
     present: set[int] | frozenset[int] = frozenset()
-    if sources is not None:
+    if has_sources:
         if not isinstance(sources, (list, tuple)):
             raise SurfaceError(f"seq {seq}: sourceEventSeqs must be an array when present")
         if not sources:
@@ -97,7 +97,7 @@ class Surface:
             return False
         if surface_op == "append" and type(surface_op) is str:
             if has_sources:
-                _check_sources(event_type, seq, sources, [])
+                _check_sources(event_type, seq, sources, True, [])
             self.nodes.append(seq)
             return True
         if not has_op:
@@ -121,7 +121,7 @@ class Surface:
             raise SurfaceError(
                 f"seq {seq}: surface replace: start seq {start} (index {start_index}) is after end seq {end} (index {end_index})")
         shadowed = nodes[start_index:end_index + 1]
-        _check_sources(event_type, seq, sources if has_sources else None, shadowed)
+        _check_sources(event_type, seq, sources, has_sources, shadowed)
         if event_type == "tool/result":
             if len(shadowed) != 1:
                 raise SurfaceError(f"seq {seq}: tool/result surface replacement must rewrite exactly one current node")

@@ -35,3 +35,15 @@ def test_wrong_json_types_are_named_refusals(change, refusal):
     line = json.dumps(change(first)).encode()
     result = load_session_bytes(header + b"\n" + line + b"\n", "case", "none")
     assert isinstance(result.error, DshError) and type(result.error).__name__ == refusal, result.error
+
+
+def test_null_source_event_seqs_are_present_and_no_array():
+    header, first = _log()
+    message = {"type": "user/message", "seq": 0, "time": first["time"], "surfaceOp": "append",
+               "data": {"id": "u1", "role": "user", "content": [{"type": "text", "text": "hi"}],
+                        "source": {"kind": "user"}}}
+    for sources, refusal in (([], "must not be empty except on assistant/message"),
+                             (None, "sourceEventSeqs must be an array when present")):
+        line = json.dumps(message | {"sourceEventSeqs": sources}).encode()
+        result = load_session_bytes(header + b"\n" + line + b"\n", "case", "none")
+        assert type(result.error).__name__ == "SurfaceError" and refusal in result.error.message, result.error
