@@ -43,6 +43,7 @@ from .shapes import check_envelope, check_message_shape, check_retired
 from .storage.legacy import upgrade_event
 from .storage.records import ChunkRow, decode_row, decode_row_line
 from .storage.repair import OpenTurnTracker
+from .storage.seq_ranges import decode_source_seqs
 
 __all__ = ["FoldObserver", "StagedFold"]
 
@@ -182,9 +183,15 @@ class StagedFold:
         if row is not None:
             self.count += row.count
             self._rows(row)
-        else:
-            self.count += 1
-            self._event(value)
+            return True
+        if isinstance(value, dict) and "sourceEventSeqs" in value:
+            try:
+                value["sourceEventSeqs"] = decode_source_seqs(value["sourceEventSeqs"], seq)
+            except DecodeError as exc:
+                self._issue = CorruptionError(f"{self.where}: line {line_no}: unparsable committed record ({exc})")
+                return False
+        self.count += 1
+        self._event(value)
         return True
 
     def apply(self, line: bytes) -> None:
@@ -213,6 +220,8 @@ class StagedFold:
             self.count += row.count
             self._rows(row)
         elif isinstance(value, dict):
+            if "sourceEventSeqs" in value:
+                value["sourceEventSeqs"] = decode_source_seqs(value["sourceEventSeqs"], self.count)
             self.count += 1
             self._event(value)
         else:
@@ -257,8 +266,8 @@ class StagedFold:
         event: dict[str, Any] = {"type": event_type, "seq": seq, "time": time, "data": decode_json(envelope.data)}
         if envelope.surfaceOp is not UNSET:
             event["surfaceOp"] = envelope.surfaceOp
-        if envelope.sourceEventSeqs is not UNSET:
-            event["sourceEventSeqs"] = envelope.sourceEventSeqs
+        if envelope.sourceEventSeqs is not UNSET:  # the next seq: this one, when the caller checked it
+            event["sourceEventSeqs"] = decode_source_seqs(envelope.sourceEventSeqs, min(seq, self.count - 1))
         if envelope.ignorable is not UNSET:
             event["ignorable"] = envelope.ignorable
         self._event(event, envelope_checked=True)
