@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError
 
 from dsh_core.errors import PipelineError
 
@@ -16,9 +17,15 @@ __all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
 
 
 async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int) -> None:
-    """Create or verify the pipeline's topics on ``kafka``."""
+    """Create or verify the pipeline's topics on ``kafka`` (every command's
+    first call to the cluster: one that no broker answers is named here)."""
     admin = make_admin(kafka)
-    await admin.start()
+    try:
+        await admin.start()
+    except KafkaConnectionError:
+        raise PipelineError(f"cannot reach the Kafka cluster at {kafka.bootstrap}: no broker answered; start one "
+                            "(`dsh-pipeline kafka start` runs a local broker) or name a running cluster with "
+                            "--bootstrap or DSH_KAFKA_BOOTSTRAP") from None
     try:
         await ensure_topics(admin, topic_specs(names, partitions))
     finally:

@@ -52,3 +52,11 @@ def test_missing_file_and_directory_input(tmp_path):
     listed = run("inspect", "--json", str(tmp_path / "root"))
     report = json.loads(listed.stdout)
     assert report["accepted"] and report["repair"]["closerCount"] == 1
+
+
+def test_an_unreachable_cluster_is_named_not_a_traceback(tmp_path):
+    done = run("project", "--bootstrap", "127.0.0.1:1", "--db", str(tmp_path / "views.sqlite"))
+    err = done.stderr
+    assert done.returncode == 1 and "Traceback" not in err, err
+    assert ("dsh-pipeline project: PipelineError: cannot reach the Kafka cluster at 127.0.0.1:1: no broker answered; "
+            "start one (`dsh-pipeline kafka start` runs a local broker)") in err
