@@ -72,6 +72,9 @@ class ArchivedSession:
     def next_seq(self) -> int | None:
         return self.seq if self.header is not None else None
 
+    def held_bytes(self) -> int:
+        return self.held.bytes
+
     def apply(self, value: bytes, count: int) -> bool:
         if not self.lines:
             self.first_seq = self.seq

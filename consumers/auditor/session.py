@@ -68,6 +68,10 @@ class AuditedSession:
     def next_seq(self) -> int | None:
         return self.fold.count if self.fold is not None else None
 
+    def held_bytes(self) -> int:
+        """Held records and the attestations waiting for their boundary."""
+        return self.held.bytes + (sum(map(len, self.pending.values())) if self.pending else 0)
+
     def apply(self, value: bytes, count: int) -> bool:
         fold = self.fold
         before = fold.count

@@ -106,6 +106,9 @@ class ProjectedSession:
     def next_seq(self) -> int | None:
         return self.fold.count if self.fold is not None else None
 
+    def held_bytes(self) -> int:
+        return self.held.bytes
+
     def apply(self, value: bytes, count: int) -> bool:
         fold = self.fold
         before = fold.count

@@ -20,15 +20,16 @@ from typing import Callable, Iterable, Protocol
 
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["AppliedDigest", "AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldRecords", "HeldRow", "Placement", "Sequenced",
-           "deliver", "drain"]
+__all__ = ["AppliedDigest", "AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldRecords",
+           "HeldRow", "Placement", "Sequenced", "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
 #: ... and the bytes of their values, at most.
 HELD_BYTES = 64 * 1024 * 1024
-#: Held bytes a service keeps in memory over all its sessions; beyond them
-#: sessions holding records leave memory (their store keeps the records).
+#: Bytes a service keeps in memory for later over all its sessions (held
+#: records, pending attestations); beyond them the sessions holding any
+#: leave memory (their store keeps what they held).
 HELD_MEMORY_BYTES = 2 * HELD_BYTES
 
 

@@ -1,20 +1,23 @@
 """The sessions a consumer service keeps in memory: an LRU bounded in
-sessions and in the bytes of the records they hold at gaps, with an index
-by partition, so a revoked partition's sessions go at once."""
+sessions and in the bytes they hold for later (records at gaps, pending
+attestations), with an index by partition, so a revoked partition's
+sessions go at once."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import Generic, Iterator, Protocol, TypeVar
 
-from .sequencing import HELD_MEMORY_BYTES, HeldRecords
+from .sequencing import HELD_MEMORY_BYTES
 
 __all__ = ["HotSession", "SessionTable"]
 
 
 class HotSession(Protocol):
     partition: int
-    held: HeldRecords
+
+    def held_bytes(self) -> int:
+        """Bytes the session keeps for later (its store keeps them too)."""
 
 
 S = TypeVar("S", bound=HotSession)
@@ -23,11 +26,11 @@ S = TypeVar("S", bound=HotSession)
 class SessionTable(Generic[S]):
     """Hot sessions by id, least recently used first."""
 
-    def __init__(self, capacity: int, held_bytes: int = HELD_MEMORY_BYTES) -> None:
+    def __init__(self, capacity: int, held_budget: int = HELD_MEMORY_BYTES) -> None:
         if capacity < 1:
             raise ValueError(f"a session table holds at least one session, not {capacity}")
         self.capacity = capacity
-        self.held_bytes = held_bytes
+        self.held_budget = held_budget
         self._sessions: OrderedDict[str, S] = OrderedDict()
         self._by_partition: dict[int, set[str]] = {}
 
@@ -52,21 +55,20 @@ class SessionTable(Generic[S]):
 
     def evict(self) -> list[tuple[str, S]]:
         """Take out the least recently used sessions beyond the capacity,
-        then, while the records held in memory take more than
-        ``held_bytes``, the least recently used of those holding records
-        (a store keeps them: they come back with their session)."""
+        then, while what the sessions hold for later takes more than
+        ``held_budget`` bytes, the least recently used of those holding anything
+        (a store keeps it: it comes back with its session)."""
         evicted = []
         while len(self._sessions) > self.capacity:
             session_id = next(iter(self._sessions))
             evicted.append((session_id, self._forget(session_id)))
-        held = sum(session.held.bytes for session in self._sessions.values())
-        if held > self.held_bytes:
-            for session_id in [key for key, session in self._sessions.items() if session.held.bytes]:
-                session = self._forget(session_id)
-                evicted.append((session_id, session))
-                held -= session.held.bytes
-                if held <= self.held_bytes:
-                    break
+        weights = {key: weight for key, session in self._sessions.items() if (weight := session.held_bytes())}
+        held = sum(weights.values())
+        for session_id, weight in weights.items():
+            if held <= self.held_budget:
+                break
+            evicted.append((session_id, self._forget(session_id)))
+            held -= weight
         return evicted
 
     def drop_partitions(self, partitions: set[int]) -> list[tuple[str, S]]:

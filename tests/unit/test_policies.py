@@ -213,8 +213,11 @@ def test_pending_attestations_are_bounded_in_count_and_size():
     waiting = [SessionRecord(truth.session_id, "attestation", 10_000 + n, 0, b'{"digest": "x"}')
                for n in range(PENDING_LIMIT + 1)]
     huge = SessionRecord(truth.session_id, "attestation", 5, 0, b'{"d": "' + b"x" * ATTESTATION_BYTES + b'"}')
-    outputs = run_batch(Audit(AuditorConfig(kafka=KAFKA)), fetched([header, huge] + waiting))
+    audit = Audit(AuditorConfig(kafka=KAFKA))
+    outputs = run_batch(audit, fetched([header, huge] + waiting))
     assert _reasons(outputs) == [b"corrupt-storage", b"held-limit"]
+    [session] = audit.sessions  # what waits counts against the service's held budget
+    assert session.held_bytes() == PENDING_LIMIT * len(b'{"digest": "x"}')
 
 
 def test_a_negative_token_count_is_the_log_s_to_keep_not_a_counter_s(tmp_path):
