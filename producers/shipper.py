@@ -242,7 +242,7 @@ class Shipper:
         SESSIONS.labels("refused").set(sum(1 for p in states if p.failed))
         return shipped
 
-    def _refuse_entry(self, error: CorruptionError) -> None:
+    def _refuse_entry(self, error: DshError) -> None:
         if error.message not in self._reported:  # said once per process, like a refused file
             self._reported.add(error.message)
             SHIPPER_ERRORS.labels(type(error).__name__).inc()

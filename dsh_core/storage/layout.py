@@ -8,15 +8,20 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
-from ..errors import CorruptionError, ValidationError
+from ..errors import CorruptionError, DshError, FormatUnsupportedError, ValidationError
 
 __all__ = ["Compression", "encode_segment", "project_dir", "project_key", "session_dir", "log_path",
            "log_name", "compression_of", "find_session_files"]
 
 Compression = Literal["zstd", "none"]
+
+#: A session log's file name: ``session.jsonl`` (v0) or ``session.v<N>.jsonl``
+#: (dsh 0.1.5 and later write v3, 0.2.x v4), plus ``.zstd``.
+_LOG_NAME = re.compile(r"session(?:\.v([1-9][0-9]*))?\.jsonl(?:\.zstd)?")
 
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 
@@ -81,7 +86,7 @@ def compression_of(path: str | os.PathLike[str]) -> Compression:
 
 
 def find_session_files(root: str | os.PathLike[str],
-                       refuse: Callable[[CorruptionError], None] | None = None) -> list[Path]:
+                       refuse: Callable[[DshError], None] | None = None) -> list[Path]:
     """Every session file of a sessions root in dsh's layout, sorted.
 
     A root holds one encoding per session (spec §8.1): a session directory
@@ -89,11 +94,13 @@ def find_session_files(root: str | os.PathLike[str],
     so are a session file that is not a regular file and a session id seen
     before under another project (two logs are not one session). Symbolic
     links are not followed (one could lead out of the root): they are
-    refused too.
+    refused too. Where dsh migrated a session to a later format, the newest
+    generation is the log (dsh writes on there): one in a format this
+    reader does not read yet is refused with :class:`FormatUnsupportedError`.
     Without ``refuse`` that raises; with it, the entry is passed over and
     ``refuse`` gets the error.
     """
-    def refused(error: CorruptionError) -> None:
+    def refused(error: DshError) -> None:
         if refuse is None:
             raise error
         refuse(error)
@@ -118,12 +125,21 @@ def find_session_files(root: str | os.PathLike[str],
                                         "<project>/<id>/session.jsonl[.zstd]"))
             if not entry.is_dir():
                 continue
-            files = [entry / name for name in ("session.jsonl", "session.jsonl.zstd") if os.path.lexists(entry / name)]
+            generations: dict[int, list[Path]] = {}
+            for child in entry.iterdir():
+                named = _LOG_NAME.fullmatch(child.name)
+                if named:
+                    generations.setdefault(int(named[1] or 0), []).append(child)
+            newest = max(generations, default=0)
+            files = sorted(generations.get(newest, []))
             odd = [path for path in files if path.is_symlink() or not path.is_file()]
             if odd:
                 refused(CorruptionError(f"{odd[0]}: not a regular file"))
             elif len(files) == 2:
-                refused(CorruptionError(f"{entry}: holds both session.jsonl and session.jsonl.zstd"))
+                refused(CorruptionError(f"{entry}: holds both {files[0].name} and {files[1].name}"))
+            elif newest:
+                refused(FormatUnsupportedError(f"{files[0]}: a v{newest} session log (dsh 0.1.5 and later); only v0 "
+                                               "logs are read so far, so the session is not shipped"))
             elif entry.name in first_seen:
                 refused(CorruptionError(f"{entry}: session {entry.name!r} is also at {first_seen[entry.name]}; a "
                                         "root holds one log per session id"))

@@ -300,7 +300,9 @@ def test_project_key_length():
 def test_find_session_files_refuses_what_the_layout_forbids(tmp_path):
     project = tmp_path / "--home-u-proj--"
     for name, files in (("s-1", ["session.jsonl"]), ("s-2", ["session.jsonl.zstd", "lock"]),
-                        ("s-3", ["session.jsonl", "session.jsonl.zstd"])):
+                        ("s-3", ["session.jsonl", "session.jsonl.zstd"]),
+                        ("s-5", ["session.jsonl.zstd", "session.v4.jsonl.zstd", "session.lock"]),  # migrated by dsh
+                        ("s-6", ["session.v3.jsonl.zstd", "session.v3.jsonl.zstd.1a2b.tmp"])):
         (project / name).mkdir(parents=True)
         for file in files:
             (project / name / file).write_bytes(b"")
@@ -312,4 +314,6 @@ def test_find_session_files_refuses_what_the_layout_forbids(tmp_path):
     assert found == [project / "s-1" / "session.jsonl", project / "s-2" / "session.jsonl.zstd"]
     assert [message.split(": ", 1)[1] for message in refused] == [
         "holds both session.jsonl and session.jsonl.zstd",
-        "a flat session file; dsh keeps each session in <project>/<id>/session.jsonl[.zstd]"]
+        "a flat session file; dsh keeps each session in <project>/<id>/session.jsonl[.zstd]",
+        "a v4 session log (dsh 0.1.5 and later); only v0 logs are read so far, so the session is not shipped",
+        "a v3 session log (dsh 0.1.5 and later); only v0 logs are read so far, so the session is not shipped"]
