@@ -1,9 +1,15 @@
+# The dsh-pipeline image: one entry point, every service a subcommand.
+# It runs as an unprivileged user whose uid/gid match the owner of the bind
+# mounts (./sessions, ./archive) on the host: build with --build-arg UID=…
 FROM python:3.11-slim
+ARG UID=1000
+ARG GID=1000
+RUN groupadd --gid "$GID" dsh && useradd --uid "$UID" --gid "$GID" --no-create-home dsh \
+    && mkdir -p /state /data /archive && chown dsh:dsh /state /data /archive
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY dsh_core ./dsh_core
-COPY producers ./producers
-COPY consumers ./consumers
-COPY dsh_pipeline ./dsh_pipeline
-RUN pip install --no-cache-dir .
+# .dockerignore lets in only the project and its packages.
+COPY . .
+RUN pip install --no-cache-dir . && rm -rf /app
+WORKDIR /
+USER dsh
 ENTRYPOINT ["dsh-pipeline"]
