@@ -78,7 +78,7 @@ def _ship(args: argparse.Namespace) -> int:
     from producers.publisher import Publisher
     from producers.shipper import Shipper, ShipperConfig
 
-    kafka = resolve_kafka(args.bootstrap)
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
                            poll_seconds=args.poll, once=args.once)
@@ -117,7 +117,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from producers.fleet import fleet, manifest
     from producers.simulator import FaultPlan, SimulatorConfig
 
-    kafka = resolve_kafka(args.bootstrap)
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     faults = FaultPlan(**{kind: getattr(args, f"fault_{kind}") for kind in
                           ("unlogged", "dropped", "duplicate", "lossless", "unknown")})
@@ -149,7 +149,7 @@ def _worker(args: argparse.Namespace) -> int:
     from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
     from producers.publisher import Publisher
 
-    kafka = resolve_kafka(args.bootstrap)
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     executable, cordis = find_runtime()
     api_key = os.environ.get("DEEPSEEK_API_KEY")
@@ -180,7 +180,7 @@ def _consume(args: argparse.Namespace, make_service) -> int:
     from dsh_pipeline.ops_server import consumers_health
     from dsh_pipeline.runtime import resolve_kafka, run_until_signal
 
-    kafka = resolve_kafka(args.bootstrap)
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     services = {}  # what /healthz checks: the service, once it exists
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 from typing import Awaitable, Callable
 
@@ -19,14 +20,16 @@ def default_broker_dir() -> Path:
     return cache_root() / "broker"
 
 
-def resolve_kafka(bootstrap: str | None) -> KafkaConfig:
+def resolve_kafka(bootstrap: str | None, client_id: str) -> KafkaConfig:
     """``--bootstrap``, else ``$DSH_KAFKA_BOOTSTRAP``, else the broker that
-    ``dsh-pipeline kafka start`` runs; otherwise a clear error."""
+    ``dsh-pipeline kafka start`` runs; otherwise a clear error. The clients
+    call themselves ``client_id`` (broker logs, quotas and metrics tell the
+    pipeline's commands apart by it)."""
     if bootstrap or os.environ.get(BOOTSTRAP_ENV):
-        return KafkaConfig.from_env(bootstrap)
+        return replace(KafkaConfig.from_env(bootstrap), client_id=client_id)
     state = read_state(default_broker_dir())
     if state is not None and probe_metadata(state.bootstrap):
-        return KafkaConfig(bootstrap=state.bootstrap)
+        return KafkaConfig(bootstrap=state.bootstrap, client_id=client_id)
     raise PipelineError(f"no Kafka cluster: pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, "
                         "or start the local broker with `dsh-pipeline kafka start`")
 

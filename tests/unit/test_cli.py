@@ -60,3 +60,10 @@ def test_an_unreachable_cluster_is_named_not_a_traceback(tmp_path):
     assert done.returncode == 1 and "Traceback" not in err, err
     assert ("dsh-pipeline project: PipelineError: cannot reach the Kafka cluster at 127.0.0.1:1: no broker answered; "
             "start one (`dsh-pipeline kafka start` runs a local broker)") in err
+
+
+def test_each_command_names_its_kafka_clients(monkeypatch):
+    from dsh_pipeline.runtime import resolve_kafka
+    monkeypatch.delenv("DSH_KAFKA_BOOTSTRAP", raising=False)
+    kafka = resolve_kafka("broker-1:9092,broker-2:9092", "dsh-pipeline-project")
+    assert (kafka.bootstrap, kafka.client_id) == ("broker-1:9092,broker-2:9092", "dsh-pipeline-project")
