@@ -131,6 +131,18 @@ def _free_ports(count: int) -> list[int]:
         return [probe.getsockname()[1] for probe in probes]
 
 
+def _ports_if_free(ports: list[int]) -> list[int] | None:
+    """``ports`` if each can be bound on loopback now, else ``None``."""
+    with contextlib.ExitStack() as stack:
+        for port in ports:
+            probe = stack.enter_context(socket.socket())
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                return None
+    return ports
+
+
 def _die_with_parent() -> None:  # runs in the child before exec (Linux)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -249,6 +261,14 @@ class LocalKafka:
                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                 "-cp", f"{lib}/*", "kafka.Kafka", str(properties)]
 
+    def _previous_ports(self) -> list[int] | None:
+        properties = self.data_dir / "server.properties"
+        if not properties.exists():
+            return None
+        found = re.search(r"^listeners=PLAINTEXT://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)$",
+                          properties.read_text(), re.MULTILINE)
+        return _ports_if_free([int(found[1]), int(found[2])]) if found else None
+
     def _write_config(self, port: int, controller: int) -> Path:
         (self.data_dir / "tmp").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
@@ -289,8 +309,12 @@ class LocalKafka:
         lib = ensure_kafka_jars()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         last_error = ""
+        # A folder that served before keeps its ports while they are free, so
+        # a pinned DSH_KAFKA_BOOTSTRAP and running clients outlive a restart.
+        ports = self._previous_ports()
         for _ in range(3):  # a port taken between probe and bind: try new ports
-            port, controller = _free_ports(2)
+            port, controller = ports or _free_ports(2)
+            ports = None
             properties = self._write_config(port, controller)
             self._format(lib, properties)
             log = open(self.log_path, "ab")

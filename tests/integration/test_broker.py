@@ -78,6 +78,11 @@ def test_cli_detached_broker_start_status_stop(tmp_path):
     assert run("stop").stdout.strip() == "stopped"
     assert run("status").returncode == 1
     assert not probe_metadata(bootstrap)
+    again = run("start")  # the same folder keeps its address: pinned clients go on
+    try:
+        assert again.returncode == 0 and again.stdout.strip() == bootstrap, again.stderr
+    finally:
+        assert run("stop").stdout.strip() == "stopped"
 
 
 def test_topic_setup_is_idempotent_and_checks_existing_topics(kafka, topics):
