@@ -11,14 +11,16 @@ from dsh_core.errors import PipelineError
 
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig
-from .topics import TopicNames, TopicSpec, topic_specs
+from .topics import TopicNames, TopicSpec, replication_for, topic_specs
 
 __all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
 
 
 async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int) -> None:
     """Create or verify the pipeline's topics on ``kafka`` (every command's
-    first call to the cluster: one that no broker answers is named here)."""
+    first call to the cluster: one that no broker answers is named here),
+    with three copies of each partition on a cluster of three brokers or
+    more (:func:`~.topics.replication_for`)."""
     admin = make_admin(kafka)
     try:
         await admin.start()
@@ -27,7 +29,8 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int)
                             "(`dsh-pipeline kafka start` runs a local broker) or name a running cluster with "
                             "--bootstrap or DSH_KAFKA_BOOTSTRAP") from None
     try:
-        await ensure_topics(admin, topic_specs(names, partitions))
+        brokers = len((await admin.describe_cluster())["brokers"])
+        await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)))
     finally:
         await admin.close()
 
@@ -54,7 +57,7 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> N
     missing = [spec for spec in specs if spec.name not in existing]
     if missing:
         response = await admin.create_topics(
-            [NewTopic(spec.name, spec.partitions, 1, topic_configs=spec.configs) for spec in missing])
+            [NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=spec.configs) for spec in missing])
         for topic, code, *rest in response.topic_errors:
             if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS (a concurrent creator)
                 raise PipelineError(f"creating topic {topic} failed: error {code} {rest[-1] if rest else ''}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["BATCH_OVERHEAD_BYTES", "DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "TopicNames", "TopicSpec",
-           "topic_specs"]
+           "replication_for", "topic_specs"]
 
 #: Large enough for big tool outputs (a 5 MiB result plus its envelope).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -35,11 +35,21 @@ class TopicSpec:
     name: str
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
+    replication: int = 1
 
 
-def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, retention_ms: int = -1) -> list[TopicSpec]:
+def replication_for(brokers: int) -> int:
+    """Copies of each partition on a cluster of ``brokers``: three where
+    there are three brokers or more, so ``acks=all`` survives a broker."""
+    return max(1, min(3, brokers))
+
+
+def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, retention_ms: int = -1,
+                replication: int = 1) -> list[TopicSpec]:
     """Events: delete policy, long retention; views: compacted; findings and
     dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`.
+    Each partition has ``replication`` copies, of which ``acks=all`` waits
+    for all but one (``min.insync.replicas``).
 
     The events topic, written by every worker, is stored uncompressed: the
     broker then inflates each batch a producer sends (compressed on the
@@ -47,12 +57,12 @@ def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, retenti
     only place Kafka bounds that. A topic that keeps the producer's
     compression passes a few-KB batch inflating to any size on to every
     consumer."""
-    size = str(MAX_MESSAGE_BYTES)
+    common = {"max.message.bytes": str(MAX_MESSAGE_BYTES), "min.insync.replicas": str(max(1, replication - 1))}
+    events = {"cleanup.policy": "delete", "retention.ms": str(retention_ms), "compression.type": "uncompressed",
+              "max.message.bytes": str(MAX_MESSAGE_BYTES + BATCH_OVERHEAD_BYTES)}
     return [
-        TopicSpec(names.events, partitions, {"cleanup.policy": "delete", "retention.ms": str(retention_ms),
-                                             "max.message.bytes": str(MAX_MESSAGE_BYTES + BATCH_OVERHEAD_BYTES),
-                                             "compression.type": "uncompressed"}),
-        TopicSpec(names.views, partitions, {"cleanup.policy": "compact", "max.message.bytes": size}),
-        TopicSpec(names.findings, partitions, {"cleanup.policy": "delete", "max.message.bytes": size}),
-        TopicSpec(names.dead_letter, partitions, {"cleanup.policy": "delete", "max.message.bytes": size}),
+        TopicSpec(names.events, partitions, common | events, replication),
+        TopicSpec(names.views, partitions, common | {"cleanup.policy": "compact"}, replication),
+        TopicSpec(names.findings, partitions, common | {"cleanup.policy": "delete"}, replication),
+        TopicSpec(names.dead_letter, partitions, common | {"cleanup.policy": "delete"}, replication),
     ]
