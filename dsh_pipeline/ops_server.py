@@ -44,19 +44,29 @@ class Polled(Protocol):
     healthy: bool
     last_poll: float  # time.monotonic() of its last poll
 
+    def silent_for(self) -> float | None:
+        """Seconds since the cluster last answered (``None``: cannot tell)."""
+
 
 def consumers_health(services: Mapping[str, Polled], stale_after: float = 60.0,
                      clock: Callable[[], float] = time.monotonic) -> HealthCheck:
-    """Healthy while every service (by name) is ``healthy`` and polled within
-    the last ``stale_after`` seconds of ``clock``; none at all is unhealthy."""
+    """Healthy while every service (by name) is ``healthy``, polled within
+    the last ``stale_after`` seconds of ``clock`` and heard from the cluster
+    within as long (a stopped broker makes it unhealthy); none at all is
+    unhealthy."""
     def check() -> tuple[bool, str]:
         if not services:
             return False, "no service running"
         now = clock()
-        problems = [f"{name}: not running" if not service.healthy else
-                    f"{name}: last poll {now - service.last_poll:.1f} s ago (stale after {stale_after:g} s)"
-                    for name, service in services.items()
-                    if not service.healthy or now - service.last_poll >= stale_after]
+        problems = []
+        for name, service in services.items():
+            silent = service.silent_for()
+            if not service.healthy:
+                problems.append(f"{name}: not running")
+            elif now - service.last_poll >= stale_after:
+                problems.append(f"{name}: last poll {now - service.last_poll:.1f} s ago (stale after {stale_after:g} s)")
+            elif silent is not None and silent >= stale_after:
+                problems.append(f"{name}: no answer from the cluster for {silent:.1f} s (stale after {stale_after:g} s)")
         return (False, "; ".join(problems)) if problems else (True, "ok")
     return check
 

@@ -106,6 +106,17 @@ class ConsumerService:
         """The next offset to handle, per assigned partition handled so far."""
         return dict(self._positions)
 
+    def silent_for(self) -> float | None:
+        """Seconds since the cluster last answered a fetch of an assigned
+        partition (it answers every long poll, records or not); ``None``
+        with nothing assigned or nothing fetched yet."""
+        consumer = self.consumer
+        if consumer is None:
+            return None
+        answered = [consumer.last_poll_timestamp(tp) for tp in consumer.assignment()]
+        newest = max((stamp for stamp in answered if stamp is not None), default=None)
+        return None if newest is None else max(0.0, time.time() - newest / 1000)
+
     # ------------------------------------------------------------------ run
 
     async def run(self, stop: asyncio.Event) -> None:

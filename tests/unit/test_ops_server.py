@@ -122,8 +122,8 @@ def test_the_cli_names_a_port_in_use_in_one_line(tmp_path: Path, command: list[s
 
 
 class TestConsumersHealth:
-    def service(self, healthy: bool = True, last_poll: float = 100.0) -> SimpleNamespace:
-        return SimpleNamespace(healthy=healthy, last_poll=last_poll)
+    def service(self, healthy: bool = True, last_poll: float = 100.0, silent: float | None = None) -> SimpleNamespace:
+        return SimpleNamespace(healthy=healthy, last_poll=last_poll, silent=silent, silent_for=lambda: silent)
 
     def test_healthy_when_every_service_polls(self) -> None:
         check = consumers_health({"projector": self.service(), "auditor": self.service(last_poll=95.0)},
@@ -144,6 +144,11 @@ class TestConsumersHealth:
         assert check() == (False, "archiver: last poll 10.0 s ago (stale after 10 s)")
         service.last_poll = 109.5  # it polled again
         assert check() == (True, "ok")
+
+    def test_a_silent_cluster_is_unhealthy_though_the_loop_polls(self) -> None:
+        check = consumers_health({"projector": self.service(silent=12.5), "auditor": self.service(silent=None)},
+                                 stale_after=10, clock=lambda: 101.0)
+        assert check() == (False, "projector: no answer from the cluster for 12.5 s (stale after 10 s)")
 
     def test_no_service_is_unhealthy(self) -> None:
         assert consumers_health({})() == (False, "no service running")

@@ -1,0 +1,64 @@
+"""/healthz tells the truth about the cluster: a consumer service whose
+broker stops answering turns unhealthy, though its own loop goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+
+import pytest
+
+from dsh_kafka.admin import prepare_topics
+from dsh_kafka.config import KafkaConfig
+from dsh_kafka.topics import TopicNames
+from dsh_pipeline.local_kafka import LocalKafka
+from dsh_pipeline.ops_server import consumers_health
+from tests.services import projector
+
+pytestmark = pytest.mark.kafka
+
+
+async def _until(condition, timeout: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)  # wait-ok: polling a condition with a deadline
+
+
+def test_a_silent_broker_makes_a_polling_service_unhealthy(tmp_path):
+    with LocalKafka(heap="512m") as broker:
+        kafka = KafkaConfig(broker.bootstrap)
+        names = TopicNames.with_prefix(f"h{uuid.uuid4().hex[:8]}.")
+        asyncio.run(prepare_topics(kafka, names, 2))
+        service = projector(kafka, names, "health", tmp_path / "views.sqlite")
+        check = consumers_health({"projector": service}, stale_after=3)
+
+        async def scenario() -> list[tuple[bool, str]]:
+            stop = asyncio.Event()
+            task = asyncio.create_task(service.run(stop))
+            seen = []
+            try:
+                await _until(lambda: service.silent_for() is not None and check()[0], 60, "a healthy service")
+                seen.append(check())
+                os.kill(broker.process.pid, signal.SIGSTOP)  # the broker hangs: connections stay open
+                try:
+                    await _until(lambda: not check()[0], 30, "the silence to show")
+                    seen.append(check())
+                    assert not task.done() and service.healthy  # the loop itself went on polling
+                finally:
+                    os.kill(broker.process.pid, signal.SIGCONT)
+                await _until(lambda: check()[0], 60, "health to come back")
+                seen.append(check())
+            finally:
+                stop.set()
+                await task
+            return seen
+
+        healthy, silent, again = asyncio.run(scenario())
+    assert healthy == again == (True, "ok")
+    assert silent[1].startswith("projector: no answer from the cluster for ") and silent[1].endswith(
+        " s (stale after 3 s)"), silent
