@@ -76,12 +76,14 @@ def _ship(args: argparse.Namespace) -> int:
     from dsh_kafka.admin import prepare_topics
     from dsh_pipeline.runtime import resolve_kafka, run_until_signal
     from producers.publisher import Publisher
-    from producers.shipper import Shipper, ShipperConfig
+    from producers.shipper import Checkpoints, Shipper, ShipperConfig, check_root
 
-    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
-    names = TopicNames.with_prefix(args.topic_prefix)
     config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
                            poll_seconds=args.poll, once=args.once)
+    check_root(config.root)  # local mistakes are named before the cluster is asked anything
+    Checkpoints(config.state_dir / "shipper-checkpoints.json")
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
+    names = TopicNames.with_prefix(args.topic_prefix)
     refused = 0
     shipping = False  # healthy while the shipper's run loop runs
 

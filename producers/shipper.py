@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, SequenceGapError
+from dsh_core.errors import (CorruptionError, DecodeError, DshError, FormatUnsupportedError, PipelineError,
+                             SequenceGapError, StateStoreError)
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.records import SessionRecord, header_record, record_from_line
 from dsh_kafka.topics import MAX_MESSAGE_BYTES
@@ -35,7 +36,7 @@ from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import decompress_frame, iter_frames
 from dsh_core.storage.layout import compression_of, encode_segment, find_session_files
 
-__all__ = ["ShipperConfig", "Shipper", "Checkpoints"]
+__all__ = ["ShipperConfig", "Shipper", "Checkpoints", "check_root"]
 
 SHIPPED_RECORDS = Counter("dsh_shipper_records_total", "Records shipped, by kind.", ["kind"])
 SHIPPED_EVENTS = Counter("dsh_shipper_events_total", "Session events shipped.")
@@ -59,29 +60,40 @@ class _Position:
 
 
 class Checkpoints:
-    """The per-file positions, persisted atomically."""
+    """The per-file positions, persisted atomically. A file that cannot be
+    read or written is a :class:`StateStoreError` naming it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.positions: dict[str, _Position] = {}
-        if path.exists():
-            raw = json.loads(path.read_text("utf-8"))
-            self.positions = {name: _Position(**entry) for name, entry in raw["files"].items()}
+        try:
+            if path.exists():
+                raw = json.loads(path.read_text("utf-8"))
+                self.positions = {name: _Position(**entry) for name, entry in raw["files"].items()}
+        except OSError as error:
+            raise StateStoreError(f"{path}: cannot read the shipper's checkpoints: {error.strerror or error}") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise StateStoreError(f"{path}: not a shipper checkpoint file ({type(error).__name__}: {error}); move it "
+                                  "away to ship the root again from the start (consumers skip the repeats)") from None
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         temp = self.path.with_suffix(".tmp")
         payload = {"files": {name: position.__dict__ for name, position in sorted(self.positions.items())}}
-        with open(temp, "w", encoding="utf-8") as stream:
-            json.dump(payload, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
         try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(temp, "w", encoding="utf-8") as stream:
+                json.dump(payload, stream)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(temp, self.path)
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        except OSError as error:
+            raise StateStoreError(f"{self.path}: cannot write the shipper's checkpoints: "
+                                  f"{error.strerror or error}") from None
 
 
 @dataclass(frozen=True)
@@ -187,11 +199,19 @@ def _read_zstd(path: Path, out: _Read) -> None:
                 return
 
 
+def check_root(root: Path) -> None:
+    """Raise :class:`PipelineError` unless ``root`` is a directory to ship."""
+    if not root.is_dir():
+        raise PipelineError(f"{root}: the sessions root " + ("is not a directory" if root.exists() else
+                                                             "does not exist"))
+
+
 class Shipper:
     """Ships a sessions root through ``send`` (e.g. :meth:`Publisher.send`)."""
 
     def __init__(self, config: ShipperConfig, send: Callable[[SessionRecord], Any], flush: Callable[[], Any],
                  report: Callable[[str], None]) -> None:
+        check_root(config.root)
         self.config = config
         self._send = send
         self._flush = flush

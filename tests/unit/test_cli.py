@@ -67,3 +67,16 @@ def test_each_command_names_its_kafka_clients(monkeypatch):
     monkeypatch.delenv("DSH_KAFKA_BOOTSTRAP", raising=False)
     kafka = resolve_kafka("broker-1:9092,broker-2:9092", "dsh-pipeline-project")
     assert (kafka.bootstrap, kafka.client_id) == ("broker-1:9092,broker-2:9092", "dsh-pipeline-project")
+
+
+def test_shipper_mistakes_are_named_before_the_cluster_is_asked(tmp_path):
+    root = tmp_path / "root"
+    (root / ".dsh-shipper").mkdir(parents=True)
+    (root / ".dsh-shipper" / "shipper-checkpoints.json").write_text("{garbage")
+    (tmp_path / "file").write_text("")
+    for where, message in ((tmp_path / "missing", "the sessions root does not exist"),
+                           (tmp_path / "file", "the sessions root is not a directory"),
+                           (root, "not a shipper checkpoint file (JSONDecodeError")):
+        done = run("ship", "--once", "--root", str(where), "--bootstrap", "127.0.0.1:1")  # no broker there
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith("dsh-pipeline ship: ") and message in done.stderr, done.stderr
