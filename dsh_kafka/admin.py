@@ -25,9 +25,11 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int)
     try:
         await admin.start()
     except KafkaConnectionError:
-        raise PipelineError(f"cannot reach the Kafka cluster at {kafka.bootstrap}: no broker answered; start one "
-                            "(`dsh-pipeline kafka start` runs a local broker) or name a running cluster with "
-                            "--bootstrap or DSH_KAFKA_BOOTSTRAP") from None
+        raise PipelineError(f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: no "
+                            "broker answered or took this client (the client's log line above says why); check the "
+                            "address, the security settings (DSH_KAFKA_SECURITY_PROTOCOL, DSH_KAFKA_SASL_*, "
+                            "DSH_KAFKA_SSL_*) and the credentials, or start a local broker with "
+                            "`dsh-pipeline kafka start`") from None
     try:
         brokers = len((await admin.describe_cluster())["brokers"])
         await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)))

@@ -8,20 +8,26 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.helpers import create_ssl_context
 
 from .config import ConsumerSettings, KafkaConfig, ProducerSettings
 from .topics import BATCH_OVERHEAD_BYTES
 
-__all__ = ["make_admin", "make_consumer", "make_producer"]
+__all__ = ["client_options", "make_admin", "make_consumer", "make_producer"]
 
 
-def _client_options(kafka: KafkaConfig) -> dict[str, Any]:
+def client_options(kafka: KafkaConfig) -> dict[str, Any]:
+    """The aiokafka options every client of ``kafka`` gets: address,
+    identity, security (a TLS context from the configured PEM files)."""
     options: dict[str, Any] = {"bootstrap_servers": kafka.bootstrap, "client_id": kafka.client_id,
                                "security_protocol": kafka.security_protocol}
     if kafka.sasl_mechanism:
         options["sasl_mechanism"] = kafka.sasl_mechanism
         options["sasl_plain_username"] = kafka.sasl_username
         options["sasl_plain_password"] = kafka.sasl_password.reveal() if kafka.sasl_password else None
+    if kafka.uses_tls:
+        options["ssl_context"] = create_ssl_context(cafile=kafka.ssl_cafile, certfile=kafka.ssl_certfile,
+                                                    keyfile=kafka.ssl_keyfile)
     options.update(kafka.extra)
     return options
 
@@ -29,7 +35,7 @@ def _client_options(kafka: KafkaConfig) -> dict[str, Any]:
 def make_producer(kafka: KafkaConfig, settings: ProducerSettings = ProducerSettings(), *,
                   transactional_id: str | None = None) -> AIOKafkaProducer:
     """An idempotent ``acks=all`` producer (transactional with an id)."""
-    return AIOKafkaProducer(**_client_options(kafka), enable_idempotence=True, acks="all",
+    return AIOKafkaProducer(**client_options(kafka), enable_idempotence=True, acks="all",
                             linger_ms=settings.linger_ms, compression_type=settings.compression,
                             max_batch_size=settings.max_batch_bytes,
                             max_request_size=settings.max_record_bytes + BATCH_OVERHEAD_BYTES,
@@ -39,7 +45,7 @@ def make_producer(kafka: KafkaConfig, settings: ProducerSettings = ProducerSetti
 def make_consumer(kafka: KafkaConfig, settings: ConsumerSettings, *topics: str) -> AIOKafkaConsumer:
     """A consumer of ``topics`` (none: partitions are assigned by hand)
     that never commits on its own."""
-    return AIOKafkaConsumer(*topics, **_client_options(kafka), group_id=settings.group_id, enable_auto_commit=False,
+    return AIOKafkaConsumer(*topics, **client_options(kafka), group_id=settings.group_id, enable_auto_commit=False,
                             auto_offset_reset=settings.auto_offset_reset,
                             max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
                             fetch_max_bytes=settings.fetch_max_bytes, session_timeout_ms=settings.session_timeout_ms,
@@ -48,4 +54,4 @@ def make_consumer(kafka: KafkaConfig, settings: ConsumerSettings, *topics: str) 
 
 
 def make_admin(kafka: KafkaConfig, *, request_timeout_ms: int = 40_000) -> AIOKafkaAdminClient:
-    return AIOKafkaAdminClient(**_client_options(kafka), request_timeout_ms=request_timeout_ms)
+    return AIOKafkaAdminClient(**client_options(kafka), request_timeout_ms=request_timeout_ms)

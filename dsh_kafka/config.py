@@ -16,7 +16,8 @@ from dsh_core.errors import PipelineError
 
 from .topics import MAX_MESSAGE_BYTES
 
-__all__ = ["Secret", "KafkaConfig", "ProducerSettings", "ConsumerSettings", "BOOTSTRAP_ENV", "SERVICE_PRODUCER"]
+__all__ = ["Secret", "KafkaConfig", "ProducerSettings", "ConsumerSettings", "BOOTSTRAP_ENV", "SECURITY_ENV",
+           "SERVICE_PRODUCER"]
 
 BOOTSTRAP_ENV = "DSH_KAFKA_BOOTSTRAP"
 
@@ -36,9 +37,18 @@ class Secret:
         return "Secret('***')"
 
 
+#: The security settings a deployment gives through the environment.
+SECURITY_ENV = ("DSH_KAFKA_SECURITY_PROTOCOL", "DSH_KAFKA_SASL_MECHANISM", "DSH_KAFKA_SASL_USERNAME",
+                "DSH_KAFKA_SASL_PASSWORD", "DSH_KAFKA_SASL_PASSWORD_FILE", "DSH_KAFKA_SSL_CAFILE",
+                "DSH_KAFKA_SSL_CERTFILE", "DSH_KAFKA_SSL_KEYFILE")
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
-    """How to reach the cluster. ``extra`` passes raw aiokafka options."""
+    """How to reach the cluster: where, as whom, over what. ``extra``
+    passes raw aiokafka options."""
 
     bootstrap: str
     client_id: str = "dsh-pipeline"
@@ -46,19 +56,65 @@ class KafkaConfig:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: Secret | None = None
+    ssl_cafile: str | None = None  # PEM; None: the system's trusted CAs
+    ssl_certfile: str | None = None  # PEM client certificate (mutual TLS) ...
+    ssl_keyfile: str | None = None  # ... and its key
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if not self.bootstrap or any(not part.rpartition(":")[2].isdigit() for part in self.bootstrap.split(",")):
             raise PipelineError(f"bootstrap {self.bootstrap!r} must be host:port[,host:port...]")
 
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
     @classmethod
-    def from_env(cls, bootstrap: str | None = None) -> "KafkaConfig":
-        """``bootstrap`` or ``$DSH_KAFKA_BOOTSTRAP``."""
-        value = bootstrap or os.environ.get(BOOTSTRAP_ENV)
+    def from_env(cls, bootstrap: str | None = None, environ: Mapping[str, str] = os.environ) -> "KafkaConfig":
+        """``bootstrap`` or ``$DSH_KAFKA_BOOTSTRAP``, with the security
+        settings of :data:`SECURITY_ENV`; a missing or unusable one is a
+        :class:`PipelineError` naming the variable."""
+        value = bootstrap or environ.get(BOOTSTRAP_ENV)
         if not value:
             raise PipelineError(f"no Kafka bootstrap given: pass --bootstrap or set {BOOTSTRAP_ENV}")
-        return cls(bootstrap=value)
+        protocol = environ.get("DSH_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT").upper()
+        if protocol not in _PROTOCOLS:
+            raise PipelineError(f"DSH_KAFKA_SECURITY_PROTOCOL={protocol} is not one of {', '.join(_PROTOCOLS)}")
+        settings: dict[str, Any] = {"security_protocol": protocol}
+        if protocol.startswith("SASL_"):
+            mechanism = environ.get("DSH_KAFKA_SASL_MECHANISM", "").upper()
+            if mechanism not in _MECHANISMS:
+                raise PipelineError(f"{protocol} needs DSH_KAFKA_SASL_MECHANISM, one of {', '.join(_MECHANISMS)}; "
+                                    f"got {mechanism or 'nothing'}")
+            username = environ.get("DSH_KAFKA_SASL_USERNAME")
+            if not username:
+                raise PipelineError(f"{protocol} needs DSH_KAFKA_SASL_USERNAME")
+            settings |= {"sasl_mechanism": mechanism, "sasl_username": username,
+                         "sasl_password": Secret(_password(environ))}
+        for name, variable in (("ssl_cafile", "DSH_KAFKA_SSL_CAFILE"), ("ssl_certfile", "DSH_KAFKA_SSL_CERTFILE"),
+                               ("ssl_keyfile", "DSH_KAFKA_SSL_KEYFILE")):
+            path = environ.get(variable)
+            if path:
+                if not os.path.isfile(path):
+                    raise PipelineError(f"{variable}={path}: no such file")
+                settings[name] = path
+        return cls(bootstrap=value, **settings)
+
+
+def _password(environ: Mapping[str, str]) -> str:
+    """``DSH_KAFKA_SASL_PASSWORD``, or the first line of the file
+    ``DSH_KAFKA_SASL_PASSWORD_FILE`` names (a mounted secret)."""
+    path = environ.get("DSH_KAFKA_SASL_PASSWORD_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as stream:
+                return stream.readline().rstrip("\r\n")
+        except OSError as error:
+            raise PipelineError(f"DSH_KAFKA_SASL_PASSWORD_FILE={path}: {error.strerror or error}") from None
+    password = environ.get("DSH_KAFKA_SASL_PASSWORD")
+    if not password:
+        raise PipelineError("SASL needs DSH_KAFKA_SASL_PASSWORD or DSH_KAFKA_SASL_PASSWORD_FILE")
+    return password
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+from typing import Mapping
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -235,7 +236,8 @@ class LocalKafka:
     their parent process.
     """
 
-    def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g") -> None:
+    def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g",
+                 sasl_users: Mapping[str, str] | None = None) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -247,6 +249,10 @@ class LocalKafka:
         self.heap = heap
         self.process: subprocess.Popen | None = None
         self.bootstrap: str | None = None
+        #: ``sasl_users`` (name -> password) adds a SASL_PLAINTEXT listener
+        #: taking them with mechanism PLAIN, at :attr:`sasl_bootstrap`.
+        self.sasl_users = dict(sasl_users or {})
+        self.sasl_bootstrap: str | None = None
 
     @property
     def log_path(self) -> Path:
@@ -269,17 +275,29 @@ class LocalKafka:
                           properties.read_text(), re.MULTILINE)
         return _ports_if_free([int(found[1]), int(found[2])]) if found else None
 
-    def _write_config(self, port: int, controller: int) -> Path:
+    def _listeners(self, port: int, controller: int, sasl_port: int | None) -> list[str]:
+        if sasl_port is None:
+            return [f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
+        users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
+        return [f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller},"
+                f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms=PLAIN",
+                f"listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"]
+
+    def _write_config(self, port: int, controller: int, sasl_port: int | None = None) -> Path:
         (self.data_dir / "tmp").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
         properties = self.data_dir / "server.properties"
         properties.write_text("\n".join([
             "process.roles=broker,controller", "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            *self._listeners(port, controller, sasl_port),
             "inter.broker.listener.name=PLAINTEXT", "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             f"log.dirs={self.data_dir / 'logs'}", "num.partitions=1", "auto.create.topics.enable=false",
             "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=1",
             "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
@@ -313,9 +331,11 @@ class LocalKafka:
         # a pinned DSH_KAFKA_BOOTSTRAP and running clients outlive a restart.
         ports = self._previous_ports()
         for _ in range(3):  # a port taken between probe and bind: try new ports
-            port, controller = ports or _free_ports(2)
+            fresh = _free_ports(3)
+            port, controller = ports or fresh[:2]
             ports = None
-            properties = self._write_config(port, controller)
+            sasl_port = fresh[2] if self.sasl_users else None
+            properties = self._write_config(port, controller, sasl_port)
             self._format(lib, properties)
             log = open(self.log_path, "ab")
             self.process = subprocess.Popen(
@@ -326,6 +346,7 @@ class LocalKafka:
             outcome = self._wait_ready(bootstrap, time.monotonic() + timeout)
             if outcome is None:
                 self.bootstrap = bootstrap
+                self.sasl_bootstrap = f"127.0.0.1:{sasl_port}" if sasl_port else None
                 if not self.attached:
                     _state_file(self.data_dir).write_text(json.dumps(BrokerState(
                         self.process.pid, bootstrap, str(self.data_dir), str(self.log_path)).__dict__))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import ssl
 from dataclasses import dataclass
 
 import pytest
 
 from dsh_core.errors import DecodeError, PipelineError
-from dsh_kafka.clients import make_producer
+from dsh_kafka.clients import client_options, make_producer
 from dsh_kafka.config import KafkaConfig, ProducerSettings, Secret
 from dsh_kafka.records import (
     Attestation,
@@ -104,3 +106,28 @@ def test_topics_and_config():
     assert asyncio.run(built()) == (True, "pw")  # idempotent, and the SASL password reaches the client
     with pytest.raises(PipelineError, match="host:port"):
         KafkaConfig("localhost")
+
+
+def test_security_settings_come_from_the_environment(tmp_path):
+    secret = tmp_path / "password"
+    secret.write_text("from-a-file\n")
+    config = KafkaConfig.from_env("b:9093", {"DSH_KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
+                                             "DSH_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                                             "DSH_KAFKA_SASL_USERNAME": "dsh",
+                                             "DSH_KAFKA_SASL_PASSWORD_FILE": str(secret)})
+    options = client_options(config)
+    assert (options["security_protocol"], options["sasl_mechanism"], options["sasl_plain_username"],
+            options["sasl_plain_password"]) == ("SASL_SSL", "SCRAM-SHA-512", "dsh", "from-a-file")
+    assert isinstance(options["ssl_context"], ssl.SSLContext) and "from-a-file" not in repr(config)
+    assert "ssl_context" not in client_options(KafkaConfig.from_env("b:9092", {}))
+    for environ, message in (
+            ({"DSH_KAFKA_SECURITY_PROTOCOL": "TLS"}, "DSH_KAFKA_SECURITY_PROTOCOL=TLS is not one of PLAINTEXT, SSL"),
+            ({"DSH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "SASL_PLAINTEXT needs DSH_KAFKA_SASL_MECHANISM"),
+            ({"DSH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "DSH_KAFKA_SASL_MECHANISM": "PLAIN"},
+             "SASL_PLAINTEXT needs DSH_KAFKA_SASL_USERNAME"),
+            ({"DSH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "DSH_KAFKA_SASL_MECHANISM": "PLAIN",
+              "DSH_KAFKA_SASL_USERNAME": "u"}, "SASL needs DSH_KAFKA_SASL_PASSWORD or DSH_KAFKA_SASL_PASSWORD_FILE"),
+            ({"DSH_KAFKA_SECURITY_PROTOCOL": "SSL", "DSH_KAFKA_SSL_CAFILE": str(tmp_path / "ca.pem")},
+             f"DSH_KAFKA_SSL_CAFILE={tmp_path / 'ca.pem'}: no such file")):
+        with pytest.raises(PipelineError, match=re.escape(message)):
+            KafkaConfig.from_env("b:9092", environ)
