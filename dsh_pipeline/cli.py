@@ -197,8 +197,13 @@ def _consume(args: argparse.Namespace, make_service) -> int:
 
 
 def _ops_server(args: argparse.Namespace, health: HealthCheck) -> contextlib.AbstractContextManager:
-    """``/metrics`` and ``/healthz`` on ``--metrics-host``:``--metrics-port``
+    """Log lines on stderr at ``--log-level`` (time, level, source), and
+    ``/metrics`` and ``/healthz`` on ``--metrics-host``:``--metrics-port``
     for the command's lifetime (nothing without a port)."""
+    import logging
+    logging.basicConfig(stream=sys.stderr, level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLevelName(args.log_level)))
     if not args.metrics_port:
         return contextlib.nullcontext()
     from dsh_pipeline.ops_server import serve_ops
@@ -302,6 +307,8 @@ def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -
 
 
 def _add_ops_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="the service's own log lines on stderr (default INFO; the Kafka client's: WARNING and up)")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus /metrics and /healthz on this port (default 0: not at all)")
     parser.add_argument("--metrics-host", default="0.0.0.0",

@@ -27,7 +27,9 @@ are committed). It guarantees:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import logging
 import sqlite3
 import time
 from typing import Any, Coroutine
@@ -95,6 +97,8 @@ class ConsumerService:
         self._positions: dict[TopicPartition, int] = {}  # next offset to read (for lag)
         self._committing: asyncio.Task[None] | None = None  # the last checkpoint's flush and commit
         self._counters: dict[str, Any] = {}
+        self.log = logging.getLogger(f"dsh.{self.name}")
+        self._behind = True  # since assignment, until every partition is read to its end
 
     # ------------------------------------------------------------ read-outs
 
@@ -125,6 +129,7 @@ class ConsumerService:
         try:
             await self.outputs.start(self.consumer)
             await self.policy.open(self.outputs)
+            self.log.info("consuming %s in group %s", self.config.topics.events, self.config.group)
             await self.consumer.start()
             self.healthy = True
             while not stop.is_set():
@@ -145,6 +150,11 @@ class ConsumerService:
                 self._raise_rebalance_failure()
                 await self._checkpoint()
             self.drained = True
+            self.log.info("stopped: everything handled is persisted and committed")
+        except BaseException as error:
+            if not isinstance(error, asyncio.CancelledError):
+                self.log.error("stopping on %s: %s", type(error).__name__, error)
+            raise
         finally:
             self.healthy = False
             await self._shut_down()
@@ -170,6 +180,8 @@ class ConsumerService:
         """Hand one fetched batch to the policy, record by record in offset
         order; every record ends applied, held, a duplicate or refused."""
         policy = self.policy
+        refused: collections.Counter[str] = collections.Counter()
+        first: dict[str, str] = {}
         try:
             for partition, records in batch.items():
                 for record in records:
@@ -182,12 +194,20 @@ class ConsumerService:
                     except DshError as error:
                         if isinstance(error, DecodeError):
                             policy.tally.add(self._counter("undecodable"))
-                        policy.refuse(error, record)
+                        self._refuse(error, record, refused, first)
                     except Exception as error:  # a bug this record found: it is dead-lettered, the rest goes on
-                        policy.refuse(InternalError(f"{where_of(record)}: {type(error).__name__}: {error}"), record)
+                        self._refuse(InternalError(f"{where_of(record)}: {type(error).__name__}: {error}"), record,
+                                     refused, first)
                     self._uncommitted[partition] = self._positions[partition] = record.offset + 1
         finally:
             policy.tally.flush()
+            for reason, count in refused.items():  # one line per reason and batch, however many records
+                self.log.warning("dead-lettered %d record(s), reason %s; the first: %s", count, reason, first[reason])
+
+    def _refuse(self, error: DshError, record: Any, refused: collections.Counter[str], first: dict[str, str]) -> None:
+        self.policy.refuse(error, record)
+        refused[error.category] += 1
+        first.setdefault(error.category, f"{where_of(record)}: {error.message}"[:500])
 
     def _counter(self, kind: str) -> Any:
         counter = self._counters.get(kind)
@@ -225,6 +245,8 @@ class ConsumerService:
     # ----------------------------------------------------------- rebalances
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
+        if partitions:
+            self.log.info("revoked partitions %s (after their last checkpoint)", _numbers(partitions))
         try:
             await self._checkpoint()
             await self.policy.revoked(partitions)
@@ -237,13 +259,29 @@ class ConsumerService:
 
     async def _assign(self, partitions: set[TopicPartition]) -> None:
         assert self.consumer is not None
+        self.log.info("assigned partitions %s", _numbers(partitions))
         await self.outputs.assigned(partitions)  # fences previous owners before their offsets are read
         await self.policy.assigned(partitions, self.consumer.committed)
+        self._behind = True
 
     def _update_lag(self) -> None:
         assert self.consumer is not None
+        behind = 0
         for partition in self.consumer.assignment():
             highwater = self.consumer.highwater(partition)
             position = self._positions.get(partition)
             if highwater is not None and position is not None:
-                LAG.labels(self.name, str(partition.partition)).set(max(0, highwater - position))
+                lag = max(0, highwater - position)
+                LAG.labels(self.name, str(partition.partition)).set(lag)
+                behind += lag
+        if self._behind and behind == 0 and self._positions:
+            self._behind = False
+            self.log.info("caught up: every assigned partition read to its end")
+
+
+def _numbers(partitions: set[TopicPartition]) -> str:
+    """``topic [0, 1, 5]`` for each topic."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(partitions):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return "; ".join(f"{topic} {numbers}" for topic, numbers in by_topic.items()) or "none"

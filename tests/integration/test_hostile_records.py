@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import logging
 
 import pytest
 
@@ -34,7 +35,8 @@ def _headers(kind: str, seq: object, count: object) -> list[tuple[str, bytes]]:
             ("dsh-format", b"0")]
 
 
-def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path):
+def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="dsh")
     names = topics(partitions=1)
     config = SimulatorConfig(sessions=3, seed=91, min_turns=2, max_turns=3)
     truths, honest = [], []
@@ -103,6 +105,12 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path):
     rules.remove((shared, "conflicting-writer"))
     assert not {session for session, _ in rules} & {t.session_id for t in truths}, rules  # honest: clean
 
+    said = {(record.name, record.levelname, record.getMessage().split(";")[0].split(" partitions")[0])
+            for record in caplog.records}
+    for service in ("projector", "auditor", "archiver"):  # the services' own lines, one per reason and batch
+        assert {(f"dsh.{service}", "INFO", "assigned"), (f"dsh.{service}", "WARNING", "dead-lettered 1 record(s), "
+                 "reason identity"), (f"dsh.{service}", "INFO", "stopped: everything handled is persisted and "
+                 "committed")} <= said, sorted(said)
     assert views_match(db, truths)
     assert_archive_is_the_truth(root, truths)
     written = {path.relative_to(tmp_path).parts[0] for path in tmp_path.rglob("*")}
