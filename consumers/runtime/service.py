@@ -262,7 +262,23 @@ class ConsumerService:
         self.log.info("assigned partitions %s", _numbers(partitions))
         await self.outputs.assigned(partitions)  # fences previous owners before their offsets are read
         await self.policy.assigned(partitions, self.consumer.committed)
+        await self._start_positions(partitions)
         self._behind = True
+
+    async def _start_positions(self, partitions: set[TopicPartition]) -> None:
+        """Where reading each assigned partition starts (its committed
+        offset, else its beginning), so its lag shows from the first fetch
+        on, not only once records of it were handled."""
+        assert self.consumer is not None
+        fresh = []
+        for partition in partitions:
+            committed = await self.consumer.committed(partition)
+            if committed is None:
+                fresh.append(partition)
+            else:
+                self._positions[partition] = committed
+        if fresh:
+            self._positions.update(await self.consumer.beginning_offsets(fresh))
 
     def _update_lag(self) -> None:
         assert self.consumer is not None

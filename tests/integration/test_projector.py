@@ -187,3 +187,34 @@ def test_heads_a_crash_left_unacknowledged_are_published_on_assignment(kafka, to
     heads = asyncio.run(consume_all(kafka, names.views, len(truths), timeout=30, settle=1))
     assert sorted((r.key.decode(), json.loads(r.value)["seq"]) for r in heads) == sorted(
         (truth.session_id, truth.next_seq) for truth in truths)  # each session's final head, once
+
+
+def test_the_lag_of_every_assigned_partition_shows_from_the_first_fetch(kafka, topics, group_id, tmp_path):
+    from prometheus_client import REGISTRY
+
+    from consumers.runtime.metrics import LAG
+    LAG.clear()  # no gauge left by an earlier test's service
+    names = topics(partitions=3)
+    asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=30, seed=71, max_turns=2)))
+    ends = asyncio.run(end_offsets(kafka, names.events))
+    service = projector(kafka, names, group_id("lag"), tmp_path / "views.sqlite", max_records=5)
+
+    def lags() -> dict[int, float | None]:
+        return {partition: REGISTRY.get_sample_value("dsh_consumer_lag_records",
+                                                     {"service": "projector", "partition": str(partition)})
+                for partition in ends}
+
+    seen: list[tuple[dict, dict]] = []
+
+    def first_batch_done() -> bool:
+        positions = {tp.partition: offset for tp, offset in service.positions().items()}
+        if sum(positions.values()) == 0:
+            return False
+        seen.append((lags(), positions))
+        return all(value is not None for value in seen[-1][0].values())
+
+    asyncio.run(run_until(service, first_batch_done))
+    shown, positions = seen[-1]
+    unread = [partition for partition in ends if positions.get(partition, 0) == 0]
+    assert unread, positions  # some partition was not read yet: its lag shows all of it
+    assert all(shown[partition] == ends[partition] for partition in unread), (shown, ends)
