@@ -50,7 +50,7 @@ def make_consumer(kafka: KafkaConfig, settings: ConsumerSettings, *topics: str) 
                             max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
                             fetch_max_bytes=settings.fetch_max_bytes, session_timeout_ms=settings.session_timeout_ms,
                             heartbeat_interval_ms=settings.heartbeat_interval_ms,
-                            isolation_level=settings.isolation_level)
+                            group_instance_id=settings.group_instance_id, isolation_level=settings.isolation_level)
 
 
 def make_admin(kafka: KafkaConfig, *, request_timeout_ms: int = 40_000) -> AIOKafkaAdminClient:

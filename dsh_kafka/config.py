@@ -142,7 +142,13 @@ class ConsumerSettings:
     max_records: int = 10000
     fetch_max_bytes: int = 64 * 1024 * 1024
     max_partition_fetch_bytes: int = MAX_MESSAGE_BYTES + 1024 * 1024
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 3_000
+    session_timeout_ms: int = 10_000  # without a heartbeat that long, the group moves the member's partitions
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    #: A static member's id (KIP-345): a restart within the session timeout
+    #: gets its partitions back without a rebalance of the group.
+    group_instance_id: str | None = None
+
+    @property
+    def heartbeat_interval_ms(self) -> int:
+        return max(100, min(3_000, self.session_timeout_ms // 3))

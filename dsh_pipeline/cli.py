@@ -213,7 +213,8 @@ def _ops_server(args: argparse.Namespace, health: HealthCheck) -> contextlib.Abs
 def _service_config(args: argparse.Namespace, config_class: type, kafka, names, **own):
     """A consumer service's configuration: the common options, then its own."""
     return config_class(kafka=kafka, topics=names, group=args.group, max_records=args.max_records,
-                        hot_sessions=args.hot_sessions, **own)
+                        hot_sessions=args.hot_sessions, session_timeout_ms=round(args.session_timeout * 1000),
+                        instance_id=args.instance_id, **own)
 
 
 def _project(args: argparse.Namespace) -> int:
@@ -302,6 +303,12 @@ def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -
                         help="records per poll batch (one persist and commit each)")
     parser.add_argument("--hot-sessions", type=int, default=config_class.hot_sessions,
                         help="sessions kept in memory; colder ones are reloaded from the service's state")
+    parser.add_argument("--session-timeout", type=float, default=config_class.session_timeout_ms / 1000,
+                        help="seconds without a heartbeat before the group moves this member's partitions "
+                             f"(default {config_class.session_timeout_ms / 1000:g}; raise it on loaded hosts)")
+    parser.add_argument("--instance-id", default=None,
+                        help="a static group member id, unique per process (e.g. the host name): a restart within "
+                             "the session timeout keeps its partitions, no rebalance")
     _add_ops_options(parser)
     _add_kafka_options(parser)
 

@@ -23,6 +23,9 @@ class ServiceConfig:
     max_records: int = 10_000  # per poll batch: one persist and commit each
     hot_sessions: int = HOT_SESSIONS
     start_from: Literal["earliest", "latest"] = "earliest"  # where a group without offsets begins
+    session_timeout_ms: int = 10_000  # a member silent that long loses its partitions
+    instance_id: str | None = None  # static membership: a restart within the timeout keeps the partitions
 
     def consumer_settings(self) -> ConsumerSettings:
-        return ConsumerSettings(group_id=self.group, max_records=self.max_records, auto_offset_reset=self.start_from)
+        return ConsumerSettings(group_id=self.group, max_records=self.max_records, auto_offset_reset=self.start_from,
+                                session_timeout_ms=self.session_timeout_ms, group_instance_id=self.instance_id)

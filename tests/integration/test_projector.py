@@ -218,3 +218,15 @@ def test_the_lag_of_every_assigned_partition_shows_from_the_first_fetch(kafka, t
     unread = [partition for partition in ends if positions.get(partition, 0) == 0]
     assert unread, positions  # some partition was not read yet: its lag shows all of it
     assert all(shown[partition] == ends[partition] for partition in unread), (shown, ends)
+
+
+def test_a_static_member_catches_up_and_its_restart_does_too(kafka, topics, group_id, tmp_path):
+    names = topics(partitions=3)
+    truths = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=10, seed=72, max_turns=2)))
+    ends = asyncio.run(end_offsets(kafka, names.events))
+    group, db = group_id("static"), tmp_path / "views.sqlite"
+    for _ in range(2):  # the same instance id again, as after a restart
+        service = projector(kafka, names, group, db, instance_id="projector-host-1", session_timeout_ms=30_000)
+        asyncio.run(run_until(service, lambda: caught_up(service, ends)))
+        assert service.drained
+    assert views_match(db, truths)

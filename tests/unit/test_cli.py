@@ -80,3 +80,17 @@ def test_shipper_mistakes_are_named_before_the_cluster_is_asked(tmp_path):
         done = run("ship", "--once", "--root", str(where), "--bootstrap", "127.0.0.1:1")  # no broker there
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.startswith("dsh-pipeline ship: ") and message in done.stderr, done.stderr
+
+
+def test_membership_options_reach_the_consumer(tmp_path):
+    from consumers.projector import ProjectorConfig
+    from dsh_kafka.config import KafkaConfig
+    from dsh_kafka.topics import TopicNames
+    from dsh_pipeline.cli import _service_config, build_parser
+    args = build_parser().parse_args(["project", "--db", str(tmp_path / "v.sqlite"), "--session-timeout", "45",
+                                      "--instance-id", "host-1"])
+    settings = _service_config(args, ProjectorConfig, KafkaConfig("b:9092"), TopicNames(),
+                               store=tmp_path / "v.sqlite").consumer_settings()
+    assert (settings.session_timeout_ms, settings.heartbeat_interval_ms, settings.group_instance_id) == (
+        45_000, 3_000, "host-1")
+    assert build_parser().parse_args(["project", "--db", "v"]).session_timeout == 10  # the configuration's default
