@@ -13,6 +13,9 @@ are committed). It guarantees:
   failures of the store, the disk or the cluster do;
 * offsets are committed only after :meth:`Policy.persist` returned and every
   record it queued was acknowledged, never on a failure; auto-commit is off;
+  a commit the group refuses because it moved the partitions on (this
+  member's session expired) is logged, not fatal: the new owner reads those
+  records again and skips what was applied;
 * that acknowledgement wait and the commit run while the next batch is
   fetched and handled; the next checkpoint waits for them, so commits stay
   in order and a failure still stops the service;
@@ -35,6 +38,7 @@ import time
 from typing import Any, Coroutine
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError
 
 from dsh_core.errors import DecodeError, DshError, InternalError, PipelineError
 from dsh_kafka.clients import make_consumer
@@ -232,7 +236,15 @@ class ConsumerService:
 
     async def _flush_and_commit(self, offsets: dict[TopicPartition, int]) -> None:
         await self.outputs.flush()
-        await self.outputs.commit(offsets)
+        try:
+            await self.outputs.commit(offsets)
+        except CommitFailedError as error:
+            # The group gave these partitions to another member while this one
+            # was busy (its session expired): their new owner reads the
+            # uncommitted records again, and what was applied is a duplicate
+            # there. This member rejoins; it does not stop.
+            self.log.warning("offsets of %s not committed, the group moved on: %s", _numbers(set(offsets)), error)
+            return
         COMMITS.labels(self.name).inc()
         self.policy.committed(offsets)
 

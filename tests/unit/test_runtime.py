@@ -219,3 +219,32 @@ def test_an_unusable_path_is_a_named_error(tmp_path):
     blocker.write_text("")
     with pytest.raises(StateStoreError, match=r"file/views.sqlite: cannot create its folder"):
         Database(blocker / "views.sqlite", "view-store", 1, [])
+
+
+def test_a_commit_the_group_refuses_after_moving_on_is_logged_not_fatal(tmp_path, caplog):
+    import asyncio
+
+    from aiokafka import TopicPartition
+    from aiokafka.errors import CommitFailedError
+
+    from consumers.projector import Projection, ProjectorConfig
+    from consumers.runtime import ConsumerService
+    from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs
+
+    class MovedOn(RecordingOutputs):
+        async def commit(self, offsets) -> None:
+            raise CommitFailedError("the group has already rebalanced")
+
+    policy = Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite"))
+    outputs = MovedOn()
+    service = ConsumerService(policy.config, policy, outputs)
+
+    async def scenario() -> None:
+        await policy.open(outputs)
+        service.handle_batch({TopicPartition(NAMES.events, 0): [Fetched(b"s", b"not a record", [], offset=4)]})
+        await service._checkpoint()  # the group moved on: raises nothing
+        await policy.close(True)
+
+    asyncio.run(scenario())
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(line.startswith(f"offsets of {NAMES.events} [0] not committed, the group moved on") for line in said)
