@@ -53,8 +53,8 @@ class RecordingOutputs(Outputs):
     async def flush(self) -> None:
         pass
 
-    async def commit(self, offsets) -> None:
-        pass
+    async def commit(self, offsets) -> bool:
+        return True
 
     def on(self, topic: str) -> list[tuple[bytes | None, bytes | None, dict]]:
         return [(key, value, headers) for sent_to, key, value, headers in self.sent if sent_to == topic]

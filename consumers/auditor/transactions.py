@@ -89,8 +89,9 @@ class TransactionalOutputs(Outputs):
         with self._fencing(partition):
             await delivery
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+    async def commit(self, offsets: dict[TopicPartition, int]) -> bool:
         await all_done(self._commit(partition, offset) for partition, offset in offsets.items())
+        return True  # a moved partition fences this member instead (FencedError)
 
     async def _commit(self, partition: TopicPartition, offset: int) -> None:
         with self._fencing(partition):

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Awaitable, Iterable, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import CommitFailedError
 
 from dsh_core.errors import DeliveryError, DshError
 from dsh_kafka.clients import make_producer
@@ -109,8 +110,10 @@ class Outputs(ABC):
         :class:`DeliveryError` if one was not."""
 
     @abstractmethod
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit the group's offsets (after :meth:`flush`)."""
+    async def commit(self, offsets: dict[TopicPartition, int]) -> bool:
+        """Commit the group's offsets (after :meth:`flush`); ``False`` when
+        the group refused them because it gave the partitions to another
+        member meanwhile."""
 
     async def assigned(self, partitions: set[TopicPartition]) -> None:
         """Partitions arrived (before the service rebuilds their state)."""
@@ -153,6 +156,10 @@ class ProducerOutputs(Outputs):
                 raise DeliveryError(f"{self.service}: a record for {topic} was not acknowledged: {error!r}; "
                                     "nothing of this batch is committed") from error
 
-    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+    async def commit(self, offsets: dict[TopicPartition, int]) -> bool:
         assert self.consumer is not None
-        await self.consumer.commit(offsets)
+        try:
+            await self.consumer.commit(offsets)
+        except CommitFailedError:  # aiokafka: the group rebalanced past this member's generation
+            return False
+        return True

@@ -38,7 +38,6 @@ import time
 from typing import Any, Coroutine
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError
 
 from dsh_core.errors import DecodeError, DshError, InternalError, PipelineError
 from dsh_kafka.clients import make_consumer
@@ -236,14 +235,12 @@ class ConsumerService:
 
     async def _flush_and_commit(self, offsets: dict[TopicPartition, int]) -> None:
         await self.outputs.flush()
-        try:
-            await self.outputs.commit(offsets)
-        except CommitFailedError as error:
+        if not await self.outputs.commit(offsets):
             # The group gave these partitions to another member while this one
             # was busy (its session expired): their new owner reads the
             # uncommitted records again, and what was applied is a duplicate
             # there. This member rejoins; it does not stop.
-            self.log.warning("offsets of %s not committed, the group moved on: %s", _numbers(set(offsets)), error)
+            self.log.warning("offsets of %s not committed, the group moved on", _numbers(set(offsets)))
             return
         COMMITS.labels(self.name).inc()
         self.policy.committed(offsets)
