@@ -237,7 +237,7 @@ class LocalKafka:
     """
 
     def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g",
-                 sasl_users: Mapping[str, str] | None = None) -> None:
+                 sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -249,10 +249,13 @@ class LocalKafka:
         self.heap = heap
         self.process: subprocess.Popen | None = None
         self.bootstrap: str | None = None
-        #: ``sasl_users`` (name -> password) adds a SASL_PLAINTEXT listener
-        #: taking them with mechanism PLAIN, at :attr:`sasl_bootstrap`.
+        #: A secured listener beside the plaintext one (which stays for the
+        #: broker's own use and readiness), at :attr:`secured_bootstrap`:
+        #: ``sasl_users`` (name -> password) take SASL PLAIN; ``tls_keystore``
+        #: (a PEM file holding the key and its certificate chain) makes it TLS.
         self.sasl_users = dict(sasl_users or {})
-        self.sasl_bootstrap: str | None = None
+        self.tls_keystore = tls_keystore
+        self.secured_bootstrap: str | None = None
 
     @property
     def log_path(self) -> Path:
@@ -275,28 +278,39 @@ class LocalKafka:
                           properties.read_text(), re.MULTILINE)
         return _ports_if_free([int(found[1]), int(found[2])]) if found else None
 
-    def _listeners(self, port: int, controller: int, sasl_port: int | None) -> list[str]:
-        if sasl_port is None:
-            return [f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
-        users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
-        return [f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller},"
-                f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
-                "sasl.enabled.mechanisms=PLAIN",
-                f"listener.name.sasl_plaintext.plain.sasl.jaas.config="
-                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"]
+    @property
+    def _secured_protocol(self) -> str | None:
+        if not (self.sasl_users or self.tls_keystore):
+            return None
+        return {(True, False): "SASL_PLAINTEXT", (False, True): "SSL", (True, True): "SASL_SSL"}[
+            (bool(self.sasl_users), self.tls_keystore is not None)]
 
-    def _write_config(self, port: int, controller: int, sasl_port: int | None = None) -> Path:
+    def _listeners(self, port: int, controller: int, secured_port: int | None) -> list[str]:
+        plain, control = f"PLAINTEXT://127.0.0.1:{port}", f"CONTROLLER://127.0.0.1:{controller}"
+        protocol = self._secured_protocol
+        if secured_port is None or protocol is None:
+            return [f"listeners={plain},{control}", f"advertised.listeners={plain}",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
+        secured = f"SECURED://127.0.0.1:{secured_port}"
+        lines = [f"listeners={plain},{control},{secured}", f"advertised.listeners={plain},{secured}",
+                 f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURED:{protocol}"]
+        if self.sasl_users:
+            users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
+            lines += ["sasl.enabled.mechanisms=PLAIN", "listener.name.secured.plain.sasl.jaas.config="
+                      f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"]
+        if self.tls_keystore is not None:
+            lines += ["listener.name.secured.ssl.keystore.type=PEM",
+                      f"listener.name.secured.ssl.keystore.location={self.tls_keystore}"]
+        return lines
+
+    def _write_config(self, port: int, controller: int, secured_port: int | None = None) -> Path:
         (self.data_dir / "tmp").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
         properties = self.data_dir / "server.properties"
         properties.write_text("\n".join([
             "process.roles=broker,controller", "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller}",
-            *self._listeners(port, controller, sasl_port),
+            *self._listeners(port, controller, secured_port),
             "inter.broker.listener.name=PLAINTEXT", "controller.listener.names=CONTROLLER",
             f"log.dirs={self.data_dir / 'logs'}", "num.partitions=1", "auto.create.topics.enable=false",
             "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=1",
@@ -334,8 +348,8 @@ class LocalKafka:
             fresh = _free_ports(3)
             port, controller = ports or fresh[:2]
             ports = None
-            sasl_port = fresh[2] if self.sasl_users else None
-            properties = self._write_config(port, controller, sasl_port)
+            secured_port = fresh[2] if self._secured_protocol else None
+            properties = self._write_config(port, controller, secured_port)
             self._format(lib, properties)
             log = open(self.log_path, "ab")
             self.process = subprocess.Popen(
@@ -346,7 +360,7 @@ class LocalKafka:
             outcome = self._wait_ready(bootstrap, time.monotonic() + timeout)
             if outcome is None:
                 self.bootstrap = bootstrap
-                self.sasl_bootstrap = f"127.0.0.1:{sasl_port}" if sasl_port else None
+                self.secured_bootstrap = f"127.0.0.1:{secured_port}" if secured_port else None
                 if not self.attached:
                     _state_file(self.data_dir).write_text(json.dumps(BrokerState(
                         self.process.pid, bootstrap, str(self.data_dir), str(self.log_path)).__dict__))

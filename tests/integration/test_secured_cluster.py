@@ -1,5 +1,6 @@
-"""A cluster that wants SASL: the pipeline reaches it with the security
-settings of the environment, and wrong credentials are a named error."""
+"""A cluster that wants SASL, or SASL over TLS: the pipeline reaches it with
+the security settings of the environment, and wrong credentials are a named
+error."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
+from dsh_core.errors import PipelineError
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
@@ -23,14 +26,53 @@ from tests.services import projector
 pytestmark = pytest.mark.kafka
 
 
-def _sasl_env(password: str) -> dict[str, str]:
-    return {"DSH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "DSH_KAFKA_SASL_MECHANISM": "PLAIN",
+def _sasl_env(password: str, protocol: str = "SASL_PLAINTEXT") -> dict[str, str]:
+    return {"DSH_KAFKA_SECURITY_PROTOCOL": protocol, "DSH_KAFKA_SASL_MECHANISM": "PLAIN",
             "DSH_KAFKA_SASL_USERNAME": "dsh", "DSH_KAFKA_SASL_PASSWORD": password}
+
+
+def _certificates(folder: Path) -> tuple[Path, Path]:
+    """A throwaway CA and a broker certificate for 127.0.0.1 (openssl):
+    ``(CA file, broker keystore: key and certificate chain in one PEM)``."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+            "-subj", "/CN=dsh-test-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr", "-subj",
+            "/CN=127.0.0.1")
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+            "broker.pem", "-days", "1", "-extfile", "san.ext")
+    keystore = folder / "broker-keystore.pem"
+    keystore.write_text((folder / "broker.key").read_text() + (folder / "broker.pem").read_text()
+                        + (folder / "ca.pem").read_text())
+    return folder / "ca.pem", keystore
+
+
+def test_sasl_over_tls_with_the_environment_s_ca_file(tmp_path):
+    ca, keystore = _certificates(tmp_path)
+    with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}, tls_keystore=keystore) as broker:
+        kafka = KafkaConfig.from_env(broker.secured_bootstrap,
+                                     _sasl_env("s3cret", "SASL_SSL") | {"DSH_KAFKA_SSL_CAFILE": str(ca)})
+        names = TopicNames.with_prefix(f"tls{uuid.uuid4().hex[:6]}.")
+
+        async def scenario():
+            await prepare_topics(kafka, names, 2)
+            truths = await publish_fleet(kafka, names, SimulatorConfig(sessions=3, seed=62, max_turns=2))
+            ends = await end_offsets(kafka, names.events)
+            service = projector(kafka, names, "tls-projector", tmp_path / "views.sqlite")
+            await run_until(service, lambda: caught_up(service, ends))
+            return truths
+
+        assert views_match(tmp_path / "views.sqlite", asyncio.run(scenario()))
+        untrusted = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret", "SASL_SSL"))  # system CAs
+        with pytest.raises(PipelineError, match="cannot reach the Kafka cluster at .* over SASL_SSL"):
+            asyncio.run(prepare_topics(untrusted, names, 2))
 
 
 def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
     with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}) as broker:
-        kafka = KafkaConfig.from_env(broker.sasl_bootstrap, _sasl_env("s3cret"))
+        kafka = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret"))
         names = TopicNames.with_prefix(f"sasl{uuid.uuid4().hex[:6]}.")
 
         async def scenario():
@@ -45,9 +87,9 @@ def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
         assert views_match(tmp_path / "views.sqlite", truths)
 
         refused = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--sessions", "1",
-                                  "--bootstrap", broker.sasl_bootstrap],
+                                  "--bootstrap", broker.secured_bootstrap],
                                  env={**os.environ, **_sasl_env("wrong")}, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
     assert "SaslAuthenticationFailed" in refused.stderr  # the client's own line, then ours
-    assert (f"dsh-pipeline simulate: PipelineError: cannot reach the Kafka cluster at {broker.sasl_bootstrap} over "
+    assert (f"dsh-pipeline simulate: PipelineError: cannot reach the Kafka cluster at {broker.secured_bootstrap} over "
             "SASL_PLAINTEXT: no broker answered or took this client") in refused.stderr
