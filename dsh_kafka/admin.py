@@ -32,7 +32,8 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int)
                             "`dsh-pipeline kafka start`") from None
     try:
         brokers = len((await admin.describe_cluster())["brokers"])
-        await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)))
+        await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)),
+                            f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client")
     finally:
         await admin.close()
 
@@ -48,7 +49,7 @@ async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> None:
+async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], principal: str = "this client") -> None:
     """Create missing topics and verify existing ones (idempotent).
 
     ``admin`` is a started admin client. An existing topic with a
@@ -61,6 +62,9 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec]) -> N
         response = await admin.create_topics(
             [NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=spec.configs) for spec in missing])
         for topic, code, *rest in response.topic_errors:
+            if code == 29:  # TOPIC_AUTHORIZATION_FAILED
+                raise PipelineError(f"the cluster refused {principal} to create topic {topic}: it needs the ACLs "
+                                    "`dsh-pipeline acls` lists")
             if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS (a concurrent creator)
                 raise PipelineError(f"creating topic {topic} failed: error {code} {rest[-1] if rest else ''}")
     present = [spec for spec in specs if spec.name in existing]

@@ -242,6 +242,14 @@ def _demo(args: argparse.Namespace) -> int:
                                workdir=Path(args.workdir) if args.workdir else None, keep=args.keep))
 
 
+def _acls(args: argparse.Namespace) -> int:
+    from dsh_kafka.acls import kafka_acls_commands, pipeline_acls
+    from dsh_kafka.topics import TopicNames
+    acls = pipeline_acls(args.principal, TopicNames.with_prefix(args.topic_prefix))
+    print("\n".join(kafka_acls_commands(acls, args.bootstrap_server)))
+    return EXIT_OK
+
+
 def _view(args: argparse.Namespace) -> int:
     from consumers.projector import ViewStore
     from dsh_core.jsonvalue import encode_json, thaw
@@ -385,6 +393,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
     demo.add_argument("--keep", action="store_true", help="keep the work folder")
     demo.set_defaults(run=_demo)
+
+    acls = commands.add_parser("acls", help="print the kafka-acls.sh commands granting a principal what the "
+                                             "pipeline needs on an authorizing cluster")
+    acls.add_argument("--principal", required=True, help="e.g. User:dsh (the SASL user or TLS subject)")
+    acls.add_argument("--topic-prefix", default="", help="prefix of the pipeline's topic names")
+    acls.add_argument("--bootstrap-server", default="BROKER:9092", help="what the commands connect to")
+    acls.set_defaults(run=_acls)
 
     view = commands.add_parser("view", help="print a session's conversation from the view store")
     view.add_argument("session_id")

@@ -237,7 +237,8 @@ class LocalKafka:
     """
 
     def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g",
-                 sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None) -> None:
+                 sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None,
+                 authorize: bool = False) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -255,6 +256,9 @@ class LocalKafka:
         #: (a PEM file holding the key and its certificate chain) makes it TLS.
         self.sasl_users = dict(sasl_users or {})
         self.tls_keystore = tls_keystore
+        #: ``authorize``: ACLs decide what the secured listener's users may
+        #: do (the plaintext listener's anonymous user may do anything).
+        self.authorize = authorize
         self.secured_bootstrap: str | None = None
 
     @property
@@ -301,6 +305,9 @@ class LocalKafka:
         if self.tls_keystore is not None:
             lines += ["listener.name.secured.ssl.keystore.type=PEM",
                       f"listener.name.secured.ssl.keystore.location={self.tls_keystore}"]
+        if self.authorize:
+            lines += ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                      "super.users=User:ANONYMOUS"]
         return lines
 
     def _write_config(self, port: int, controller: int, secured_port: int | None = None) -> Path:

@@ -38,6 +38,8 @@ import time
 from typing import Any, Coroutine
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
+                             TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
 
 from dsh_core.errors import DecodeError, DshError, InternalError, PipelineError
 from dsh_kafka.clients import make_consumer
@@ -52,6 +54,9 @@ __all__ = ["ConsumerService"]
 
 #: How long one poll waits for records (bounds how soon ``stop`` is seen).
 _POLL_MS = 250
+#: What a cluster answers a principal that lacks an ACL.
+_REFUSED = (TopicAuthorizationFailedError, GroupAuthorizationFailedError, TransactionalIdAuthorizationFailed,
+            ClusterAuthorizationFailedError)
 #: Failures of what a service stands on, never of one record: they stop it.
 _INFRASTRUCTURE = (PipelineError, OSError, sqlite3.OperationalError, MemoryError)
 
@@ -154,6 +159,10 @@ class ConsumerService:
                 await self._checkpoint()
             self.drained = True
             self.log.info("stopped: everything handled is persisted and committed")
+        except _REFUSED as error:
+            self.log.error("stopping: the cluster refused %s", error)
+            raise PipelineError(f"the cluster refused this {self.name} ({type(error).__name__}); its principal "
+                                "needs the ACLs `dsh-pipeline acls` lists") from error
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):
                 self.log.error("stopping on %s: %s", type(error).__name__, error)

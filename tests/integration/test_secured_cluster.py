@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,37 @@ def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
     assert "SaslAuthenticationFailed" in refused.stderr  # the client's own line, then ours
     assert (f"dsh-pipeline simulate: PipelineError: cannot reach the Kafka cluster at {broker.secured_bootstrap} over "
             "SASL_PLAINTEXT: no broker answered or took this client") in refused.stderr
+
+
+def test_the_listed_acls_are_all_the_pipeline_needs(tmp_path):
+    from dsh_kafka.acls import pipeline_acls
+    from tests.acl_grants import grant
+    from tests.services import archiver, auditor
+
+    users = {"dsh": "s3cret", "stranger": "s3cret", "reader": "s3cret"}
+    with LocalKafka(heap="512m", sasl_users=users, authorize=True) as broker:
+        names = TopicNames.with_prefix(f"acl{uuid.uuid4().hex[:6]}.")
+        listed = pipeline_acls("User:dsh", names)
+        asyncio.run(grant(KafkaConfig(broker.bootstrap), listed + [  # a reader of the topics, in no group
+            replace(acl, principal="User:reader") for acl in listed if acl.resource == "topic"]))
+        kafka = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret"))
+
+        async def scenario():
+            await prepare_topics(kafka, names, 2)
+            truths = await publish_fleet(kafka, names, SimulatorConfig(sessions=4, seed=63, max_turns=2))
+            ends = await end_offsets(kafka, names.events)
+            services = [projector(kafka, names, "dsh-projector", tmp_path / "views.sqlite"),
+                        auditor(kafka, names, "dsh-auditor"), archiver(kafka, names, "dsh-archiver", tmp_path / "a")]
+            await asyncio.gather(*(run_until(s, lambda s=s: caught_up(s, ends)) for s in services))
+            return truths
+
+        assert views_match(tmp_path / "views.sqlite", asyncio.run(scenario()))
+        def as_user(name: str) -> KafkaConfig:
+            return KafkaConfig.from_env(broker.secured_bootstrap, {**_sasl_env("s3cret"), "DSH_KAFKA_SASL_USERNAME": name})
+
+        with pytest.raises(PipelineError, match=r"the cluster refused User:stranger to create topic acl.*: it needs "
+                                                r"the ACLs `dsh-pipeline acls` lists"):
+            asyncio.run(prepare_topics(as_user("stranger"), names, 2))
+        reader = projector(as_user("reader"), names, "dsh-reader", tmp_path / "reader.sqlite")
+        with pytest.raises(PipelineError, match=r"the cluster refused this projector \(GroupAuthorizationFailedError\)"):
+            asyncio.run(asyncio.wait_for(reader.run(asyncio.Event()), 60))

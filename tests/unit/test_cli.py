@@ -94,3 +94,12 @@ def test_membership_options_reach_the_consumer(tmp_path):
     assert (settings.session_timeout_ms, settings.heartbeat_interval_ms, settings.group_instance_id) == (
         45_000, 3_000, "host-1")
     assert build_parser().parse_args(["project", "--db", "v"]).session_timeout == 10  # the configuration's default
+
+
+def test_the_acls_command_prints_what_the_acl_test_grants():
+    done = run("acls", "--principal", "User:dsh", "--topic-prefix", "prod.")
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and len(lines) == 9
+    assert ("kafka-acls.sh --bootstrap-server BROKER:9092 --add --allow-principal User:dsh --operation Write "
+            "--topic 'prod.dsh.' --resource-pattern-type prefixed") in lines
+    assert sum("--transactional-id 'dsh-'" in line for line in lines) == 2
