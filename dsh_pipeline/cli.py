@@ -326,8 +326,9 @@ def _add_ops_options(parser: argparse.ArgumentParser) -> None:
                         help="the service's own log lines on stderr (default INFO; the Kafka client's: WARNING and up)")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus /metrics and /healthz on this port (default 0: not at all)")
-    parser.add_argument("--metrics-host", default="0.0.0.0",
-                        help="the address that port binds to (default 0.0.0.0: every interface)")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="the address that port binds to (default 127.0.0.1: this host only; 0.0.0.0 for "
+                             "every interface, as a container needs)")
 
 
 def build_parser() -> argparse.ArgumentParser:
