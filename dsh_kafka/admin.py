@@ -16,7 +16,7 @@ from .topics import TopicNames, TopicSpec, replication_for, topic_specs
 __all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
 
 
-async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int) -> None:
+async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True) -> None:
     """Create or verify the pipeline's topics on ``kafka`` (every command's
     first call to the cluster: one that no broker answers is named here),
     with three copies of each partition on a cluster of three brokers or
@@ -33,7 +33,7 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int)
     try:
         brokers = len((await admin.describe_cluster())["brokers"])
         await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)),
-                            f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client")
+                            f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)
     finally:
         await admin.close()
 
@@ -49,15 +49,21 @@ async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:
         await consumer.stop()
 
 
-async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], principal: str = "this client") -> None:
+async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], principal: str = "this client",
+                        create: bool = True) -> None:
     """Create missing topics and verify existing ones (idempotent).
 
-    ``admin`` is a started admin client. An existing topic with a
+    ``admin`` is a started admin client; without ``create`` a missing
+    topic is an error naming how to create it. An existing topic with a
     different partition count, cleanup policy or compression type, or a
     smaller message limit, is an error naming the topic and the setting.
     """
     existing = set(await admin.list_topics())
     missing = [spec for spec in specs if spec.name not in existing]
+    if missing and not create:
+        raise PipelineError(f"topic {missing[0].name} does not exist (or {principal} may not see it) and topics are "
+                            f"not created here (--no-create-topics): create it with {missing[0].partitions} "
+                            f"partitions and {dict(missing[0].configs)}")
     if missing:
         response = await admin.create_topics(
             [NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=spec.configs) for spec in missing])

@@ -97,7 +97,7 @@ def _ship(args: argparse.Namespace) -> int:
 
     async def main(stop: asyncio.Event) -> int:
         nonlocal shipping
-        await prepare_topics(kafka, names, args.partitions)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
         async with Publisher(kafka, names) as publisher:
             shipping = True
             try:
@@ -127,7 +127,7 @@ def _simulate(args: argparse.Namespace) -> int:
     progress = _Progress(enabled=sys.stderr.isatty())
 
     async def main() -> dict:
-        await prepare_topics(kafka, names, args.partitions)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
         async with Publisher(kafka, names) as publisher:
             truths = await fleet(config, publisher.send, on_batch=progress.add)
             await publisher.flush()
@@ -164,7 +164,7 @@ def _worker(args: argparse.Namespace) -> int:
                            model_url=model_url, api_key=Secret(api_key), model=args.model)
 
     async def main() -> int:
-        await prepare_topics(kafka, names, args.partitions)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
         async with Publisher(kafka, names) as publisher, WorkerBridge(config, publisher) as bridge:
             for text in args.prompt:
                 result = await bridge.prompt(args.session_id, text)
@@ -187,7 +187,7 @@ def _consume(args: argparse.Namespace, make_service) -> int:
     services = {}  # what /healthz checks: the service, once it exists
 
     async def main(stop: asyncio.Event) -> int:
-        await prepare_topics(kafka, names, args.partitions)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
         services[args.command] = service = make_service(kafka, names)
         await service.run(stop)
         return EXIT_OK
@@ -301,6 +301,8 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     from dsh_kafka.topics import DEFAULT_PARTITIONS
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
                         help=f"partitions of newly created topics (default {DEFAULT_PARTITIONS})")
+    parser.add_argument("--no-create-topics", action="store_true",
+                        help="only verify the topics (a cluster where they are created by its operators)")
 
 
 def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -> None:

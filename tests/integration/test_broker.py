@@ -92,3 +92,13 @@ def test_topic_setup_is_idempotent_and_checks_existing_topics(kafka, topics):
         asyncio.run(prepare_topics(kafka, names, 5))
     fresh = TopicNames.with_prefix(names.events + ".x.")
     asyncio.run(prepare_topics(kafka, fresh, 2))
+
+
+def test_topics_are_only_verified_when_creating_is_not_ours(kafka, topics):
+    fresh = TopicNames.with_prefix(f"nocreate{os.getpid()}.")
+    with pytest.raises(PipelineError, match=rf"topic {fresh.events} does not exist \(or this client may not see it\) "
+                                            r"and topics are not created here \(--no-create-topics\): create it with "
+                                            r"3 partitions and \{.*'compression.type': 'uncompressed'"):
+        asyncio.run(prepare_topics(kafka, fresh, 3, create=False))
+    names = topics(partitions=3)
+    asyncio.run(prepare_topics(kafka, names, 3, create=False))  # existing and right: verified
