@@ -24,6 +24,7 @@
     └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
         ├── DeliveryError         a record was not acknowledged by the cluster
         │   └── RecordTooLargeError   a record over the topic's message limit, refused before sending
+        ├── ClusterUnavailableError   no broker answered, or the cluster refused this client
         ├── FencedError           a newer group member took this member's partition over
         ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
         └── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
@@ -59,6 +60,7 @@ __all__ = [
     "PipelineError",
     "DeliveryError",
     "RecordTooLargeError",
+    "ClusterUnavailableError",
     "FencedError",
     "StateStoreError",
     "HeldLimitError",
@@ -195,6 +197,11 @@ class DeliveryError(PipelineError):
 
 class RecordTooLargeError(DeliveryError):
     """Raised before sending a record larger than the topic's message limit."""
+
+
+class ClusterUnavailableError(PipelineError):
+    """Raised when no broker of the bootstrap answers, or the cluster refuses
+    this client (credentials, ACLs): nothing was done."""
 
 
 class FencedError(PipelineError):

@@ -7,7 +7,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError
 
-from dsh_core.errors import PipelineError
+from dsh_core.errors import ClusterUnavailableError, PipelineError
 
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig
@@ -25,7 +25,7 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int,
     try:
         await admin.start()
     except KafkaConnectionError:
-        raise PipelineError(f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: no "
+        raise ClusterUnavailableError(f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: no "
                             "broker answered or took this client (the client's log line above says why); check the "
                             "address, the security settings (DSH_KAFKA_SECURITY_PROTOCOL, DSH_KAFKA_SASL_*, "
                             "DSH_KAFKA_SSL_*) and the credentials, or start a local broker with "
@@ -69,7 +69,8 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
             [NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=spec.configs) for spec in missing])
         for topic, code, *rest in response.topic_errors:
             if code == 29:  # TOPIC_AUTHORIZATION_FAILED
-                raise PipelineError(f"the cluster refused {principal} to create topic {topic}: it needs the ACLs "
+                raise ClusterUnavailableError(f"the cluster refused {principal} to create topic {topic}: it needs the "
+                                              "ACLs "
                                     "`dsh-pipeline acls` lists")
             if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS (a concurrent creator)
                 raise PipelineError(f"creating topic {topic} failed: error {code} {rest[-1] if rest else ''}")

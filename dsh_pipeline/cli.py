@@ -6,10 +6,11 @@ import argparse
 import asyncio
 import contextlib
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from dsh_core.errors import DshError, PipelineError
+from dsh_core.errors import ClusterUnavailableError, DshError, PipelineError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.jsonvalue import encode_json
 
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
+EXIT_REFUSED = 1  # an input, a file, a setting or a state was refused (the message says which)
+EXIT_USAGE = 2  # the command line (argparse)
+EXIT_UNAVAILABLE = 69  # the cluster: no broker answered, or it refused this client (EX_UNAVAILABLE)
+EXIT_INTERNAL = 70  # a bug: the traceback is printed for a report (EX_SOFTWARE)
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -429,9 +432,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except DshError as exc:
         print(f"dsh-pipeline {args.command}: {type(exc).__name__}: {exc.message}", file=sys.stderr)
-        return EXIT_REFUSED
+        return EXIT_UNAVAILABLE if isinstance(exc, ClusterUnavailableError) else EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: say so, keep the traceback for the report
+        traceback.print_exc()
+        print(f"dsh-pipeline {args.command}: internal error (a bug, please report it with the traceback above): "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
                              TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
 
-from dsh_core.errors import DecodeError, DshError, InternalError, PipelineError
+from dsh_core.errors import ClusterUnavailableError, DecodeError, DshError, InternalError, PipelineError
 from dsh_kafka.clients import make_consumer
 from dsh_kafka.records import decode_kafka_record, where_of
 
@@ -161,8 +161,8 @@ class ConsumerService:
             self.log.info("stopped: everything handled is persisted and committed")
         except _REFUSED as error:
             self.log.error("stopping: the cluster refused %s", error)
-            raise PipelineError(f"the cluster refused this {self.name} ({type(error).__name__}); its principal "
-                                "needs the ACLs `dsh-pipeline acls` lists") from error
+            raise ClusterUnavailableError(f"the cluster refused this {self.name} ({type(error).__name__}); its "
+                                          "principal needs the ACLs `dsh-pipeline acls` lists") from error
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):
                 self.log.error("stopping on %s: %s", type(error).__name__, error)

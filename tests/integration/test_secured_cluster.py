@@ -90,9 +90,9 @@ def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
         refused = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--sessions", "1",
                                   "--bootstrap", broker.secured_bootstrap],
                                  env={**os.environ, **_sasl_env("wrong")}, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.returncode == 69 and "Traceback" not in refused.stderr, refused.stderr
     assert "SaslAuthenticationFailed" in refused.stderr  # the client's own line, then ours
-    assert (f"dsh-pipeline simulate: PipelineError: cannot reach the Kafka cluster at {broker.secured_bootstrap} over "
+    assert (f"dsh-pipeline simulate: ClusterUnavailableError: cannot reach the Kafka cluster at {broker.secured_bootstrap} over "
             "SASL_PLAINTEXT: no broker answered or took this client") in refused.stderr
 
 

@@ -57,8 +57,8 @@ def test_missing_file_and_directory_input(tmp_path):
 def test_an_unreachable_cluster_is_named_not_a_traceback(tmp_path):
     done = run("project", "--bootstrap", "127.0.0.1:1", "--db", str(tmp_path / "views.sqlite"))
     err = done.stderr
-    assert done.returncode == 1 and "Traceback" not in err, err
-    assert ("dsh-pipeline project: PipelineError: cannot reach the Kafka cluster at 127.0.0.1:1 over PLAINTEXT: no "
+    assert done.returncode == 69 and "Traceback" not in err, err  # EX_UNAVAILABLE
+    assert ("dsh-pipeline project: ClusterUnavailableError: cannot reach the Kafka cluster at 127.0.0.1:1 over PLAINTEXT: no "
             "broker answered or took this client") in err and "`dsh-pipeline kafka start`" in err
 
 
@@ -103,3 +103,16 @@ def test_the_acls_command_prints_what_the_acl_test_grants():
     assert ("kafka-acls.sh --bootstrap-server BROKER:9092 --add --allow-principal User:dsh --operation Write "
             "--topic 'prod.dsh.' --resource-pattern-type prefixed") in lines
     assert sum("--transactional-id 'dsh-'" in line for line in lines) == 2
+
+
+def test_a_bug_is_reported_as_one_with_its_own_exit_code(monkeypatch, capsys):
+    import dsh_pipeline.cli as cli
+
+    def broken(args):
+        raise KeyError("no such thing")
+
+    monkeypatch.setattr(cli, "_view", broken)
+    assert cli.main(["view", "some-session"]) == cli.EXIT_INTERNAL == 70
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.rstrip().endswith(
+        "dsh-pipeline view: internal error (a bug, please report it with the traceback above): KeyError: 'no such thing'")
