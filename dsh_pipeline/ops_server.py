@@ -1,13 +1,15 @@
-"""The operations port of a long-running service: ``/metrics`` and ``/healthz``.
+"""The operations port of a long-running service: ``/metrics``, ``/healthz`` and ``/livez``.
 
 One small WSGI app, served by the standard library's ``wsgiref`` server in a
 daemon thread (so a slow scrape never stalls the service's event loop):
 
 * ``/metrics`` is prometheus_client's own app (content negotiation, gzip,
   ``name[]`` filters), over the given registry;
-* ``/healthz`` asks the caller's :data:`HealthCheck`: 200 and its detail
-  when healthy, 503 and its detail otherwise (a check that raises is
-  unhealthy);
+* ``/healthz`` (readiness) asks the caller's :data:`HealthCheck`: 200 and
+  its detail when healthy, 503 and its detail otherwise (a check that
+  raises is unhealthy);
+* ``/livez`` (liveness) is 200 while the process serves at all: a broker
+  outage makes a service unready, and restarting it would not help;
 * every other path is 404.
 
 :func:`serve_ops` binds before it returns, so a port in use or a host that
@@ -87,7 +89,7 @@ def _health_app(check: HealthCheck) -> Callable:
 
 def _not_found(environ: dict, start_response: Callable) -> Iterable[bytes]:
     start_response("404 Not Found", list(_TEXT))
-    return [b"not found; try /metrics or /healthz\n"]
+    return [b"not found; try /metrics, /healthz or /livez\n"]
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -147,7 +149,8 @@ class OpsServer:
 def serve_ops(host: str, port: int, health: HealthCheck, registry: CollectorRegistry = REGISTRY) -> OpsServer:
     """Serve ``/metrics`` (``registry``) and ``/healthz`` (``health``) on
     ``host:port`` (port 0: any free port, see :attr:`OpsServer.port`)."""
-    routes = {"/metrics": make_wsgi_app(registry), "/healthz": _health_app(health)}
+    routes = {"/metrics": make_wsgi_app(registry), "/healthz": _health_app(health),
+              "/livez": _health_app(lambda: (True, "alive"))}
 
     def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
         return routes.get(environ.get("PATH_INFO", ""), _not_found)(environ, start_response)

@@ -60,6 +60,7 @@ def test_healthz_follows_the_check(registry: CollectorRegistry) -> None:
         assert get(server.port, "/healthz") == (200, "all good\n")
         check.ok, check.detail = False, "projector: not running"
         assert get(server.port, "/healthz") == (503, "projector: not running\n")
+        assert get(server.port, "/livez") == (200, "alive\n")  # unready, not dead: no restart
         check.ok = True
         assert get(server.port, "/healthz")[0] == 200
 
