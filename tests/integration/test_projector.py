@@ -230,3 +230,46 @@ def test_a_static_member_catches_up_and_its_restart_does_too(kafka, topics, grou
         asyncio.run(run_until(service, lambda: caught_up(service, ends)))
         assert service.drained
     assert views_match(db, truths)
+
+
+def test_two_members_lag_series_add_up_to_the_broker_side_lag(kafka, topics, group_id, tmp_path):
+    from prometheus_client import REGISTRY
+
+    from consumers.runtime.metrics import LAG
+    from tests.kafka_fixtures import group_lag
+    LAG.clear()
+    names = topics(partitions=6)
+    asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=120, seed=73, max_turns=3)))
+    ends = asyncio.run(end_offsets(kafka, names.events))
+    group, batch = group_id("lag2"), 200
+    members = [projector(kafka, names, group, tmp_path / "views.sqlite", max_records=batch) for _ in range(2)]
+
+    def series() -> float | None:
+        """The lag series summed over every partition; ``None`` while one is missing."""
+        values = [REGISTRY.get_sample_value("dsh_consumer_lag_records", {"service": "projector", "partition": str(p)})
+                  for p in ends]
+        return None if None in values else sum(values)
+
+    async def scenario() -> tuple[float, int, int]:
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(member.run(stop)) for member in members]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 90
+        try:
+            while not (all(member.assignment() for member in members)
+                       and len(members[0].assignment() | members[1].assignment()) == len(ends)
+                       and (series() or 0) > 0 and series() < sum(ends.values()) * 0.9):
+                assert loop.time() < deadline and not any(task.done() for task in tasks), "no shared backlog seen"
+                await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
+            before = await group_lag(kafka, names.events, group)
+            shown = series()
+            after = await group_lag(kafka, names.events, group)
+            return before, shown, after
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+
+    before, shown, after = asyncio.run(scenario())
+    # The gauges count from the records handled, the broker from those committed, and the members go on
+    # between the samples: a batch in flight per member either way.
+    assert after - 2 * batch <= shown <= before + 2 * batch, (before, shown, after)
