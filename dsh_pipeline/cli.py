@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 from dsh_core.errors import ClusterUnavailableError, DshError, PipelineError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.jsonvalue import encode_json
+from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
 
 if TYPE_CHECKING:
     from dsh_pipeline.ops_server import HealthCheck
@@ -146,7 +148,6 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    import os
     from dsh_kafka.config import Secret
     from dsh_kafka.topics import TopicNames
     from dsh_kafka.admin import prepare_topics
@@ -336,9 +337,23 @@ def _add_ops_options(parser: argparse.ArgumentParser) -> None:
                              "every interface, as a container needs)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dsh-pipeline", description="Kafka pipeline for dsh agent session logs.")
-    commands = parser.add_subparsers(dest="command", required=True)
+#: Reads only ``--config`` (before the command's parser takes the file's defaults).
+_CONFIG_ONLY = argparse.ArgumentParser(add_help=False)
+_CONFIG_ONLY.add_argument("--config")
+
+
+class _Cli(argparse.ArgumentParser):
+    """The top-level parser, which keeps its command parsers by name."""
+
+    commands: dict[str, CommandParser]
+
+
+def build_parser() -> _Cli:
+    parser = _Cli(prog="dsh-pipeline", description="Kafka pipeline for dsh agent session logs.")
+    parser.add_argument("--config", metavar="FILE", help=f"a TOML configuration file (default ${CONFIG_ENV}); "
+                                                         "flags and DSH_KAFKA_* variables win over it")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)
+    parser.commands = commands.choices
     inspect = commands.add_parser("inspect", help="read session files or directories and report them")
     inspect.add_argument("paths", nargs="+", help="session files (.jsonl, .jsonl.zstd) or directories")
     inspect.add_argument("--json", action="store_true",
@@ -427,6 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    config, _ = _CONFIG_ONLY.parse_known_args(argv)
+    try:
+        apply_config(config.config, parser.commands, os.environ)
+    except DshError as exc:
+        print(f"dsh-pipeline: {type(exc).__name__}: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
         return args.run(args)
