@@ -50,22 +50,24 @@ def _certificates(folder: Path) -> tuple[Path, Path]:
     return folder / "ca.pem", keystore
 
 
+async def _fleet_projected(kafka: KafkaConfig, names: TopicNames, db: Path, seed: int) -> bool:
+    """Set up the topics, publish a small fleet and project it, all as
+    ``kafka`` says; whether the views are the fleet's truth."""
+    await prepare_topics(kafka, names, 2)
+    truths = await publish_fleet(kafka, names, SimulatorConfig(sessions=4, seed=seed, max_turns=2))
+    ends = await end_offsets(kafka, names.events)
+    service = projector(kafka, names, "dsh-secured-projector", db)
+    await run_until(service, lambda: caught_up(service, ends))
+    return views_match(db, truths)
+
+
 def test_sasl_over_tls_with_the_environment_s_ca_file(tmp_path):
     ca, keystore = _certificates(tmp_path)
     with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}, tls_keystore=keystore) as broker:
         kafka = KafkaConfig.from_env(broker.secured_bootstrap,
                                      _sasl_env("s3cret", "SASL_SSL") | {"DSH_KAFKA_SSL_CAFILE": str(ca)})
         names = TopicNames.with_prefix(f"tls{uuid.uuid4().hex[:6]}.")
-
-        async def scenario():
-            await prepare_topics(kafka, names, 2)
-            truths = await publish_fleet(kafka, names, SimulatorConfig(sessions=3, seed=62, max_turns=2))
-            ends = await end_offsets(kafka, names.events)
-            service = projector(kafka, names, "tls-projector", tmp_path / "views.sqlite")
-            await run_until(service, lambda: caught_up(service, ends))
-            return truths
-
-        assert views_match(tmp_path / "views.sqlite", asyncio.run(scenario()))
+        assert asyncio.run(_fleet_projected(kafka, names, tmp_path / "views.sqlite", seed=62))
         untrusted = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret", "SASL_SSL"))  # system CAs
         with pytest.raises(PipelineError, match="cannot reach the Kafka cluster at .* over SASL_SSL"):
             asyncio.run(prepare_topics(untrusted, names, 2))
@@ -75,17 +77,7 @@ def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
     with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}) as broker:
         kafka = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret"))
         names = TopicNames.with_prefix(f"sasl{uuid.uuid4().hex[:6]}.")
-
-        async def scenario():
-            await prepare_topics(kafka, names, 3)
-            truths = await publish_fleet(kafka, names, SimulatorConfig(sessions=5, seed=61, max_turns=2))
-            ends = await end_offsets(kafka, names.events)
-            service = projector(kafka, names, "sasl-projector", tmp_path / "views.sqlite")
-            await run_until(service, lambda: caught_up(service, ends))
-            return truths
-
-        truths = asyncio.run(scenario())
-        assert views_match(tmp_path / "views.sqlite", truths)
+        assert asyncio.run(_fleet_projected(kafka, names, tmp_path / "views.sqlite", seed=61))
 
         refused = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--sessions", "1",
                                   "--bootstrap", broker.secured_bootstrap],
