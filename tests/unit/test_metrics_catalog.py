@@ -42,3 +42,21 @@ def test_dashboard_queries_use_existing_metrics():
         assert name in catalog or base in histograms, name
     assert {"dsh_consumer_lag_records", "dsh_audit_findings_total", "dsh_tokens_total",
             "dsh_turn_ends_total"} <= used
+
+
+def test_dashboard_panels_follow_the_range_and_say_what_they_show():
+    dashboard = json.loads((ROOT / "deploy/grafana/dashboards/dsh-pipeline.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            windows = re.findall(r"\[([^\]]+)\]", target["expr"])
+            expected = "$__range" if panel["type"] in ("stat", "piechart") else "$__rate_interval"
+            assert set(windows) <= {expected}, (panel["title"], target["expr"])
+            assert "legendFormat" in target, panel["title"]
+    titles = {panel["title"] for panel in dashboard["panels"]}
+    assert {"Shipper refusals by error", "Publisher errors by class"} <= titles
+
+
+def test_alert_rules_use_existing_metrics():
+    rules = (ROOT / "deploy/prometheus-rules.yml").read_text()
+    used = set(re.findall(r"dsh_[a-z_]+", rules)) - {"dsh_pipeline"}
+    assert used and used <= registered(), used - registered()
