@@ -62,7 +62,7 @@ def _kafka(args: argparse.Namespace) -> int:
         if state is not None and probe_metadata(state.bootstrap):
             print(state.bootstrap)
             return EXIT_OK
-        broker = LocalKafka(data_dir, attached=False)
+        broker = LocalKafka(data_dir, attached=False, port=args.port)
         print(broker.start())
         return EXIT_OK
     if args.action == "stop":
@@ -363,6 +363,8 @@ def build_parser() -> _Cli:
     kafka = commands.add_parser("kafka", help="the local single-node Kafka broker (Maven jars, KRaft)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
     kafka.add_argument("--data-dir", help="broker data folder (default: ~/.cache/dsh-pipeline/broker)")
+    kafka.add_argument("--port", type=int, help="start: the client port on 127.0.0.1 (default: the folder's last "
+                                                  "one while free, else any free port)")
     kafka.set_defaults(run=_kafka)
 
     ship = commands.add_parser("ship", help="ship a dsh sessions root to Kafka, following new records")

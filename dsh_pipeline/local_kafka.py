@@ -238,7 +238,7 @@ class LocalKafka:
 
     def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g",
                  sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None,
-                 authorize: bool = False) -> None:
+                 authorize: bool = False, port: int | None = None) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -259,6 +259,7 @@ class LocalKafka:
         #: ``authorize``: ACLs decide what the secured listener's users may
         #: do (the plaintext listener's anonymous user may do anything).
         self.authorize = authorize
+        self.port = port  # the client port (None: the folder's last one while free, else any)
         self.secured_bootstrap: str | None = None
 
     @property
@@ -351,9 +352,13 @@ class LocalKafka:
         # A folder that served before keeps its ports while they are free, so
         # a pinned DSH_KAFKA_BOOTSTRAP and running clients outlive a restart.
         ports = self._previous_ports()
+        if self.port is not None and _ports_if_free([self.port]) is None:
+            raise PipelineError(f"127.0.0.1:{self.port} is in use: the broker needs another port")
         for _ in range(3):  # a port taken between probe and bind: try new ports
             fresh = _free_ports(3)
             port, controller = ports or fresh[:2]
+            if self.port is not None:
+                port, controller = self.port, fresh[1]
             ports = None
             secured_port = fresh[2] if self._secured_protocol else None
             properties = self._write_config(port, controller, secured_port)

@@ -102,3 +102,20 @@ def test_topics_are_only_verified_when_creating_is_not_ours(kafka, topics):
         asyncio.run(prepare_topics(kafka, fresh, 3, create=False))
     names = topics(partitions=3)
     asyncio.run(prepare_topics(kafka, names, 3, create=False))  # existing and right: verified
+
+
+def test_the_local_broker_takes_the_port_it_is_given_or_names_it_taken(tmp_path):
+    import socket
+    run = lambda *a: subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "kafka", *a], capture_output=True,
+                                    text=True, timeout=120)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        taken = run("start", "--data-dir", str(tmp_path / "a"), "--port", str(port))
+    assert taken.returncode == 1 and taken.stderr == (
+        f"dsh-pipeline kafka: PipelineError: 127.0.0.1:{port} is in use: the broker needs another port\n")
+    started = run("start", "--data-dir", str(tmp_path / "b"), "--port", str(port))
+    try:
+        assert started.returncode == 0 and started.stdout.strip() == f"127.0.0.1:{port}", started.stderr
+    finally:
+        assert run("stop", "--data-dir", str(tmp_path / "b")).stdout.strip() == "stopped"
