@@ -132,6 +132,10 @@ def _free_ports(count: int) -> list[int]:
         return [probe.getsockname()[1] for probe in probes]
 
 
+#: The SCRAM mechanisms the secured listener offers.
+_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
 def _ports_if_free(ports: list[int]) -> list[int] | None:
     """``ports`` if each can be bound on loopback now, else ``None``."""
     with contextlib.ExitStack() as stack:
@@ -252,7 +256,8 @@ class LocalKafka:
         self.bootstrap: str | None = None
         #: A secured listener beside the plaintext one (which stays for the
         #: broker's own use and readiness), at :attr:`secured_bootstrap`:
-        #: ``sasl_users`` (name -> password) take SASL PLAIN; ``tls_keystore``
+        #: ``sasl_users`` (name -> password) take SASL PLAIN and SCRAM-SHA-256/512
+        #: (their SCRAM credentials are written when the folder is formatted); ``tls_keystore``
         #: (a PEM file holding the key and its certificate chain) makes it TLS.
         self.sasl_users = dict(sasl_users or {})
         self.tls_keystore = tls_keystore
@@ -301,8 +306,11 @@ class LocalKafka:
                  f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURED:{protocol}"]
         if self.sasl_users:
             users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
-            lines += ["sasl.enabled.mechanisms=PLAIN", "listener.name.secured.plain.sasl.jaas.config="
+            lines += [f"sasl.enabled.mechanisms=PLAIN,{','.join(_SCRAM)}",
+                      "listener.name.secured.plain.sasl.jaas.config="
                       f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"]
+            lines += [f"listener.name.secured.{mechanism.lower()}.sasl.jaas.config="
+                      "org.apache.kafka.common.security.scram.ScramLoginModule required;" for mechanism in _SCRAM]
         if self.tls_keystore is not None:
             lines += ["listener.name.secured.ssl.keystore.type=PEM",
                       f"listener.name.secured.ssl.keystore.location={self.tls_keystore}"]
@@ -338,8 +346,10 @@ class LocalKafka:
                                  capture_output=True, text=True, check=False).stdout.strip().splitlines()
         if not cluster:
             raise PipelineError("kafka StorageTool random-uuid printed no cluster id")
+        scram = [argument for name, password in self.sasl_users.items() for mechanism in _SCRAM
+                 for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
         done = subprocess.run([java, "-Xmx512m", log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "format",
-                               "-t", cluster[-1], "-c", str(properties), "-g"],
+                               "-t", cluster[-1], "-c", str(properties), "-g", *scram],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise PipelineError(f"formatting Kafka storage in {self.data_dir} failed: {(done.stdout + done.stderr)[-1500:]}")

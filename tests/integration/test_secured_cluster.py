@@ -27,8 +27,8 @@ from tests.services import projector
 pytestmark = pytest.mark.kafka
 
 
-def _sasl_env(password: str, protocol: str = "SASL_PLAINTEXT") -> dict[str, str]:
-    return {"DSH_KAFKA_SECURITY_PROTOCOL": protocol, "DSH_KAFKA_SASL_MECHANISM": "PLAIN",
+def _sasl_env(password: str, protocol: str = "SASL_PLAINTEXT", mechanism: str = "PLAIN") -> dict[str, str]:
+    return {"DSH_KAFKA_SECURITY_PROTOCOL": protocol, "DSH_KAFKA_SASL_MECHANISM": mechanism,
             "DSH_KAFKA_SASL_USERNAME": "dsh", "DSH_KAFKA_SASL_PASSWORD": password}
 
 
@@ -61,11 +61,11 @@ async def _fleet_projected(kafka: KafkaConfig, names: TopicNames, db: Path, seed
     return views_match(db, truths)
 
 
-def test_sasl_over_tls_with_the_environment_s_ca_file(tmp_path):
+def test_scram_over_tls_with_the_environment_s_ca_file(tmp_path):
     ca, keystore = _certificates(tmp_path)
     with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}, tls_keystore=keystore) as broker:
-        kafka = KafkaConfig.from_env(broker.secured_bootstrap,
-                                     _sasl_env("s3cret", "SASL_SSL") | {"DSH_KAFKA_SSL_CAFILE": str(ca)})
+        kafka = KafkaConfig.from_env(broker.secured_bootstrap,  # as managed clusters do: SCRAM over TLS
+                                     _sasl_env("s3cret", "SASL_SSL", "SCRAM-SHA-512") | {"DSH_KAFKA_SSL_CAFILE": str(ca)})
         names = TopicNames.with_prefix(f"tls{uuid.uuid4().hex[:6]}.")
         assert asyncio.run(_fleet_projected(kafka, names, tmp_path / "views.sqlite", seed=62))
         untrusted = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret", "SASL_SSL"))  # system CAs
