@@ -137,10 +137,13 @@ _SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def _ports_if_free(ports: list[int]) -> list[int] | None:
-    """``ports`` if each can be bound on loopback now, else ``None``."""
+    """``ports`` if each can be bound on loopback now, else ``None``. Like
+    the broker's own listeners, the probe ignores connections of a previous
+    run still in TIME_WAIT on the port."""
     with contextlib.ExitStack() as stack:
         for port in ports:
             probe = stack.enter_context(socket.socket())
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
