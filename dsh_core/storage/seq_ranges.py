@@ -20,7 +20,14 @@ from typing import Any
 from ..errors import DecodeError
 from ..jsonvalue import MAX_SAFE_INTEGER
 
-__all__ = ["decode_source_seqs"]
+__all__ = ["MAX_SOURCE_SEQS", "decode_source_seqs"]
+
+#: The most seqs one stored ``sourceEventSeqs`` may stand for: a pair costs
+#: a few bytes and expands to up to its event's seq, so without a bound one
+#: small hostile record deep in a long log would build millions of entries.
+#: (dsh 0.1.2 bounds it by the event's seq only; no message of a real log
+#: comes near this: one message's stream deltas or one compaction's nodes.)
+MAX_SOURCE_SEQS = 100_000
 
 
 def _is_seq(value: Any) -> bool:
@@ -46,6 +53,8 @@ def decode_source_seqs(sources: Any, seq: int) -> Any:
                 raise DecodeError(f"sourceEventSeqs ranges require start <= end, got {entry!r}")
             if len(decoded) + end - start + 1 > seq:
                 raise DecodeError(f"sourceEventSeqs range {entry!r} exceeds its event sequence {seq}")
+            if len(decoded) + end - start + 1 > MAX_SOURCE_SEQS:
+                raise DecodeError(f"sourceEventSeqs ranges stand for more than {MAX_SOURCE_SEQS} seqs")
             decoded.extend(range(start, end + 1))
         else:
             if not _is_seq(entry):

@@ -12,7 +12,7 @@ from dsh_core.errors import DecodeError
 from dsh_core.inspect import inspect_path
 from dsh_core.storage.framing import decompress_frame, iter_frames
 from dsh_core.storage.reader import load_session_bytes
-from dsh_core.storage.seq_ranges import decode_source_seqs
+from dsh_core.storage.seq_ranges import MAX_SOURCE_SEQS, decode_source_seqs
 from tests.conftest import canonical
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-0.1.2"
@@ -104,6 +104,9 @@ def test_decoding(sources, seq, decoded):
     assert decode_source_seqs(sources, seq) == decoded
 
 
-def test_a_range_never_builds_more_entries_than_events_before_it():
+def test_a_range_never_builds_more_entries_than_events_before_it_or_the_limit():
     with pytest.raises(DecodeError, match=r"range \[0, 9007199254740990\] exceeds its event sequence 5"):
         decode_source_seqs([[0, 2**53 - 2]], 5)
+    assert len(decode_source_seqs([[0, MAX_SOURCE_SEQS - 1]], 3_000_000)) == MAX_SOURCE_SEQS
+    with pytest.raises(DecodeError, match=f"stand for more than {MAX_SOURCE_SEQS} seqs"):
+        decode_source_seqs([[0, 2_999_999]], 3_000_000)  # 15 bytes that would build 3 million entries
