@@ -44,7 +44,10 @@ class CommandParser(argparse.ArgumentParser):
     """A command's parser, which says what options it has (by ``dest``)."""
 
     def options(self) -> dict[str, argparse.Action]:
-        return {action.dest: action for action in self._actions if action.option_strings and action.dest != "help"}
+        """The options a configuration file may set: single-valued ones
+        (a repeated option such as ``--prompt`` stays on the command line)."""
+        return {action.dest: action for action in self._actions
+                if action.option_strings and action.dest != "help" and not isinstance(action, argparse._AppendAction)}
 
 
 def apply_config(path: str | None, commands: Mapping[str, CommandParser],
@@ -80,6 +83,8 @@ def _kafka(path: Path, table: dict[str, Any], environ: os._Environ | dict[str, s
             raise PipelineError(f"{path}: [kafka] {key} is not a key of it ({', '.join(KAFKA_KEYS)})")
         if not isinstance(value, str):
             raise PipelineError(f"{path}: [kafka] {key} must be a string, got {value!r}")
+        if key == "sasl_password_file" and environ.get("DSH_KAFKA_SASL_PASSWORD"):
+            continue  # the environment's password wins over the file's password file
         environ.setdefault(variable, value)
 
 
@@ -87,6 +92,8 @@ def _command(path: Path, name: str, table: dict[str, Any], parser: CommandParser
     options = parser.options()
     for key, value in table.items():
         action = options.get(key)
+        if key in _ELSEWHERE:
+            raise PipelineError(f"{path}: [{name}] {key}: {_ELSEWHERE[key]}")
         if action is None:
             raise PipelineError(f"{path}: [{name}] {key} is not an option of `dsh-pipeline {name}` "
                                 f"({', '.join(sorted(options))})")
@@ -94,6 +101,12 @@ def _command(path: Path, name: str, table: dict[str, Any], parser: CommandParser
             raise PipelineError(f"{path}: [{name}] {key} = {value!r} is not what --{key.replace('_', '-')} takes")
         parser.set_defaults(**{key: value})
         action.required = False  # the file gave it
+
+
+#: Options a command table may not set, and where they go instead (so a
+#: variable keeps winning over the file).
+_ELSEWHERE = {"bootstrap": "the cluster's address goes in [kafka] (where DSH_KAFKA_BOOTSTRAP wins over it)",
+              "model_url": "the model endpoint comes from --model-url or DEEPSEEK_BASE_URL"}
 
 
 def _fits(action: argparse.Action, value: Any) -> bool:

@@ -39,6 +39,9 @@ def test_the_kafka_table_fills_the_variables_not_set(tmp_path):
     assert environ == {"DSH_KAFKA_BOOTSTRAP": "k1:9093,k2:9093", "DSH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
                        "DSH_KAFKA_SASL_USERNAME": "from-the-environment",
                        "DSH_KAFKA_SASL_PASSWORD_FILE": "/run/secrets/kafka"}
+    environ = {"DSH_KAFKA_SASL_PASSWORD": "from-the-environment"}  # wins over the file's password file
+    _parsed(tmp_path, '[kafka]\nsasl_password_file = "/run/secrets/kafka"\n', ["project"], environ)
+    assert environ == {"DSH_KAFKA_SASL_PASSWORD": "from-the-environment"}
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -47,6 +50,8 @@ def test_the_kafka_table_fills_the_variables_not_set(tmp_path):
     ("[project]\nmetrics_port = '9100'\n", r"\[project\] metrics_port = '9100' is not what --metrics-port takes"),
     ("[project]\nlog_level = 'LOUD'\n", r"\[project\] log_level = 'LOUD' is not what --log-level takes"),
     ("[kafka]\nsasl_password = 'x'\n", r"\[kafka\] sasl_password is not a key of it \(bootstrap, "),
+    ("[project]\nbootstrap = 'x:9092'\n", r"\[project\] bootstrap: the cluster's address goes in \[kafka\]"),
+    ("[worker]\nprompt = 'hi'\n", r"\[worker\] prompt is not an option of `dsh-pipeline worker`"),
     ("db = 'x'\n", r"db = … outside a table"),
     ("[project\n", r"not a TOML file"),
 ])
