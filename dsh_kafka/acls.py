@@ -28,7 +28,10 @@ class Acl:
 
 
 def pipeline_acls(principal: str, names: TopicNames = TopicNames(), group_prefix: str = "dsh-") -> list[Acl]:
-    """Topics: set up and checked (``Create``, ``Describe``,
+    """Everything ``principal`` needs; ``group_prefix`` must begin every
+    ``--group`` the services run in (the defaults all begin with ``dsh-``).
+
+    Topics: set up and checked (``Create``, ``Describe``,
     ``DescribeConfigs``), read and written (``Read``, ``Write``: with
     ``Write``, idempotent producers need no cluster ACL); groups: joined and
     committed (``Read``, ``Describe``); the auditor's transactional ids

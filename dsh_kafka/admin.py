@@ -81,8 +81,13 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
     responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, s.name) for s in present])
     configs: dict[str, dict[str, str]] = {}
     for response in responses:
-        for resource in response.resources:
-            configs[resource[3]] = {entry[0]: entry[1] for entry in resource[4]}
+        for code, message, _, name, entries, *_ in response.resources:
+            if code == 29:  # TOPIC_AUTHORIZATION_FAILED
+                raise ClusterUnavailableError(f"the cluster refused {principal} to read the configs of topic {name}: "
+                                              "it needs the ACLs `dsh-pipeline acls` lists")
+            if code != 0:
+                raise PipelineError(f"reading the configs of topic {name} failed: error {code} {message or ''}")
+            configs[name] = {entry[0]: entry[1] for entry in entries}
     for spec in present:
         partitions = len(described[spec.name]["partitions"])
         if partitions != spec.partitions:

@@ -8,12 +8,31 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
+                             TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
 from aiokafka.helpers import create_ssl_context
+
+from dsh_core.errors import ClusterUnavailableError, DeliveryError
 
 from .config import ConsumerSettings, KafkaConfig, ProducerSettings
 from .topics import BATCH_OVERHEAD_BYTES
 
-__all__ = ["client_options", "make_admin", "make_consumer", "make_producer"]
+__all__ = ["AUTHORIZATION_ERRORS", "client_options", "make_admin", "make_consumer", "make_producer",
+           "undelivered"]
+
+#: What a cluster answers a principal that lacks an ACL.
+AUTHORIZATION_ERRORS = (TopicAuthorizationFailedError, GroupAuthorizationFailedError,
+                        TransactionalIdAuthorizationFailed, ClusterAuthorizationFailedError)
+
+
+def undelivered(message: str, error: BaseException | None) -> DeliveryError | ClusterUnavailableError:
+    """The error for records the cluster did not take: a refusal for lack
+    of an ACL is :class:`ClusterUnavailableError` (it needs the operator),
+    anything else :class:`DeliveryError`."""
+    if isinstance(error, AUTHORIZATION_ERRORS):
+        return ClusterUnavailableError(f"{message}: the cluster refused this client ({type(error).__name__}); it needs "
+                                       "the ACLs `dsh-pipeline acls` lists")
+    return DeliveryError(f"{message}: {type(error).__name__}: {error}")
 
 
 def client_options(kafka: KafkaConfig) -> dict[str, Any]:

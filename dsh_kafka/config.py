@@ -108,9 +108,12 @@ def _password(environ: Mapping[str, str]) -> str:
     if path:
         try:
             with open(path, encoding="utf-8") as stream:
-                return stream.readline().rstrip("\r\n")
+                password = stream.readline().rstrip("\r\n")
         except OSError as error:
             raise PipelineError(f"DSH_KAFKA_SASL_PASSWORD_FILE={path}: {error.strerror or error}") from None
+        if not password:
+            raise PipelineError(f"DSH_KAFKA_SASL_PASSWORD_FILE={path}: the file's first line is empty")
+        return password
     password = environ.get("DSH_KAFKA_SASL_PASSWORD")
     if not password:
         raise PipelineError("SASL needs DSH_KAFKA_SASL_PASSWORD or DSH_KAFKA_SASL_PASSWORD_FILE")

@@ -249,7 +249,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _acls(args: argparse.Namespace) -> int:
     from dsh_kafka.acls import kafka_acls_commands, pipeline_acls
     from dsh_kafka.topics import TopicNames
-    acls = pipeline_acls(args.principal, TopicNames.with_prefix(args.topic_prefix))
+    acls = pipeline_acls(args.principal, TopicNames.with_prefix(args.topic_prefix), args.group_prefix)
     print("\n".join(kafka_acls_commands(acls, args.bootstrap_server)))
     return EXIT_OK
 
@@ -421,6 +421,8 @@ def build_parser() -> _Cli:
                                              "pipeline needs on an authorizing cluster")
     acls.add_argument("--principal", required=True, help="e.g. User:dsh (the SASL user or TLS subject)")
     acls.add_argument("--topic-prefix", default="", help="prefix of the pipeline's topic names")
+    acls.add_argument("--group-prefix", default="dsh-", help="what every --group of the services begins with "
+                                                            "(default dsh-, as the default groups do)")
     acls.add_argument("--bootstrap-server", default="BROKER:9092", help="what the commands connect to")
     acls.set_defaults(run=_acls)
 

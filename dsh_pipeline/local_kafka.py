@@ -392,7 +392,7 @@ class LocalKafka:
                 return bootstrap
             last_error = outcome
             self._terminate()
-            if "BindException" not in outcome:
+            if "BindException" not in outcome or self.port is not None:  # a pinned port is not swapped for another
                 break
         raise PipelineError(f"Kafka broker did not start: {last_error}")
 

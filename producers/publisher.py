@@ -19,9 +19,9 @@ from typing import Any, Iterable, Sequence
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Histogram
 
-from dsh_core.errors import DeliveryError, PipelineError, RecordTooLargeError
+from dsh_core.errors import PipelineError, RecordTooLargeError
 from dsh_core.events import Event
-from dsh_kafka.clients import make_producer
+from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_producer, undelivered
 from dsh_kafka.config import KafkaConfig, ProducerSettings
 from dsh_kafka.records import (
     KIND_ATTESTATION,
@@ -91,7 +91,11 @@ class Publisher:
         if self._state is not _State.NEW:
             raise PipelineError(f"publisher is {self._state.value}; start it once")
         self._producer = make_producer(self.kafka, self.settings)
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except AUTHORIZATION_ERRORS as error:  # an idempotent producer's id needs Write on a topic
+            await self._producer.stop()
+            raise undelivered(f"the publisher to {self.topics.events} could not start", error) from error
         self._state = _State.RUNNING
 
     async def close(self) -> None:
@@ -132,8 +136,8 @@ class Publisher:
                 delivery = await send(topic, key=record.key, value=record.value, headers=record.headers)
             except KafkaError as error:
                 ERRORS.labels(type(error).__name__).inc()
-                raise DeliveryError(f"session {record.session_id!r} seq {record.seq}: {record.kind} could not be sent "
-                                    f"to {topic}: {type(error).__name__}: {error}") from error
+                raise undelivered(f"session {record.session_id!r} seq {record.seq}: {record.kind} could not be sent "
+                                  f"to {topic}", error) from error
             unsettled.append((delivery, record))
             if len(unsettled) % _LATENCY_SAMPLE == 0:  # latency of every Nth record
                 delivery.add_done_callback(partial(_observe_latency, time.perf_counter()))
@@ -165,8 +169,8 @@ class Publisher:
             elif delivery.cancelled() or delivery.exception() is not None:
                 error = None if delivery.cancelled() else delivery.exception()
                 ERRORS.labels(type(error).__name__ if error else "Cancelled").inc()
-                failure = DeliveryError(f"session {record.session_id!r} seq {record.seq}: {record.kind} was not "
-                                        f"acknowledged by {self.topics.events}: {type(error).__name__}: {error}")
+                failure = undelivered(f"session {record.session_id!r} seq {record.seq}: {record.kind} was not "
+                                      f"acknowledged by {self.topics.events}", error)
                 failure.__cause__ = error
                 self._failures.append(failure)
         self._pending = still

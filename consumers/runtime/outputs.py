@@ -19,8 +19,8 @@ from typing import Any, Awaitable, Iterable, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError
 
-from dsh_core.errors import DeliveryError, DshError
-from dsh_kafka.clients import make_producer
+from dsh_core.errors import DshError
+from dsh_kafka.clients import make_producer, undelivered
 from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig
 from dsh_kafka.records import KafkaRecord
 from dsh_kafka.topics import MAX_MESSAGE_BYTES, TopicNames
@@ -153,8 +153,8 @@ class ProducerOutputs(Outputs):
         for topic, delivery in deliveries:
             error = delivery.exception()
             if error is not None:
-                raise DeliveryError(f"{self.service}: a record for {topic} was not acknowledged: {error!r}; "
-                                    "nothing of this batch is committed") from error
+                raise undelivered(f"{self.service}: a record for {topic} was not acknowledged (nothing of this batch "
+                                  "is committed)", error) from error
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> bool:
         assert self.consumer is not None

@@ -38,11 +38,9 @@ import time
 from typing import Any, Coroutine
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
-                             TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
 
 from dsh_core.errors import ClusterUnavailableError, DecodeError, DshError, InternalError, PipelineError
-from dsh_kafka.clients import make_consumer
+from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_consumer
 from dsh_kafka.records import decode_kafka_record, where_of
 
 from .config import ServiceConfig
@@ -54,9 +52,6 @@ __all__ = ["ConsumerService"]
 
 #: How long one poll waits for records (bounds how soon ``stop`` is seen).
 _POLL_MS = 250
-#: What a cluster answers a principal that lacks an ACL.
-_REFUSED = (TopicAuthorizationFailedError, GroupAuthorizationFailedError, TransactionalIdAuthorizationFailed,
-            ClusterAuthorizationFailedError)
 #: Failures of what a service stands on, never of one record: they stop it.
 _INFRASTRUCTURE = (PipelineError, OSError, sqlite3.OperationalError, MemoryError)
 
@@ -107,6 +102,7 @@ class ConsumerService:
         self._counters: dict[str, Any] = {}
         self.log = logging.getLogger(f"dsh.{self.name}")
         self._behind = True  # since assignment, until every partition is read to its end
+        self._last_answer: float | None = None  # time.time() of the cluster's newest fetch answer
 
     # ------------------------------------------------------------ read-outs
 
@@ -121,13 +117,10 @@ class ConsumerService:
     def silent_for(self) -> float | None:
         """Seconds since the cluster last answered a fetch of an assigned
         partition (it answers every long poll, records or not); ``None``
-        with nothing assigned or nothing fetched yet."""
-        consumer = self.consumer
-        if consumer is None:
-            return None
-        answered = [consumer.last_poll_timestamp(tp) for tp in consumer.assignment()]
-        newest = max((stamp for stamp in answered if stamp is not None), default=None)
-        return None if newest is None else max(0.0, time.time() - newest / 1000)
+        with nothing assigned or nothing fetched yet. Safe from another
+        thread: the run loop notes the answers, this only reads the note."""
+        answered = self._last_answer
+        return None if answered is None else max(0.0, time.time() - answered)
 
     # ------------------------------------------------------------------ run
 
@@ -159,7 +152,7 @@ class ConsumerService:
                 await self._checkpoint()
             self.drained = True
             self.log.info("stopped: everything handled is persisted and committed")
-        except _REFUSED as error:
+        except AUTHORIZATION_ERRORS as error:
             self.log.error("stopping: the cluster refused %s", error)
             raise ClusterUnavailableError(f"the cluster refused this {self.name} ({type(error).__name__}); its "
                                           "principal needs the ACLs `dsh-pipeline acls` lists") from error
@@ -295,13 +288,19 @@ class ConsumerService:
                 fresh.append(partition)
             else:
                 self._positions[partition] = committed
-        if fresh:
-            self._positions.update(await self.consumer.beginning_offsets(fresh))
+        if fresh:  # a group without offsets starts where start_from says
+            start = (self.consumer.end_offsets if self.config.start_from == "latest"
+                     else self.consumer.beginning_offsets)
+            self._positions.update(await start(fresh))
 
     def _update_lag(self) -> None:
         assert self.consumer is not None
         behind = 0
-        for partition in self.consumer.assignment():
+        assigned = self.consumer.assignment()
+        answered = [self.consumer.last_poll_timestamp(tp) for tp in assigned]
+        newest = max((stamp for stamp in answered if stamp is not None), default=None)
+        self._last_answer = None if newest is None else newest / 1000
+        for partition in assigned:
             highwater = self.consumer.highwater(partition)
             position = self._positions.get(partition)
             if highwater is not None and position is not None:

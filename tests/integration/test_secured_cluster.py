@@ -93,12 +93,13 @@ def test_the_listed_acls_are_all_the_pipeline_needs(tmp_path):
     from tests.acl_grants import grant
     from tests.services import archiver, auditor
 
-    users = {"dsh": "s3cret", "stranger": "s3cret", "reader": "s3cret"}
+    users = {"dsh": "s3cret", "stranger": "s3cret", "reader": "s3cret", "nowriter": "s3cret"}
     with LocalKafka(heap="512m", sasl_users=users, authorize=True) as broker:
         names = TopicNames.with_prefix(f"acl{uuid.uuid4().hex[:6]}.")
         listed = pipeline_acls("User:dsh", names)
         asyncio.run(grant(KafkaConfig(broker.bootstrap), listed + [  # a reader of the topics, in no group
-            replace(acl, principal="User:reader") for acl in listed if acl.resource == "topic"]))
+            replace(acl, principal="User:reader") for acl in listed if acl.resource == "topic"] + [
+            replace(acl, principal="User:nowriter") for acl in listed if acl.operation != "Write"]))
         kafka = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret"))
 
         async def scenario():
@@ -117,6 +118,13 @@ def test_the_listed_acls_are_all_the_pipeline_needs(tmp_path):
         with pytest.raises(PipelineError, match=r"the cluster refused User:stranger to create topic acl.*: it needs "
                                                 r"the ACLs `dsh-pipeline acls` lists"):
             asyncio.run(prepare_topics(as_user("stranger"), names, 2))
+        nowriter = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--sessions", "1",
+                                   "--bootstrap", broker.secured_bootstrap, "--topic-prefix", names.events[:-18],
+                                   "--partitions", "2"],
+                                  env={**os.environ, **_sasl_env("s3cret"), "DSH_KAFKA_SASL_USERNAME": "nowriter"},
+                                  capture_output=True, text=True, timeout=120)
+        assert nowriter.returncode == 69 and "Traceback" not in nowriter.stderr, nowriter.stderr
+        assert "could not start: the cluster refused this client (ClusterAuthorizationFailedError)" in nowriter.stderr
         reader = projector(as_user("reader"), names, "dsh-reader", tmp_path / "reader.sqlite")
         with pytest.raises(PipelineError, match=r"the cluster refused this projector \(GroupAuthorizationFailedError\)"):
             asyncio.run(asyncio.wait_for(reader.run(asyncio.Event()), 60))
