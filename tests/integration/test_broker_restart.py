@@ -18,17 +18,9 @@ from producers.simulator import SimulatorConfig
 from tests.integration.test_projector import publish_fleet, views_match
 from tests.kafka_fixtures import caught_up
 from tests.services import projector
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
-
-
-async def _until(condition, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)  # wait-ok: polling a condition with a deadline
 
 
 def test_a_broker_restart_on_the_same_address_is_ridden_out(tmp_path):
@@ -49,15 +41,15 @@ def test_a_broker_restart_on_the_same_address_is_ridden_out(tmp_path):
         task = asyncio.create_task(service.run(stop))
         try:
             ends = await end_offsets(kafka, names.events)
-            await _until(lambda: caught_up(service, ends) and check()[0], 60, "the first fleet")
+            await until(lambda: caught_up(service, ends) and check()[0], 60, "the first fleet")
             seen.append(check())
             await asyncio.to_thread(broker.stop)  # SIGTERM: the broker shuts down cleanly
-            await _until(lambda: not check()[0], 30, "the outage to show")
+            await until(lambda: not check()[0], 30, "the outage to show")
             seen.append(check())
             assert await asyncio.to_thread(broker.start) == bootstrap  # the same address again
             truths += await publish_fleet(kafka, names, second)
             ends = await end_offsets(kafka, names.events)
-            await _until(lambda: caught_up(service, ends) and check()[0], 120, "the projector to resume")
+            await until(lambda: caught_up(service, ends) and check()[0], 120, "the projector to resume")
             seen.append(check())
             assert not task.done()
         finally:

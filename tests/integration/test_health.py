@@ -16,17 +16,9 @@ from dsh_kafka.topics import TopicNames
 from dsh_pipeline.local_kafka import LocalKafka
 from dsh_pipeline.ops_server import consumers_health
 from tests.services import projector
+from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
-
-
-async def _until(condition, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)  # wait-ok: polling a condition with a deadline
 
 
 def test_a_silent_broker_makes_a_polling_service_unhealthy(tmp_path):
@@ -42,16 +34,16 @@ def test_a_silent_broker_makes_a_polling_service_unhealthy(tmp_path):
             task = asyncio.create_task(service.run(stop))
             seen = []
             try:
-                await _until(lambda: service.silent_for() is not None and check()[0], 60, "a healthy service")
+                await until(lambda: service.silent_for() is not None and check()[0], 60, "a healthy service")
                 seen.append(check())
                 os.kill(broker.process.pid, signal.SIGSTOP)  # the broker hangs: connections stay open
                 try:
-                    await _until(lambda: not check()[0], 30, "the silence to show")
+                    await until(lambda: not check()[0], 30, "the silence to show")
                     seen.append(check())
                     assert not task.done() and service.healthy  # the loop itself went on polling
                 finally:
                     os.kill(broker.process.pid, signal.SIGCONT)
-                await _until(lambda: check()[0], 60, "health to come back")
+                await until(lambda: check()[0], 60, "health to come back")
                 seen.append(check())
             finally:
                 stop.set()
