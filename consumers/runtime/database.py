@@ -103,10 +103,15 @@ def store_held(db: sqlite3.Connection, held: HeldRecords) -> None:
 
 
 def replace_held(db: sqlite3.Connection, session_id: str, rows: Sequence[HeldRow]) -> None:
-    """Replace every held row of a session (a snapshot's, inside a transaction)."""
-    db.execute("DELETE FROM held WHERE session_id = ?", (session_id,))
+    """Make a session's held rows ``rows`` (a snapshot's, inside a
+    transaction), writing only the difference: a seq's held bytes never
+    change (other bytes are a conflicting writer's, refused), so rows kept
+    are not written again however often the session is stored."""
+    stored = {seq for (seq,) in db.execute("SELECT seq FROM held WHERE session_id = ?", (session_id,))}
+    wanted = {seq for seq, _, _ in rows}
+    db.executemany("DELETE FROM held WHERE session_id = ? AND seq = ?", [(session_id, seq) for seq in stored - wanted])
     db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
-                   [(session_id, seq, value, count) for seq, value, count in rows])
+                   [(session_id, seq, value, count) for seq, value, count in rows if seq not in stored])
 
 
 def applied_digest(db: sqlite3.Connection, session_id: str, seq: int) -> AppliedDigest | None:

@@ -247,3 +247,17 @@ def test_a_commit_the_group_refuses_after_moving_on_is_logged_not_fatal(tmp_path
     asyncio.run(scenario())
     said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(line.startswith(f"offsets of {NAMES.events} [0] not committed, the group moved on") for line in said)
+
+
+def test_a_snapshot_s_held_rows_are_written_as_a_difference():
+    from consumers.runtime.database import HELD_SCHEMA, load_held, replace_held
+    db = sqlite3.connect(":memory:")
+    db.execute(HELD_SCHEMA)
+    replace_held(db, "s", [(5, b"five", 1), (6, b"six", 1)])
+    writes: list[str] = []
+    db.set_trace_callback(writes.append)
+    replace_held(db, "s", [(6, b"six", 1), (8, b"eight", 1)])  # 5 drained, 8 arrived, 6 kept
+    assert load_held(db, "s") == [(6, b"six", 1), (8, b"eight", 1)]
+    assert [statement for statement in writes if statement.startswith(("INSERT", "DELETE"))] == [
+        "DELETE FROM held WHERE session_id = 's' AND seq = 5",
+        f"INSERT INTO held (session_id, seq, value, count) VALUES ('s', 8, x'{b'eight'.hex()}', 1)"]  # 6 untouched
