@@ -36,7 +36,7 @@ reference:
 
 # Apache Kafka broker jars from Maven Central into the user cache (once).
 kafka-jars: setup
-	$(VPY) -c "from dsh_pipeline.local_kafka import ensure_kafka_jars; print('kafka jars:', ensure_kafka_jars())"
+	$(VPY) -c "from dsh_pipeline.kafka_jars import ensure_kafka_jars; print('kafka jars:', ensure_kafka_jars())"
 
 bench: setup reference kafka-jars
 	$(VPY) -m benchmarks.core

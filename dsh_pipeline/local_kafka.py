@@ -3,8 +3,7 @@
 The "embedded default": without a configured cluster, the CLI, the test
 fixture and the demo start one of these on free loopback ports.
 
-* Jars: Apache Kafka's ``kafka_2.13`` with its runtime dependencies and a
-  log4j2 backend, fetched once by Maven into a user cache and reused.
+* Jars: :mod:`dsh_pipeline.kafka_jars` (fetched once by Maven, cached).
 * Start: format the storage (kept formatted for a persistent data dir),
   start ``kafka.Kafka``, wait until the log says the server started *and* a
   metadata request answers. A port taken in between is retried on new ports.
@@ -34,32 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsh_core.errors import PipelineError
+from dsh_pipeline.kafka_jars import KAFKA_VERSION, ensure_kafka_jars, java_major, require_tool
 from dsh_kafka.clients import make_admin
 from dsh_kafka.config import KafkaConfig
 
-__all__ = ["KAFKA_VERSION", "LocalKafka", "BrokerState", "cache_root", "ensure_kafka_jars", "read_state",
-           "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
+__all__ = ["LocalKafka", "BrokerState", "read_state", "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
 
-KAFKA_VERSION = "4.1.1"
-_LOG4J_VERSION = "2.25.4"
-_SLF4J_VERSION = "2.0.17"
 _READY_LINE = "Kafka Server started"
-
-_POM = f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
- <modelVersion>4.0.0</modelVersion>
- <groupId>dsh-pipeline</groupId><artifactId>kafka-broker-libs</artifactId><version>1</version>
- <packaging>pom</packaging>
- <dependencies>
-  <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>{KAFKA_VERSION}</version>
-   <exclusions><exclusion><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId></exclusion></exclusions>
-  </dependency>
-  <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-api</artifactId><version>{_SLF4J_VERSION}</version></dependency>
-  <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-api</artifactId><version>{_LOG4J_VERSION}</version></dependency>
-  <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>{_LOG4J_VERSION}</version></dependency>
-  <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>{_LOG4J_VERSION}</version></dependency>
- </dependencies>
-</project>
-"""
 
 _LOG4J2 = """status=warn
 appender.o.type=Console
@@ -71,55 +51,6 @@ rootLogger.appenderRef.o.ref=O
 logger.r.name=kafka.server.KafkaRaftServer
 logger.r.level=INFO
 """
-
-
-def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/dsh-pipeline`` (``~/.cache/dsh-pipeline``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dsh-pipeline"
-
-
-def _require(tool: str, purpose: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        raise PipelineError(f"{tool} not found on PATH: it is needed to {purpose} "
-                            "(install Java 17+ and Maven, or point DSH_KAFKA_BOOTSTRAP at a running cluster)")
-    return path
-
-
-def _java_major(java: str) -> int:
-    done = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
-    if not match:
-        raise PipelineError(f"cannot tell the Java version from `java -version`: {done.stderr.strip()[:200]}")
-    major = int(match.group(1))
-    return int(match.group(2)) if major == 1 and match.group(2) else major
-
-
-def ensure_kafka_jars(cache: Path | None = None) -> Path:
-    """The folder of broker jars, fetched from Maven Central on first use."""
-    lib_root = (cache or cache_root()) / f"kafka-{KAFKA_VERSION}"
-    lib = lib_root / "lib"
-    marker = lib_root / ".complete"
-    if marker.exists():
-        return lib
-    mvn = _require("mvn", "fetch the Kafka broker jars from Maven Central")
-    lib_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="lib-", dir=lib_root))
-    pom = lib_root / "pom.xml"
-    pom.write_text(_POM)
-    done = subprocess.run(
-        [mvn, "-q", "-B", "-f", str(pom), "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
-         "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-        capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
-        shutil.rmtree(staging, ignore_errors=True)
-        raise PipelineError(f"fetching Kafka {KAFKA_VERSION} jars with Maven failed (exit {done.returncode}): "
-                            f"{(done.stdout + done.stderr).strip()[-1500:]}")
-    if lib.exists():
-        shutil.rmtree(lib)
-    staging.rename(lib)
-    marker.write_text(json.dumps(sorted(p.name for p in lib.glob("*.jar"))))
-    return lib
 
 
 def _free_ports(count: int) -> list[int]:
@@ -275,9 +206,9 @@ class LocalKafka:
         return self.data_dir / "broker.log"
 
     def _command(self, lib: Path, properties: Path) -> list[str]:
-        java = _require("java", "run the Kafka broker")
-        if _java_major(java) < 17:
-            raise PipelineError(f"Kafka {KAFKA_VERSION} needs Java 17+, found Java {_java_major(java)} at {java}")
+        java = require_tool("java", "run the Kafka broker")
+        if java_major(java) < 17:
+            raise PipelineError(f"Kafka {KAFKA_VERSION} needs Java 17+, found Java {java_major(java)} at {java}")
         return [java, f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                 "-Djava.awt.headless=true", f"-Djava.io.tmpdir={self.data_dir / 'tmp'}",
                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
@@ -343,7 +274,7 @@ class LocalKafka:
     def _format(self, lib: Path, properties: Path) -> None:
         if (self.data_dir / "logs" / "meta.properties").exists():
             return  # formatted before: keep the cluster id and node id
-        java = _require("java", "format the Kafka storage")
+        java = require_tool("java", "format the Kafka storage")
         log4j = f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}"
         cluster = subprocess.run([java, log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "random-uuid"],
                                  capture_output=True, text=True, check=False).stdout.strip().splitlines()

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from dsh_core.errors import PipelineError
-from dsh_pipeline.local_kafka import cache_root, probe_metadata, read_state
+from dsh_pipeline.kafka_jars import cache_root
+from dsh_pipeline.local_kafka import probe_metadata, read_state
 from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig
 
 __all__ = ["default_broker_dir", "resolve_kafka", "run_until_signal"]
