@@ -4,28 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from dsh_core.errors import ClusterUnavailableError, DshError, PipelineError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.jsonvalue import encode_json
+from dsh_pipeline import service_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
-
-if TYPE_CHECKING:
-    from dsh_pipeline.ops_server import HealthCheck
+from dsh_pipeline.exit_codes import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE
 
 __all__ = ["main"]
 
-EXIT_OK = 0
-EXIT_REFUSED = 1  # an input, a file, a setting or a state was refused (the message says which)
-EXIT_USAGE = 2  # the command line (argparse)
-EXIT_UNAVAILABLE = 69  # the cluster: no broker answered, or it refused this client (EX_UNAVAILABLE)
-EXIT_INTERNAL = 70  # a bug: the traceback is printed for a report (EX_SOFTWARE)
+
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -74,45 +68,6 @@ def _kafka(args: argparse.Namespace) -> int:
         return EXIT_OK
     print("not running")
     return EXIT_REFUSED
-
-
-def _ship(args: argparse.Namespace) -> int:
-    from dsh_kafka.topics import TopicNames
-    from dsh_kafka.admin import prepare_topics
-    from dsh_pipeline.runtime import resolve_kafka, run_until_signal
-    from producers.publisher import Publisher
-    from producers.shipper import Checkpoints, Shipper, ShipperConfig, check_root
-
-    config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
-                           poll_seconds=args.poll, once=args.once)
-    check_root(config.root)  # local mistakes are named before the cluster is asked anything
-    Checkpoints(config.state_dir / "shipper-checkpoints.json")
-    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
-    names = TopicNames.with_prefix(args.topic_prefix)
-    refused = 0
-    shipping = False  # healthy while the shipper's run loop runs
-
-    def health() -> tuple[bool, str]:
-        return (True, "shipping") if shipping else (False, "not shipping")
-
-    def report(line: str) -> None:
-        nonlocal refused
-        refused += 1
-        print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
-
-    async def main(stop: asyncio.Event) -> int:
-        nonlocal shipping
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
-        async with Publisher(kafka, names) as publisher:
-            shipping = True
-            try:
-                await Shipper(config, publisher.send, publisher.flush, report).run(stop)
-            finally:
-                shipping = False
-        return EXIT_REFUSED if refused else EXIT_OK
-
-    with _ops_server(args, health):
-        return run_until_signal(main)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -177,67 +132,6 @@ def _worker(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return asyncio.run(main())
-
-
-def _consume(args: argparse.Namespace, make_service) -> int:
-    """Run one consumer service until SIGTERM or SIGINT."""
-    from dsh_kafka.topics import TopicNames
-    from dsh_kafka.admin import prepare_topics
-    from dsh_pipeline.ops_server import consumers_health
-    from dsh_pipeline.runtime import resolve_kafka, run_until_signal
-
-    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
-    names = TopicNames.with_prefix(args.topic_prefix)
-    services = {}  # what /healthz checks: the service, once it exists
-
-    async def main(stop: asyncio.Event) -> int:
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
-        services[args.command] = service = make_service(kafka, names)
-        await service.run(stop)
-        return EXIT_OK
-
-    with _ops_server(args, consumers_health(services)):
-        return run_until_signal(main)
-
-
-def _ops_server(args: argparse.Namespace, health: HealthCheck) -> contextlib.AbstractContextManager:
-    """Log lines on stderr at ``--log-level`` (time, level, source), and
-    ``/metrics`` and ``/healthz`` on ``--metrics-host``:``--metrics-port``
-    for the command's lifetime (nothing without a port)."""
-    import logging
-    logging.basicConfig(stream=sys.stderr, level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLevelName(args.log_level)))
-    if not args.metrics_port:
-        return contextlib.nullcontext()
-    from dsh_pipeline.ops_server import serve_ops
-    return serve_ops(args.metrics_host, args.metrics_port, health)
-
-
-def _service_config(args: argparse.Namespace, config_class: type, kafka, names, **own):
-    """A consumer service's configuration: the common options, then its own."""
-    return config_class(kafka=kafka, topics=names, group=args.group, max_records=args.max_records,
-                        hot_sessions=args.hot_sessions, session_timeout_ms=round(args.session_timeout * 1000),
-                        instance_id=args.instance_id, **own)
-
-
-def _project(args: argparse.Namespace) -> int:
-    from consumers.projector import ProjectorConfig, projector_service
-    return _consume(args, lambda kafka, names: projector_service(
-        _service_config(args, ProjectorConfig, kafka, names, store=Path(args.db))))
-
-
-def _audit(args: argparse.Namespace) -> int:
-    from consumers.auditor import AuditorConfig, auditor_service
-    return _consume(args, lambda kafka, names: auditor_service(
-        _service_config(args, AuditorConfig, kafka, names, state=Path(args.state),
-                        checkpoint_seconds=args.checkpoint_seconds)))
-
-
-def _archive(args: argparse.Namespace) -> int:
-    from consumers.archiver import ArchiverConfig, archiver_service
-    return _consume(args, lambda kafka, names: archiver_service(
-        _service_config(args, ArchiverConfig, kafka, names, root=Path(args.root))))
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -374,7 +268,7 @@ def build_parser() -> _Cli:
     ship.add_argument("--poll", type=float, default=0.5, help="seconds between passes when following")
     _add_ops_options(ship)
     _add_kafka_options(ship)
-    ship.set_defaults(run=_ship)
+    ship.set_defaults(run=service_commands.ship)
 
     worker = commands.add_parser("worker", help="run a real dsh agent runtime and publish its session live")
     worker.add_argument("--session-id", required=True)
@@ -394,7 +288,7 @@ def build_parser() -> _Cli:
     project = commands.add_parser("project", help="keep every session's derived conversation (SQLite views)")
     project.add_argument("--db", default="views.sqlite", help="the SQLite view store")
     _add_consumer_options(project, ProjectorConfig)
-    project.set_defaults(run=_project)
+    project.set_defaults(run=service_commands.project)
 
     audit = commands.add_parser("audit", help="prove every model request rebuildable from the log; report findings")
     audit.add_argument("--state", default="auditor-state.sqlite",
@@ -402,12 +296,12 @@ def build_parser() -> _Cli:
     audit.add_argument("--checkpoint-seconds", type=float, default=AuditorConfig.checkpoint_seconds,
                        help="how often every changed session is stored (bounds the replay after a crash)")
     _add_consumer_options(audit, AuditorConfig)
-    audit.set_defaults(run=_audit)
+    audit.set_defaults(run=service_commands.audit)
 
     archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
     archive.add_argument("--root", required=True, help="the archive root (a dsh sessions root)")
     _add_consumer_options(archive, ArchiverConfig)
-    archive.set_defaults(run=_archive)
+    archive.set_defaults(run=service_commands.archive)
 
     demo = commands.add_parser("demo", help="the end-to-end pipeline on a local broker, checked against ground truth")
     demo.add_argument("--sessions", type=int, default=300)

@@ -86,11 +86,12 @@ def test_membership_options_reach_the_consumer(tmp_path):
     from consumers.projector import ProjectorConfig
     from dsh_kafka.config import KafkaConfig
     from dsh_kafka.topics import TopicNames
-    from dsh_pipeline.cli import _service_config, build_parser
+    from dsh_pipeline.cli import build_parser
+    from dsh_pipeline.service_commands import service_config
     args = build_parser().parse_args(["project", "--db", str(tmp_path / "v.sqlite"), "--session-timeout", "45",
                                       "--instance-id", "host-1"])
-    settings = _service_config(args, ProjectorConfig, KafkaConfig("b:9092"), TopicNames(),
-                               store=tmp_path / "v.sqlite").consumer_settings()
+    settings = service_config(args, ProjectorConfig, KafkaConfig("b:9092"), TopicNames(),
+                              store=tmp_path / "v.sqlite").consumer_settings()
     assert (settings.session_timeout_ms, settings.heartbeat_interval_ms, settings.group_instance_id) == (
         45_000, 3_000, "host-1")
     assert build_parser().parse_args(["project", "--db", "v"]).session_timeout == 10  # the configuration's default

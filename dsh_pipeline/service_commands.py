@@ -1,0 +1,118 @@
+"""The long-running commands: the shipper and the consumer services, each
+with its log lines and ops port, until SIGTERM or SIGINT drains it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
+
+if TYPE_CHECKING:
+    from dsh_pipeline.ops_server import HealthCheck
+
+__all__ = ["archive", "audit", "project", "service_config", "ship"]
+
+
+def ship(args: argparse.Namespace) -> int:
+    from dsh_kafka.topics import TopicNames
+    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import resolve_kafka, run_until_signal
+    from producers.publisher import Publisher
+    from producers.shipper import Checkpoints, Shipper, ShipperConfig, check_root
+
+    config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
+                           poll_seconds=args.poll, once=args.once)
+    check_root(config.root)  # local mistakes are named before the cluster is asked anything
+    Checkpoints(config.state_dir / "shipper-checkpoints.json")
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
+    names = TopicNames.with_prefix(args.topic_prefix)
+    refused = 0
+    shipping = False  # healthy while the shipper's run loop runs
+
+    def health() -> tuple[bool, str]:
+        return (True, "shipping") if shipping else (False, "not shipping")
+
+    def report(line: str) -> None:
+        nonlocal refused
+        refused += 1
+        print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
+
+    async def main(stop: asyncio.Event) -> int:
+        nonlocal shipping
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
+        async with Publisher(kafka, names) as publisher:
+            shipping = True
+            try:
+                await Shipper(config, publisher.send, publisher.flush, report).run(stop)
+            finally:
+                shipping = False
+        return EXIT_REFUSED if refused else EXIT_OK
+
+    with _ops_server(args, health):
+        return run_until_signal(main)
+
+
+def _consume(args: argparse.Namespace, make_service) -> int:
+    """Run one consumer service until SIGTERM or SIGINT."""
+    from dsh_kafka.topics import TopicNames
+    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.ops_server import consumers_health
+    from dsh_pipeline.runtime import resolve_kafka, run_until_signal
+
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
+    names = TopicNames.with_prefix(args.topic_prefix)
+    services = {}  # what /healthz checks: the service, once it exists
+
+    async def main(stop: asyncio.Event) -> int:
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
+        services[args.command] = service = make_service(kafka, names)
+        await service.run(stop)
+        return EXIT_OK
+
+    with _ops_server(args, consumers_health(services)):
+        return run_until_signal(main)
+
+
+def _ops_server(args: argparse.Namespace, health: HealthCheck) -> contextlib.AbstractContextManager:
+    """Log lines on stderr at ``--log-level`` (time, level, source), and
+    ``/metrics`` and ``/healthz`` on ``--metrics-host``:``--metrics-port``
+    for the command's lifetime (nothing without a port)."""
+    import logging
+    logging.basicConfig(stream=sys.stderr, level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLevelName(args.log_level)))
+    if not args.metrics_port:
+        return contextlib.nullcontext()
+    from dsh_pipeline.ops_server import serve_ops
+    return serve_ops(args.metrics_host, args.metrics_port, health)
+
+
+def service_config(args: argparse.Namespace, config_class: type, kafka, names, **own):
+    """A consumer service's configuration: the common options, then its own."""
+    return config_class(kafka=kafka, topics=names, group=args.group, max_records=args.max_records,
+                        hot_sessions=args.hot_sessions, session_timeout_ms=round(args.session_timeout * 1000),
+                        instance_id=args.instance_id, **own)
+
+
+def project(args: argparse.Namespace) -> int:
+    from consumers.projector import ProjectorConfig, projector_service
+    return _consume(args, lambda kafka, names: projector_service(
+        service_config(args, ProjectorConfig, kafka, names, store=Path(args.db))))
+
+
+def audit(args: argparse.Namespace) -> int:
+    from consumers.auditor import AuditorConfig, auditor_service
+    return _consume(args, lambda kafka, names: auditor_service(
+        service_config(args, AuditorConfig, kafka, names, state=Path(args.state),
+                        checkpoint_seconds=args.checkpoint_seconds)))
+
+
+def archive(args: argparse.Namespace) -> int:
+    from consumers.archiver import ArchiverConfig, archiver_service
+    return _consume(args, lambda kafka, names: archiver_service(
+        service_config(args, ArchiverConfig, kafka, names, root=Path(args.root))))
