@@ -237,6 +237,7 @@ def test_two_members_lag_series_add_up_to_the_broker_side_lag(kafka, topics, gro
 
     from consumers.runtime.metrics import LAG
     from tests.kafka_fixtures import group_lag
+    from tests.waiting import until
     LAG.clear()
     names = topics(partitions=6)
     # a backlog the group catches up on in small batches, so it lasts while the second member joins
@@ -250,20 +251,13 @@ def test_two_members_lag_series_add_up_to_the_broker_side_lag(kafka, topics, gro
                   for p in range(6)]
         return None if None in values else sum(values)
 
-    async def until(condition, what: str) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 90
-        while not condition():
-            assert loop.time() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
-
     async def scenario() -> tuple[int, float, int]:
         stop = asyncio.Event()
         tasks = [asyncio.create_task(member.run(stop)) for member in members]
         try:
             await until(lambda: all(member.assignment() for member in members)
                         and len(members[0].assignment() | members[1].assignment()) == 6
-                        and series() is not None, "both members assigned, every partition's lag shown")
+                        and series() is not None, 90, "both members assigned, every partition's lag shown", 0.05)
             before = await group_lag(kafka, names.events, group)
             shown = series()
             after = await group_lag(kafka, names.events, group)
