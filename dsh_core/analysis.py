@@ -21,6 +21,8 @@ __all__ = ["AnalysisSnapshot", "LogAnalysis", "RequestRecord"]
 
 _USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 
+_REQUEST_TYPES = frozenset({"assistant/chunk", "assistant/attempt", "assistant/message"})
+
 
 class RequestRecord(dict):
     """``{turn, step, attempt, boundarySeq, header, context, messages}``."""
@@ -49,7 +51,7 @@ class LogAnalysis:
         # Without request counting chunks need not be seen at all (the fold
         # then takes its fast path for them).
         self.count_requests = count_requests
-        self.watched_types = self._OUTCOME_TYPES | ({"assistant/chunk"} if count_requests else set())
+        self.watched_types = self._OUTCOME_TYPES | ({"assistant/chunk", "assistant/attempt"} if count_requests else set())
         self.on_turn_end = on_turn_end  # called with each turn/end reason
         self.on_usage = on_usage  # called with (provider, model, token counts) of each assistant message
         self.boundaries = BoundaryTracker()
@@ -86,7 +88,7 @@ class LogAnalysis:
 
     def before_event(self, event: dict[str, Any], state: SessionState) -> None:
         data = event["data"]
-        if self.count_requests and event["type"] in ("assistant/chunk", "assistant/message") and isinstance(data, dict):
+        if self.count_requests and event["type"] in _REQUEST_TYPES and isinstance(data, dict):
             self._request(self.boundaries.observe(event["type"], event["seq"], data), state)
 
     def after_event(self, event: dict[str, Any], state: SessionState) -> None:

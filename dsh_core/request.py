@@ -39,7 +39,9 @@ def _key(turn: Any, step: Any) -> Any:
 
 class BoundaryTracker:
     """Detects request boundaries; call :meth:`observe` *before* the event at
-    ``seq`` is folded, so the current fold is exactly the request's prefix."""
+    ``seq`` is folded, so the current fold is exactly the request's prefix.
+    In v3/v4 logs every ``assistant/attempt`` and ``assistant/message`` is
+    one (their streams are inside them)."""
 
     __slots__ = ("_steps",)
 
@@ -60,12 +62,22 @@ class BoundaryTracker:
             if isinstance(chunk, dict) and chunk.get("type") == "finish":
                 state[1] = True
             return boundary
+        if event_type == "assistant/attempt" and isinstance(data, dict):  # v3/v4: a failed attempt
+            turn, step = data.get("turn"), data.get("step")
+            state = self._steps.setdefault(_key(turn, step), [0, None])
+            state[0] += 1
+            return Boundary(turn, step, state[0], seq)
         if event_type == "assistant/message" and isinstance(data, dict):
             turn, step = data.get("turn"), data.get("step")
             key = _key(turn, step)
             if key not in self._steps:
                 self._steps[key] = [1, True]
                 return Boundary(turn, step, 1, seq)
+            state = self._steps[key]
+            if state[1] is None:  # after failed attempts (v3/v4: the stream is inside the message)
+                state[0] += 1
+                state[1] = True
+                return Boundary(turn, step, state[0], seq)
         return None
 
     def observe_delta_run(self, turn: Any, step: Any, seq0: int) -> Boundary | None:

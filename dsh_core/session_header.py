@@ -13,8 +13,11 @@ from .jsonvalue import MAX_SAFE_INTEGER, encode_json
 
 __all__ = ["FORMAT_VERSION", "SessionHeader", "parse_header_line", "version_refusal"]
 
-#: The one session format version this build reads and writes.
+#: The session format version of dsh 0.1.0–0.1.2 (this module's header);
+#: v3 and v4 headers are read by :mod:`dsh_core.v4.header`.
 FORMAT_VERSION = 0
+#: The newest format version this build reads.
+NEWEST_VERSION = 4
 
 
 class SessionHeader(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -29,10 +32,23 @@ class SessionHeader(msgspec.Struct, frozen=True, omit_defaults=True):
     origin: str | UnsetType = UNSET
     delegationDepth: int | UnsetType = UNSET
     agentPreset: str | UnsetType = UNSET
+    #: v3 and later: whether the log starts with events inherited from a parent (a fork)
+    isSeeded: bool | UnsetType = UNSET
 
     def to_dict(self) -> dict[str, Any]:
         """The header as loaded: ``version, id, createdAt``, the optional
-        fields present, and ``delegationDepth`` (0 when never set)."""
+        fields present, and ``delegationDepth`` (0 when never set); v3 and
+        later in their own order, with ``isSeeded``."""
+        if self.version > 0:
+            out = {"version": self.version, "id": self.id, "createdAt": self.createdAt}
+            out.update({key: getattr(self, key) for key in ("cwd", "parentSession") if getattr(self, key) is not UNSET})
+            out["isSeeded"] = self.isSeeded
+            if self.origin is not UNSET:
+                out["origin"] = self.origin
+            out["delegationDepth"] = self.delegationDepth
+            if self.agentPreset is not UNSET:
+                out["agentPreset"] = self.agentPreset
+            return out
         out: dict[str, Any] = {"version": self.version, "id": self.id, "createdAt": self.createdAt}
         for key in ("cwd", "parentSession", "seedLength", "origin"):
             value = getattr(self, key)
@@ -63,15 +79,16 @@ class SessionHeader(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 def version_refusal(session_id: Any, version: Any, where: str) -> FormatUnsupportedError:
-    """The refusal for a log in another format version (spec §8.9); names the file."""
+    """The refusal for a log in a format version this build has no reader
+    for (spec §8.9); names the file."""
     sid = session_id if isinstance(session_id, str) else encode_json(session_id).decode()
     shown = int(version) if isinstance(version, float) and version.is_integer() else version
-    if version > FORMAT_VERSION:
-        reason = (f"session {sid!r} uses log format v{shown}, but this build reads only v{FORMAT_VERSION}: "
+    if version > NEWEST_VERSION:
+        reason = (f"session {sid!r} uses log format v{shown}, but this build reads only v0, v3 and v4: "
                   "the log was written by a newer harness; upgrade to open it")
     else:
-        reason = (f"session {sid!r} uses log format v{shown}, older than the supported v{FORMAT_VERSION}, "
-                  "and no upgrade path exists for it")
+        reason = (f"session {sid!r} uses log format v{shown}, which no published dsh release writes; "
+                  "this build reads v0, v3 and v4")
     return FormatUnsupportedError(f"{reason} (raw log: {where})")
 
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Literal
 from ..errors import CorruptionError, DshError, FormatUnsupportedError, ValidationError
 
 __all__ = ["Compression", "encode_segment", "project_dir", "project_key", "session_dir", "log_path",
-           "log_name", "compression_of", "find_session_files"]
+           "log_name", "compression_of", "find_session_files", "generation_of"]
 
 Compression = Literal["zstd", "none"]
 
@@ -83,6 +83,13 @@ def log_path(root: str | os.PathLike[str], cwd: str | None, session_id: str, com
 def compression_of(path: str | os.PathLike[str]) -> Compression:
     """``zstd`` for a ``.zstd`` file name, else ``none``."""
     return "zstd" if str(path).endswith(".zstd") else "none"
+
+
+def generation_of(path: str | os.PathLike[str]) -> int | None:
+    """The format generation a session file's name gives (``session.jsonl``:
+    0, ``session.v4.jsonl.zstd``: 4), or ``None`` for another name."""
+    named = _LOG_NAME.fullmatch(Path(path).name)
+    return int(named[1] or 0) if named else None
 
 
 def find_session_files(root: str | os.PathLike[str],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from ..errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError
@@ -18,8 +19,10 @@ from ..fold import FoldObserver, StagedFold
 from ..jsonvalue import decode_json
 from ..session import SessionState
 from ..session_header import SessionHeader, parse_header_line
+from ..v4.load import V4_VERSIONS, V4Fold
+from ..v4.v3 import V3Fold
 from .framing import READ_SIZE, decompress_frame, decompress_prefix, iter_frames
-from .layout import Compression, compression_of
+from .layout import Compression, compression_of, generation_of
 from .records import decode_row
 
 __all__ = ["LoadResult", "load_session", "load_session_bytes", "read_events"]
@@ -134,7 +137,7 @@ def _read_zstd(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> Non
                 in_prefix = False
     if not header_done:
         raise CorruptionError(f"{where}: empty or header-less Zstandard session log")
-    if fragment or not in_prefix:
+    if fragment or (not in_prefix and not getattr(pipeline, "tolerates_defects", False)):
         raise CorruptionError(f"{where}: corrupt Zstandard session log: complete frame contains a torn or defective JSONL record")
     result.committed_bytes = result.file_bytes = end
 
@@ -187,18 +190,57 @@ def read_events(path: str | os.PathLike[str]) -> tuple[SessionHeader, list[Any]]
     return collector.header, collector.events
 
 
+class _FormatSink:
+    """Reads the header line, then hands every line to the fold of its
+    format: :class:`~dsh_core.fold.StagedFold` for v0, :class:`V4Fold`
+    for v3 and v4. A file named for a generation (``session.v4.jsonl``)
+    must hold a header of that version."""
+
+    def __init__(self, where: str, observer: FoldObserver | None, generation: int | None) -> None:
+        self.where = where
+        self.observer = observer
+        self.generation = generation
+        self.fold: StagedFold | V4Fold | V3Fold | None = None
+
+    def header_line(self, line: bytes) -> None:
+        try:
+            parsed = decode_json(line)
+        except DecodeError:
+            raise CorruptionError(f"{self.where}: corrupt session log: header line is not valid JSON") from None
+        version = parsed.get("version") if isinstance(parsed, dict) else None
+        if self.generation is not None and type(version) is int and version != self.generation:
+            raise FormatUnsupportedError(f"{self.where}: session generation filename identifies v{self.generation}, "
+                                         f"but its header identifies v{version}")
+        if type(version) is int and version in V4_VERSIONS:
+            folder = Path(self.where).parent.name if self.generation else None
+            self.fold = (V4Fold if version == 4 else V3Fold)(self.where, self.observer, folder=folder)
+            self.fold.header_value(parsed)
+        else:
+            self.fold = StagedFold(self.where, self.observer)
+            self.fold.header_line(line)
+
+    def event_line(self, line: bytes) -> bool:
+        return self.fold.event_line(line)
+
+    @property
+    def tolerates_defects(self) -> bool:
+        """Whether a defective line just ends the log (v3, as dsh migrates it)."""
+        return isinstance(self.fold, V3Fold)
+
+
 def _load(stream: BinaryIO, source: str, compression: Compression, observer: FoldObserver | None) -> LoadResult:
     result = LoadResult(source=source, compression=compression)
-    pipeline = StagedFold(source, observer)
+    sink = _FormatSink(source, observer, generation_of(source))
     try:
         if compression == "zstd":
-            _read_zstd(stream, pipeline, result)
+            _read_zstd(stream, sink, result)
         else:
-            _read_raw(stream, pipeline, result)
+            _read_raw(stream, sink, result)
     except (CorruptionError, FormatUnsupportedError) as exc:
-        result.header = pipeline.header
+        result.header = sink.fold.header if sink.fold is not None else None
         result.error = exc
         return result
+    pipeline = sink.fold
     result.header, result.stored_count = pipeline.header, pipeline.count
     try:
         result.closers = pipeline.finish()
