@@ -8,6 +8,9 @@
    line, decodeStorageRecord, Session.fromRestore, deriveMessages). Prints
    events/s of both and the ratio.
 2. The same race on a generated 20 MB long session (mostly chunk rows).
+2b. The v4 race: the logs the real 0.2.1rc2 runtime wrote
+   (``tests/fixtures/dsh-0.2.1``), read with ``load_session`` and with dsh
+   0.2.1rc2's own reader under Node 22 (``benchmarks/dsh_reader_race.mjs``).
 3. Generates a session file of realistic mix (mostly streamed chunk rows, a
    long agent session that compacts its history) of --big-mb MB and reports
    the peak RSS of `dsh-pipeline inspect` on it.
@@ -26,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.storage.reader import load_session, load_session_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT.parent / "shared" / "corpus"))
@@ -101,6 +104,35 @@ sys.exit(status)
 """
 
 
+def v4_ratio(repeat: int) -> dict:
+    """Our v4 read (decode, validate, derive) against dsh's own reader, on
+    the same files; best of three, both sides alike."""
+    from tests.oracle import place_log
+    from tests.oracle.extract import node_binary, node_modules, oracle_dir
+    logs = sorted((ROOT / "tests" / "fixtures" / "dsh-0.2.1").glob("*.v4.jsonl.zstd"))
+    folder = oracle_dir()
+    with tempfile.TemporaryDirectory() as root:
+        ids = [place_log(log, Path(root)) for log in logs]
+        paths = sorted(Path(root).glob("*/*/session.v4.jsonl.zstd"))
+        best_ours = best_dsh = 0.0
+        for _ in range(3):
+            events, start = 0, time.perf_counter()
+            for _ in range(repeat):
+                for path in paths:
+                    result = load_session(path)
+                    result.state.messages()
+                    events += result.event_count
+            best_ours = max(best_ours, events / (time.perf_counter() - start))
+            done = subprocess.run([str(node_binary(folder)), str(ROOT / "benchmarks" / "dsh_reader_race.mjs"),
+                                   str(node_modules(folder)), root, str(repeat), *ids],
+                                  capture_output=True, text=True, check=True)
+            theirs = json.loads(done.stdout)
+            best_dsh = max(best_dsh, theirs["events"] / theirs["seconds"])
+    print(f"v4: {len(paths)} logs of the 0.2.1rc2 runtime x{repeat}: ours {best_ours:,.0f} events/s, "
+          f"dsh 0.2.1rc2 under Node 22 {best_dsh:,.0f} events/s, ratio {best_ours / best_dsh:.2f}x")
+    return {"v4_ratio": round(best_ours / best_dsh, 3)}
+
+
 def big_session_rss(megabytes: int) -> dict:
     from benchmarks.bigsession import write_big_session
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,6 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     figures = throughput(args.repeat_events)
     figures |= long_session_ratio(20)
+    figures |= v4_ratio(200)
     if args.big_mb > 0:
         figures |= big_session_rss(args.big_mb)
     print(json.dumps(figures))
