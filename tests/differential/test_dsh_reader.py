@@ -1,9 +1,10 @@
 """Differential tests: our v4 reader against dsh 0.2.1rc2's own reader.
 
 dsh's JavaScript, cut unmodified out of the published runtime wheel, runs
-under Node 22 (``tests/oracle``). Every seed log — hand-built ones, and the
-real logs the 0.2.1rc2 runtime wrote (``tests/fixtures/dsh-0.2.1``) — is
-written with every single mutation of ``tests/oracle/mutations.py`` into one
+under Node 22 (``tests/oracle``). Every seed log — hand-built ones, the
+real logs the 0.2.1rc2 runtime wrote (``tests/fixtures/dsh-0.2.1``) and
+random ones (``tests/oracle/random_logs.py``) — is written with single
+mutations of ``tests/oracle/mutations.py`` into one
 sessions root; dsh reads the root once and each session's verdict, category,
 event count, surface, derived messages, request header and context must be
 ours. Skipped, saying why, only where Node 22 cannot be installed.
@@ -19,7 +20,10 @@ from dsh_core.inspect import inspect_path
 from tests.conftest import canonical
 from tests.oracle import run_oracle
 from tests.oracle.extract import OracleUnavailableError, oracle_dir
+import random
+
 from tests.oracle.mutations import MUTATIONS, plain_log, read_log, tools_log, write_mutations
+from tests.oracle.random_logs import random_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-0.2.1"
 REAL_LOGS = sorted(FIXTURES.glob("*.v4.jsonl.zstd"))
@@ -36,16 +40,23 @@ def oracle() -> Path:
         pytest.skip(f"dsh 0.2.1rc2's reader cannot run here: {error}")
 
 
-def _seeds() -> list[object]:
-    return [plain_log(), tools_log(), *(read_log(log) for log in REAL_LOGS)]
+#: Random logs, each written with a random third of the mutations.
+RANDOM_LOGS = 40
+
+
+def _seeds() -> list[tuple[object, list[str] | None]]:
+    rng = random.Random(2026)
+    drawn = [(random_log(rng, f"session-random-{number}"), ["control", *rng.sample(sorted(MUTATIONS), len(MUTATIONS) // 3)])
+             for number in range(RANDOM_LOGS)]
+    return [(plain_log(), None), (tools_log(), None), *((read_log(log), None) for log in REAL_LOGS), *drawn]
 
 
 @pytest.fixture(scope="module")
 def readings(oracle: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, dict]]:
     root = tmp_path_factory.mktemp("sessions")
     written = {}
-    for seed in _seeds():
-        for mutation, session_id in write_mutations(seed, root).items():
+    for seed, names in _seeds():
+        for mutation, session_id in write_mutations(seed, root, names).items():
             written[session_id] = mutation
     theirs = run_oracle(root)
     cases = []
@@ -91,3 +102,10 @@ def test_accepted_logs_derive_what_dsh_derives(readings):
             assert canonical(ours[mine]) == canonical(theirs.get(key)), (session_id, mine)
         compared += 1
     assert compared >= 20
+
+
+def test_the_random_logs_are_sessions_dsh_accepts(readings):
+    controls = [theirs for session_id, _, theirs in readings
+                if session_id.startswith("session-random-") and session_id.endswith("--control")]
+    assert len(controls) == RANDOM_LOGS
+    assert all(theirs["ok"] for theirs in controls), [theirs.get("message") for theirs in controls if not theirs["ok"]]
