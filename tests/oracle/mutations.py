@@ -408,7 +408,8 @@ MUTATIONS: dict[str, Callable[[Log], bytes | None]] = {
 }
 
 
-def write_mutations(source: Log | Path, root: Path, names: list[str] | None = None) -> dict[str, str]:
+def write_mutations(source: Log | Path, root: Path, names: list[str] | None = None,
+                    file_name: str = "session.v4.jsonl.zstd") -> dict[str, str]:
     """Write each applicable mutation of ``source`` as its own session under
     ``root``; return ``{mutation: session id}`` (inapplicable ones left out)."""
     log = read_log(source) if isinstance(source, Path) else source
@@ -423,7 +424,7 @@ def write_mutations(source: Log | Path, root: Path, names: list[str] | None = No
             continue
         target = session_dir(root, header.get("cwd"), new_id)
         target.mkdir(parents=True, exist_ok=True)
-        (target / "session.v4.jsonl.zstd").write_bytes(data)
+        (target / file_name).write_bytes(data)
         written[name] = new_id
     return written
 
