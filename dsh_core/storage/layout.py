@@ -145,8 +145,9 @@ def find_session_files(root: str | os.PathLike[str],
             elif len(files) == 2:
                 refused(CorruptionError(f"{entry}: holds both {files[0].name} and {files[1].name}"))
             elif newest:
-                refused(FormatUnsupportedError(f"{files[0]}: a v{newest} session log (dsh 0.1.5 and later); only v0 "
-                                               "logs are read so far, so the session is not shipped"))
+                refused(FormatUnsupportedError(f"{files[0]}: a v{newest} session log (dsh 0.1.5 and later); the "
+                                               "pipeline carries only v0 so far (inspect reads it), so the session "
+                                               "is not shipped"))
             elif entry.name in first_seen:
                 refused(CorruptionError(f"{entry}: session {entry.name!r} is also at {first_seen[entry.name]}; a "
                                         "root holds one log per session id"))

@@ -18,7 +18,7 @@ import pytest
 
 from dsh_core.inspect import inspect_path
 from tests.conftest import canonical
-from tests.oracle import run_oracle
+from tests.oracle import place_log, run_oracle
 from tests.oracle.extract import OracleUnavailableError, oracle_dir
 import random
 
@@ -140,3 +140,16 @@ def test_v3_logs_and_their_mutations_read_as_dsh_migrates_them(oracle, tmp_path)
                 len(reading["events"]), reading["surface"]["nodes"], canonical(reading["messages"])):
             disagreements.append((path.parent.name, "derived", None))
     assert disagreements == []
+
+
+def test_v0_logs_of_dsh_0_1_2_are_read_by_both(oracle, tmp_path):
+    """dsh 0.2.1 reads v0 only through its migration chain (its messages are
+    the migrated ones), so here the verdict is what is compared; what 0.1.2
+    itself derives is checked in ``tests/unit/test_dsh_012.py``."""
+    logs = sorted((FIXTURES.parent / "dsh-0.1.2").glob("*.jsonl.zstd"))
+    ids = {place_log(log, tmp_path): log for log in logs}
+    theirs = run_oracle(tmp_path)
+    assert len(ids) == len(logs) >= 7
+    for session_id, log in ids.items():
+        assert theirs[session_id]["ok"], theirs[session_id]
+        assert _ours(log)["accepted"], log.name

@@ -315,5 +315,7 @@ def test_find_session_files_refuses_what_the_layout_forbids(tmp_path):
     assert [message.split(": ", 1)[1] for message in refused] == [
         "holds both session.jsonl and session.jsonl.zstd",
         "a flat session file; dsh keeps each session in <project>/<id>/session.jsonl[.zstd]",
-        "a v4 session log (dsh 0.1.5 and later); only v0 logs are read so far, so the session is not shipped",
-        "a v3 session log (dsh 0.1.5 and later); only v0 logs are read so far, so the session is not shipped"]
+        "a v4 session log (dsh 0.1.5 and later); the pipeline carries only v0 so far (inspect reads it), so the "
+        "session is not shipped",
+        "a v3 session log (dsh 0.1.5 and later); the pipeline carries only v0 so far (inspect reads it), so the "
+        "session is not shipped"]
