@@ -42,6 +42,8 @@ class LoadResult:
     closers: list[dict[str, Any]] = field(default_factory=list)
     #: lines of a torn final zstd frame that joined the log (rewritten by repair)
     recovered_lines: list[bytes] = field(default_factory=list)
+    #: a v3 log loaded with ``keep_migrated``: its events as migrated to v4
+    migrated_events: list[dict[str, Any]] | None = None
     committed_bytes: int = 0
     file_bytes: int = 0
     dropped_text: str = ""
@@ -143,11 +145,12 @@ def _read_zstd(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> Non
 
 
 def load_session(path: str | os.PathLike[str], observer: FoldObserver | None = None,
-                 compression: Compression | None = None) -> LoadResult:
-    """Load a stored session file (raw ``.jsonl`` or ``.jsonl.zstd``)."""
+                 compression: Compression | None = None, keep_migrated: bool = False) -> LoadResult:
+    """Load a stored session file (raw ``.jsonl`` or ``.jsonl.zstd``); with
+    ``keep_migrated`` a v3 log's migrated events are kept in the result."""
     compression = compression or compression_of(path)
     with open(path, "rb") as stream:
-        return _load(stream, str(path), compression, observer)
+        return _load(stream, str(path), compression, observer, keep_migrated)
 
 
 def load_session_bytes(data: bytes, source: str = "<bytes>", compression: Compression = "none",
@@ -196,8 +199,10 @@ class _FormatSink:
     for v3 and v4. A file named for a generation (``session.v4.jsonl``)
     must hold a header of that version."""
 
-    def __init__(self, where: str, observer: FoldObserver | None, generation: int | None) -> None:
+    def __init__(self, where: str, observer: FoldObserver | None, generation: int | None,
+                 keep_migrated: bool = False) -> None:
         self.where = where
+        self.keep_migrated = keep_migrated
         self.observer = observer
         self.generation = generation
         self.fold: StagedFold | V4Fold | V3Fold | None = None
@@ -213,7 +218,8 @@ class _FormatSink:
                                          f"but its header identifies v{version}")
         if type(version) is int and version in V4_VERSIONS:
             folder = Path(self.where).parent.name if self.generation else None
-            self.fold = (V4Fold if version == 4 else V3Fold)(self.where, self.observer, folder=folder)
+            self.fold = (V4Fold(self.where, self.observer, folder=folder) if version == 4
+                         else V3Fold(self.where, self.observer, folder=folder, keep=self.keep_migrated))
             self.fold.header_value(parsed)
         else:
             self.fold = StagedFold(self.where, self.observer)
@@ -228,9 +234,10 @@ class _FormatSink:
         return isinstance(self.fold, V3Fold)
 
 
-def _load(stream: BinaryIO, source: str, compression: Compression, observer: FoldObserver | None) -> LoadResult:
+def _load(stream: BinaryIO, source: str, compression: Compression, observer: FoldObserver | None,
+          keep_migrated: bool = False) -> LoadResult:
     result = LoadResult(source=source, compression=compression)
-    sink = _FormatSink(source, observer, generation_of(source))
+    sink = _FormatSink(source, observer, generation_of(source), keep_migrated)
     try:
         if compression == "zstd":
             _read_zstd(stream, sink, result)
@@ -248,5 +255,7 @@ def _load(stream: BinaryIO, source: str, compression: Compression, observer: Fol
         result.error = exc
         return result
     result.state = pipeline.state
+    if isinstance(pipeline, V3Fold):
+        result.migrated_events = pipeline.events
     result.event_count = pipeline.count + len(result.closers)
     return result

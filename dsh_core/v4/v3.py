@@ -289,9 +289,11 @@ class V3Fold:
     #: a bad row without a later ``turn/end`` ends the log (no corruption)
     tolerates_defects = True
 
-    def __init__(self, where: str, observer: Any = None, folder: str | None = None) -> None:
+    def __init__(self, where: str, observer: Any = None, folder: str | None = None, keep: bool = False) -> None:
         self.where = where
         self.v4 = V4Fold(where, observer, migrated=True, folder=folder)
+        #: with ``keep``, every migrated event (what :mod:`.migrate` writes)
+        self.events: list[dict[str, Any]] | None = [] if keep else None
         self.count = 0  # stored (v3) events
         self._line_no = 0
         self._issue: CorruptionError | None = None
@@ -345,6 +347,8 @@ class V3Fold:
         try:
             for migrated in self._migrate(event):
                 self.v4.migrated_event(migrated)
+                if self.events is not None:
+                    self.events.append(migrated)
         except _Refusal as exc:
             raise _Refusal(f"{self.where}: @deepseek-ai/dsh-session-format-v3-to-v4 refuses this format v3 "
                            f"Session: {exc.message}") from None

@@ -97,20 +97,6 @@ def _input(blocks: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _developer(message: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for block in message["content"]:
-        kind = block.get("type")
-        if kind == "text":
-            if block["text"]:
-                out.append({"type": "text", "text": block["text"]})
-        elif kind in ("tool-addition", "tool-removal"):
-            out.append({"type": kind.replace("-", "_"), "tool": {"type": "tool_reference", "name": block["toolName"]}})
-        else:
-            raise WireError(f"DeepSeek Messages cannot represent developer content {kind}")
-    return out
-
-
 def _conversation(history: list[Any], in_history: bool, model: Any) -> tuple[list[dict[str, Any]], str | None]:
     messages: list[dict[str, Any]] = []
     history_system: str | None = None
@@ -127,9 +113,10 @@ def _conversation(history: list[Any], in_history: bool, model: Any) -> tuple[lis
     for message in history:
         role = message["role"]
         if role == "developer":
-            content = _developer(message)
-            if content:
-                updates.append({"role": "system", "content": content})
+            # dsh's runtime projects tool changes against its live tool
+            # registry before the adapter sees them; for the tool-registry
+            # messages a resumed or migrated session logs it sent none (every
+            # request captured here), so none is rebuilt.
             continue
         if any(block.get("type") in ("tool-addition", "tool-removal") for block in message["content"]):
             raise WireError("DeepSeek Messages cannot represent tool-change blocks outside developer messages")

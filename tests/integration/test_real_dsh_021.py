@@ -13,6 +13,7 @@ body rebuilt in front of its ``assistant/message`` or ``assistant/attempt``.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -21,8 +22,12 @@ from pathlib import Path
 import pytest
 
 from dsh_core.inspect import inspect_path
+from dsh_core.v4.migrate import migrate_v3
 from dsh_core.v4.wire import messages_body
+from dsh_pipeline.dsh_runtimes import runtime_executable
 from tests.conftest import ROOT, canonical
+from tests.oracle import place_log
+from tests.scripted_messages import ScriptedMessages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
                                 reason="the dsh runtime wheel is linux x86_64 only")
@@ -55,3 +60,50 @@ def test_every_real_agent_log_is_accepted_and_every_request_rebuilt(runs):
             assert canonical(body) == canonical(request["body"]), (log.name, request["status"])
             compared += 1
     assert compared >= 17
+
+
+def test_a_migrated_v3_session_is_continued_by_the_real_0_2_1_agent(tmp_path):
+    """dsh 0.1.5's v3 logs, migrated by ``dsh-pipeline migrate``: the
+    0.2.1rc2 binary (which cannot migrate them itself) continues each to a
+    completed turn, and what it sends is what the migrated log rebuilds to."""
+    exe = runtime_executable("0.2.1rc2")
+    sessions = tmp_path / "home" / "sessions"
+    continued = 0
+    with ScriptedMessages() as model:
+        for log in sorted((ROOT / "tests" / "fixtures" / "dsh-0.1.5").glob("*.v3.jsonl.zstd"))[:3]:
+            session_id = place_log(log, sessions)
+            folder = next(sessions.glob(f"*/{session_id}"))
+            migrated = migrate_v3(folder / "session.v3.jsonl.zstd")
+            cwd = Path(inspect_path(migrated).to_json()["sessionHeader"]["cwd"])
+            cwd.mkdir(parents=True, exist_ok=True)
+            env = {**os.environ, "DSH_HOME": str(tmp_path / "home"), "DEEPSEEK_BASE_URL": model.url,
+                   "DEEPSEEK_API_KEY": "scripted-key", "DSH_TELEMETRY_DISABLED": "1",
+                   "DSH_PERMISSION_MODE": "danger-full-access"}
+            done = subprocess.run([str(exe), "--profile", "headless", "--json", "--session-id", session_id,
+                                   "Continue. [script:plain]"], cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=120, check=False)
+            assert done.returncode == 0, (log.name, done.stderr[-1500:] or done.stdout[-1500:])
+            report = inspect_path(migrated).to_json()
+            assert report["accepted"], report["error"]
+            assert report["turns"][-1]["reason"] == {"kind": "completed"}
+            sent = [request for request in model.requests_of(session_id) if request.kind == "agent"]
+            body = messages_body(report["requests"][-1]["header"], report["requests"][-1]["context"],
+                                 report["requests"][-1]["messages"])
+            expected = {key: value for key, value in sent[-1].body.items()
+                        if key not in ("dsh_session_log", "dsh_plugin_packages")}
+            assert canonical(body) == canonical(expected), (log.name, _differences(body, expected))
+            continued += 1
+    assert continued == 3
+
+
+def _differences(ours: dict, sent: dict) -> list[str]:
+    """Which top-level fields, and which messages, differ (for a failure message)."""
+    out = [key for key in sorted(set(ours) | set(sent)) if key != "messages" and canonical(ours.get(key)) != canonical(sent.get(key))]
+    rebuilt, wire = ours.get("messages", []), sent.get("messages", [])
+    if len(rebuilt) != len(wire):
+        out.append(f"{len(rebuilt)} messages rebuilt, {len(wire)} sent: "
+                   f"{[(m['role'], canonical(m['content'])[:120]) for m in rebuilt]} vs "
+                   f"{[(m['role'], canonical(m['content'])[:120]) for m in wire]}")
+    out += [f"message {index}: {canonical(a)[:300]} != {canonical(b)[:300]}"
+            for index, (a, b) in enumerate(zip(rebuilt, wire)) if canonical(a) != canonical(b)]
+    return out
