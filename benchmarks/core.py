@@ -13,7 +13,8 @@
    0.2.1rc2's own reader under Node 22 (``benchmarks/dsh_reader_race.mjs``).
 3. Generates a session file of realistic mix (mostly streamed chunk rows, a
    long agent session that compacts its history) of --big-mb MB and reports
-   the peak RSS of `dsh-pipeline inspect` on it.
+   the peak RSS of `dsh-pipeline inspect` on it; and a long v4 session of a
+   fifth of that size (``benchmarks/bigsession_v4.py``), the same way.
 
 The last line is one JSON object with the figures; ``ratio`` is the corpus one.
 """
@@ -133,6 +134,24 @@ def v4_ratio(repeat: int) -> dict:
     return {"v4_ratio": round(best_ours / best_dsh, 3)}
 
 
+def long_v4_session_rss(megabytes: int) -> dict:
+    """inspect's peak RSS on one long generated v4 session."""
+    from benchmarks.bigsession_v4 import write_long_v4_session
+    with tempfile.TemporaryDirectory() as tmp:
+        stats = write_long_v4_session(Path(tmp), megabytes * 1_000_000)
+        start = time.perf_counter()
+        child = subprocess.run([sys.executable, "-c", _MEASURED_INSPECT, str(stats["path"])],
+                               capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        if child.returncode != 0:
+            raise SystemExit(f"inspect failed on the generated v4 file: {child.stdout}{child.stderr}")
+        peak_kb = int(child.stderr.strip().splitlines()[-1])
+    print(f"long v4 session: {stats['bytes'] / 1e6:.0f} MB, {stats['events']:,} events, {stats['turns']:,} turns, "
+          f"inspect took {seconds:.1f} s, peak RSS {peak_kb / 1024:.0f} MB")
+    return {"v4_session_mb": round(stats["bytes"] / 1e6), "v4_inspect_seconds": round(seconds, 1),
+            "v4_inspect_peak_rss_mb": round(peak_kb / 1024)}
+
+
 def big_session_rss(megabytes: int) -> dict:
     from benchmarks.bigsession import write_big_session
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,6 +182,7 @@ def main() -> None:
     figures |= v4_ratio(200)
     if args.big_mb > 0:
         figures |= big_session_rss(args.big_mb)
+        figures |= long_v4_session_rss(args.big_mb // 5)
     print(json.dumps(figures))
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..jsonvalue import MAX_SAFE_INTEGER, json_equal
+from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, json_equal
 from .relationships import RelationshipError, _count
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
-__all__ = ["Relationships"]
+__all__ = ["Relationships", "ToolsBySeq"]
 
 _STEP_TYPES = frozenset({"system/message", "developer/message", "assistant/attempt"})
 _RELATIONSHIP_TYPES = SURFACE_TYPES | _STEP_TYPES | {
@@ -85,8 +85,8 @@ class Relationships:
         self.commands: set[str] = set()
         # what later events look back at: every type, request headers, user message sources
         self.types: list[str] = []
-        self.headers: dict[int, Any] = {}
-        self.user_sources: dict[int, Any] = {}
+        self.header_tools = ToolsBySeq()
+        self.user_kinds: dict[int, Any] = {}  # the source kind of each user/message (_NO_SOURCE: none)
         # compactions a resume cut off, as far as the log has been read
         self._open_start: int | None = None
         self._cut_off: set[int] = set()
@@ -103,9 +103,10 @@ class Relationships:
             return
         data = event["data"]
         if event_type == "request/header":
-            self.headers[seq] = data
+            self.header_tools.add(seq, data["header"].get("tools"))
         elif event_type == "user/message":
-            self.user_sources[seq] = data.get("source") if isinstance(data, dict) else None
+            source = data.get("source") if isinstance(data, dict) else None
+            self.user_kinds[seq] = source.get("kind") if isinstance(source, dict) else _NO_SOURCE
         self._follow_compactions(event_type, seq)
         if self.error is not None or self._held is not None:
             return
@@ -163,7 +164,7 @@ class Relationships:
         header_seq = _earlier(data["headerSeq"], event["seq"], "developer/message headerSeq")
         if self.types[header_seq] != "request/header":
             raise RelationshipError("developer/message headerSeq must reference an earlier request/header")
-        tools = _record(_record(self.headers[header_seq], "request/header data").get("header"), "request header").get("tools")
+        tools = self.header_tools.get(header_seq)
         content = _array(_record(data.get("message"), "developer message").get("content"), "developer content")
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool-addition":
@@ -339,7 +340,7 @@ class Relationships:
             raise RelationshipError("compaction cannot shadow the protected system head")
 
     def title_sources(self, event: dict[str, Any], data: dict[str, Any]) -> None:
-        _title_sources(self.types, self.user_sources, event, data)
+        _title_sources(self.types, self.user_kinds, event, data)
 
     def accept(self, event: dict[str, Any]) -> None:
         event_type = event["type"]
@@ -457,7 +458,36 @@ def _not_started_repair(event: dict[str, Any], data: dict[str, Any], message: di
             and block.get("text") == _INTERRUPTED_TEXT)
 
 
-def _title_sources(types: list[str], user_sources: dict[int, Any], event: dict[str, Any], data: dict[str, Any]) -> None:
+_NO_SOURCE: Any = object()
+
+
+def _kind(kind: Any) -> Any:
+    if kind is _NO_SOURCE:
+        raise RelationshipError("title input source requires an object")
+    return kind
+
+
+class ToolsBySeq:
+    """The ``tools`` of each ``request/header`` by seq, a toolset shared by
+    every header that repeats it (a long session logs one per turn)."""
+
+    __slots__ = ("_by_seq", "_distinct")
+
+    def __init__(self) -> None:
+        self._by_seq: dict[int, Any] = {}
+        self._distinct: dict[bytes, Any] = {}
+
+    def add(self, seq: int, tools: Any) -> None:
+        self._by_seq[seq] = self._distinct.setdefault(encode_json(tools), tools)
+
+    def get(self, seq: int) -> Any:
+        return self._by_seq.get(seq)
+
+    def __contains__(self, seq: object) -> bool:
+        return seq in self._by_seq
+
+
+def _title_sources(types: list[str], user_kinds: dict[int, Any], event: dict[str, Any], data: dict[str, Any]) -> None:
     references = _array(data.get("messageSeqs"), "title messageSeqs")
     if event["type"] == "session/title" and \
             (len(references) == 0) != (_record(data.get("source"), "title source").get("kind") == "user"):
@@ -466,7 +496,7 @@ def _title_sources(types: list[str], user_sources: dict[int, Any], event: dict[s
     for value in references:
         seq = _earlier(value, event["seq"], "title messageSeqs")
         if (seq in seen or types[seq] != "user/message"
-                or _record(user_sources[seq], "title input source").get("kind") != "user"):
+                or _kind(user_kinds[seq]) != "user"):
             raise RelationshipError(f"{event['type']} messageSeqs must cite distinct earlier human user/message events")
         seen.add(seq)
     if event["type"] != "session/title-llm-request":

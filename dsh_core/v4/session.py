@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import CorruptionError, FormatUnsupportedError, SurfaceError
 from ..jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze, json_equal
+from .lifecycle import ToolsBySeq
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
 __all__ = ["V4State", "adopt_event", "canonical_header", "derive_message"]
@@ -223,7 +224,7 @@ class V4State:
         self.last_time: int | None = None
         self.surface = _Surface()
         self._events: dict[int, tuple[str, Any]] = {}  # current surface nodes
-        self._headers: dict[int, Any] = {}  # request/header payloads by seq (developer headerSeq)
+        self._header_tools = ToolsBySeq()  # for developer/message headerSeq
         self.header: FrozenDict | None = None
         self.context: Any = None
 
@@ -274,7 +275,7 @@ class V4State:
             self._events[seq] = (event_type, freeze(event["data"]))
         elif event_type == "request/header":
             self.header = canonical_header(freeze(event["data"]["header"]))
-            self._headers[seq] = event["data"]
+            self._header_tools.add(seq, event["data"]["header"].get("tools"))
         elif event_type == "request/context":
             self.context = freeze(event["data"])
         self.next_seq = seq + 1
@@ -285,13 +286,12 @@ class V4State:
         if "headerSeq" not in data:
             return
         header_seq = data["headerSeq"]
-        header = self._headers.get(header_seq)
-        if header_seq >= event["seq"] or header is None:
+        if header_seq >= event["seq"] or header_seq not in self._header_tools:
             raise SurfaceError("developer/message headerSeq must reference an earlier request/header")
         for block in data["message"]["content"]:
             if block.get("type") != "tool-addition":
                 continue
-            tools = header["header"].get("tools") or []
+            tools = self._header_tools.get(header_seq) or []
             definitions = [tool for tool in tools if tool.get("name") == block["toolName"]]
             if len(definitions) != 1:
                 raise SurfaceError(f'developer/message tool-addition "{block["toolName"]}" must name exactly one '
