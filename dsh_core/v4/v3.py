@@ -240,13 +240,18 @@ def _tags(event: dict[str, Any]) -> dict[str, Any]:
                 raise _Refusal(f"{subject}.header.tools[{index}] contains deferLoading, which is only defined in V4")
     if event["type"] in ("assistant/message", "assistant/attempt") and isinstance(data.get("stream"), list):
         stream = []
-        for entry in data["stream"]:
+        for index, entry in enumerate(data["stream"]):
             chunk = entry.get("chunk") if isinstance(entry, dict) and entry.get("type") == "chunk" else None
-            if isinstance(chunk, dict) and chunk.get("type") == "block-end" and isinstance(chunk.get("block"), dict) \
-                    and chunk["block"].get("type") not in _BLOCK_TYPES:
-                entry = {**entry, "chunk": {**chunk, "block": {**chunk["block"], "type": f"plugin:{chunk['block']['type']}"}}}
-            elif isinstance(chunk, dict) and chunk.get("type") == "block-start" and chunk.get("blockType") not in _BLOCK_TYPES:
-                entry = {**entry, "chunk": {**chunk, "blockType": f"plugin:{chunk.get('blockType')}"}}
+            where = f"{subject}.stream[{index}]"
+            if isinstance(chunk, dict) and chunk.get("type") == "block-end":
+                block = _content([chunk.get("block")], f"{where}.block")[0]
+                if block is not chunk["block"]:
+                    entry = {**entry, "chunk": {**chunk, "block": block}}
+            elif isinstance(chunk, dict) and chunk.get("type") == "block-start":
+                if type(chunk.get("blockType")) is not str:
+                    raise _Refusal(f"{where} blockType must be a string")
+                if chunk["blockType"] not in _BLOCK_TYPES:
+                    entry = {**entry, "chunk": {**chunk, "blockType": f"plugin:{chunk['blockType']}"}}
             stream.append(entry)
         data = {**data, "stream": stream}
     return {**event, "data": data}
