@@ -242,6 +242,8 @@ def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -
 def _add_ops_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="the service's own log lines on stderr (default INFO; the Kafka client's: WARNING and up)")
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="log lines as text (default) or one JSON object each: time, level, logger, message")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus /metrics and /healthz on this port (default 0: not at all)")
     parser.add_argument("--metrics-host", default="127.0.0.1",

@@ -67,3 +67,24 @@ def test_the_cli_says_so_and_exits_with_the_usage_code(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"dsh-pipeline: PipelineError: {path}: [project] database is not an "
                                               "option of `dsh-pipeline project`")
     assert main(["--config", str(tmp_path / "missing.toml"), "view", "s"]) == 2
+
+
+def test_json_log_lines_are_one_object_each(capsys):
+    import json
+    import logging
+
+    from dsh_pipeline.service_commands import configure_logging
+    configure_logging("INFO", "json")
+    try:
+        logging.getLogger("dsh.projector").info("assigned %d partitions", 3)
+        try:
+            raise ValueError("bad")
+        except ValueError:
+            logging.getLogger("dsh.projector").exception("stopped")
+        logging.getLogger("aiokafka").info("not shown below WARNING")
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        configure_logging("INFO", "text")
+    assert [(line["level"], line["logger"], line["message"]) for line in lines] == [
+        ("INFO", "dsh.projector", "assigned 3 partitions"), ("ERROR", "dsh.projector", "stopped")]
+    assert "ValueError: bad" in lines[1]["error"] and lines[0]["time"].endswith("+00:00")
