@@ -257,6 +257,8 @@ class LocalKafka:
         (self.data_dir / "tmp").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
         properties = self.data_dir / "server.properties"
+        properties.touch(mode=0o600)  # it holds the SASL users' passwords: the owner's eyes only
+        properties.chmod(0o600)
         properties.write_text("\n".join([
             "process.roles=broker,controller", "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller}",

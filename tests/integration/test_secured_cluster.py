@@ -75,6 +75,8 @@ def test_scram_over_tls_with_the_environment_s_ca_file(tmp_path):
 
 def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
     with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}) as broker:
+        properties = broker.data_dir / "server.properties"
+        assert "s3cret" in properties.read_text() and properties.stat().st_mode & 0o077 == 0  # the owner's only
         kafka = KafkaConfig.from_env(broker.secured_bootstrap, _sasl_env("s3cret"))
         names = TopicNames.with_prefix(f"sasl{uuid.uuid4().hex[:6]}.")
         assert asyncio.run(_fleet_projected(kafka, names, tmp_path / "views.sqlite", seed=61))
