@@ -96,7 +96,7 @@ class InspectReport:
             return f"{self.path}: REFUSED [{error.category}] {type(error).__name__}: {error.message}"
         header = result.header
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(analysis.end_reasons.items())) or "none"
-        lines = [f"{self.path}: session {header.id} ({result.compression}), {result.event_count} events, "
+        lines = [f"{self.path}: session {header.id} (v{header.version}, {result.compression}), {result.event_count} events, "
                  f"{len(analysis.turns)} turns, {analysis.steps} steps, {analysis.request_count} requests",
                  f"  turn ends: {reasons}",
                  f"  messages: {result.state.message_count()}, surface nodes: {len(result.state.surface.nodes)}, "

@@ -26,7 +26,7 @@ def test_summary_of_a_good_log(tmp_path):
                     {"type": "turn/end", "seq": 1, "time": 2, "data": {"turn": 1, "reason": {"kind": "completed"}}})
     result = run("inspect", str(log))
     assert result.returncode == 0, result.stderr
-    assert "session cli-1 (none), 2 events, 1 turns, 0 steps, 0 requests" in result.stdout
+    assert "session cli-1 (v0, none), 2 events, 1 turns, 0 steps, 0 requests" in result.stdout
     assert "turn ends: completed=1" in result.stdout
 
 
