@@ -23,9 +23,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from tests.local_endpoint import LocalEndpoint
 
 __all__ = ["Captured", "Reply", "SCRIPTS", "ScriptedMessages", "TITLE"]
 
@@ -104,7 +105,7 @@ class _Session:
 
 
 @dataclass
-class ScriptedMessages:
+class ScriptedMessages(LocalEndpoint):
     """Runs on its own thread and event loop; ``url`` once started.
 
     ``requests`` holds every ``/v1/messages`` request in arrival order;
@@ -113,36 +114,8 @@ class ScriptedMessages:
     scripts: dict[str, list[Reply]] = field(default_factory=lambda: dict(SCRIPTS))
     requests: list[Captured] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
-    url: str = ""
     _sessions: dict[str, _Session] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _server: asyncio.AbstractServer | None = None
-    _thread: threading.Thread | None = None
 
-    def __enter__(self) -> ScriptedMessages:
-        ready = threading.Event()
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-            self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-            ready.set()
-            self._loop.run_forever()
-            self._loop.run_until_complete(self._server.wait_closed())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("scripted Messages endpoint did not start")
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        assert self._loop is not None and self._server is not None
-        self._loop.call_soon_threadsafe(self._server.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
 
     def requests_of(self, session_id: str) -> list[Captured]:
         return [request for request in self.requests if request.session_id == session_id]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.local_endpoint import LocalEndpoint
 
 __all__ = ["Reply", "SCRIPTS", "ScriptedModel"]
 
@@ -51,40 +52,12 @@ class _Session:
 
 
 @dataclass
-class ScriptedModel:
+class ScriptedModel(LocalEndpoint):
     """Runs on its own thread and event loop; ``url`` once started."""
 
     requests: list[dict[str, Any]] = field(default_factory=list)
-    url: str = ""
     _sessions: dict[str, _Session] = field(default_factory=dict)
-    _loop: asyncio.AbstractEventLoop | None = None
-    _server: asyncio.AbstractServer | None = None
-    _thread: threading.Thread | None = None
 
-    def __enter__(self) -> "ScriptedModel":
-        ready = threading.Event()
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-            self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-            ready.set()
-            self._loop.run_forever()
-            self._loop.run_until_complete(self._server.wait_closed())
-            self._loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("scripted model did not start")
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        assert self._loop is not None and self._server is not None
-        self._loop.call_soon_threadsafe(self._server.close)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
 
     def _script_of(self, body: dict[str, Any]) -> _Session:
         first_user = next((m for m in body.get("messages", []) if m.get("role") == "user"), {})
