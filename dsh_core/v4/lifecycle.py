@@ -12,14 +12,14 @@ nothing is required of a tail. Refusals are
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, json_equal
-from .relationships import RelationshipError, _count
+from ..jsonvalue import MAX_SAFE_INTEGER, json_equal
+from .lookback import NO_SOURCE, ToolsBySeq, check_title_sources
+from .relationships import RelationshipError, _array, _count, _earlier, _record, _text
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
-__all__ = ["Relationships", "ToolsBySeq"]
+__all__ = ["Relationships"]
 
 _STEP_TYPES = frozenset({"system/message", "developer/message", "assistant/attempt"})
 _RELATIONSHIP_TYPES = SURFACE_TYPES | _STEP_TYPES | {
@@ -29,31 +29,6 @@ _RELATIONSHIP_TYPES = SURFACE_TYPES | _STEP_TYPES | {
     "compaction/end", "compaction/prune", "session/end-seed"}
 _INTERRUPTED_TEXT = ("The tool call was interrupted before the Harness recorded it as started. "
                      "Retry it if it is still needed.")
-
-def _record(value: Any, subject: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise RelationshipError(f"{subject} requires an object")
-    return value
-
-
-def _text(value: Any, subject: str) -> str:
-    if type(value) is not str or not value:
-        raise RelationshipError(f"{subject} requires a nonempty string")
-    return value
-
-
-def _array(value: Any, subject: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise RelationshipError(f"{subject} requires an array")
-    return value
-
-
-def _earlier(value: Any, seq: int, subject: str) -> int:
-    coordinate = _count(value, subject)
-    if coordinate >= seq:
-        raise RelationshipError(f"{subject} must name an earlier event")
-    return coordinate
-
 
 class _Compaction:
     __slots__ = ("id", "command", "turn", "seq", "summarized")
@@ -81,12 +56,12 @@ class Relationships:
         self.tools: dict[str, dict[str, Any]] = {}
         self.dispatches: dict[str, dict[str, Any]] = {}
         self.retries: list[dict[str, Any]] = []
-        self.started_retries: set[str] = set()
+        self.started_retries: set[tuple[str, int]] = set()
         self.commands: set[str] = set()
         # what later events look back at: every type, request headers, user message sources
         self.types: list[str] = []
         self.header_tools = ToolsBySeq()
-        self.user_kinds: dict[int, Any] = {}  # the source kind of each user/message (_NO_SOURCE: none)
+        self.user_kinds: dict[int, Any] = {}  # the source kind of each user/message (NO_SOURCE: none)
         # compactions a resume cut off, as far as the log has been read
         self._open_start: int | None = None
         self._cut_off: set[int] = set()
@@ -106,7 +81,7 @@ class Relationships:
             self.header_tools.add(seq, data["header"].get("tools"))
         elif event_type == "user/message":
             source = data.get("source") if isinstance(data, dict) else None
-            self.user_kinds[seq] = source.get("kind") if isinstance(source, dict) else _NO_SOURCE
+            self.user_kinds[seq] = source.get("kind") if isinstance(source, dict) else NO_SOURCE
         self._follow_compactions(event_type, seq)
         if self.error is not None or self._held is not None:
             return
@@ -271,7 +246,7 @@ class Relationships:
                 raise RelationshipError("llm/retry-started pairs no prior scheduled attempt")
             if not _js_equal(scheduled.get("turn"), data.get("turn")) or not _js_equal(scheduled.get("step"), data.get("step")):
                 raise RelationshipError("llm/retry-started changes scheduled coordinates")
-            key = json.dumps([retry_id, attempt])
+            key = (retry_id, attempt)
             if key in self.started_retries:
                 raise RelationshipError("llm/retry-started repeats one scheduled attempt")
             self.started_retries.add(key)
@@ -340,7 +315,7 @@ class Relationships:
             raise RelationshipError("compaction cannot shadow the protected system head")
 
     def title_sources(self, event: dict[str, Any], data: dict[str, Any]) -> None:
-        _title_sources(self.types, self.user_kinds, event, data)
+        check_title_sources(self.types, self.user_kinds, event, data)
 
     def accept(self, event: dict[str, Any]) -> None:
         event_type = event["type"]
@@ -456,56 +431,3 @@ def _not_started_repair(event: dict[str, Any], data: dict[str, Any], message: di
             and (suffix == "0" or not suffix.startswith("0")) and int(suffix) <= MAX_SAFE_INTEGER
             and len(content) == 1 and isinstance(block, dict) and block.get("type") == "text"
             and block.get("text") == _INTERRUPTED_TEXT)
-
-
-_NO_SOURCE: Any = object()
-
-
-def _kind(kind: Any) -> Any:
-    if kind is _NO_SOURCE:
-        raise RelationshipError("title input source requires an object")
-    return kind
-
-
-class ToolsBySeq:
-    """The ``tools`` of each ``request/header`` by seq, a toolset shared by
-    every header that repeats it (a long session logs one per turn)."""
-
-    __slots__ = ("_by_seq", "_distinct")
-
-    def __init__(self) -> None:
-        self._by_seq: dict[int, Any] = {}
-        self._distinct: dict[bytes, Any] = {}
-
-    def add(self, seq: int, tools: Any) -> None:
-        self._by_seq[seq] = self._distinct.setdefault(encode_json(tools), tools)
-
-    def get(self, seq: int) -> Any:
-        return self._by_seq.get(seq)
-
-    def __contains__(self, seq: object) -> bool:
-        return seq in self._by_seq
-
-
-def _title_sources(types: list[str], user_kinds: dict[int, Any], event: dict[str, Any], data: dict[str, Any]) -> None:
-    references = _array(data.get("messageSeqs"), "title messageSeqs")
-    if event["type"] == "session/title" and \
-            (len(references) == 0) != (_record(data.get("source"), "title source").get("kind") == "user"):
-        raise RelationshipError("session/title messageSeqs must be empty exactly for a user title")
-    seen: set[int] = set()
-    for value in references:
-        seq = _earlier(value, event["seq"], "title messageSeqs")
-        if (seq in seen or types[seq] != "user/message"
-                or _kind(user_kinds[seq]) != "user"):
-            raise RelationshipError(f"{event['type']} messageSeqs must cite distinct earlier human user/message events")
-        seen.add(seq)
-    if event["type"] != "session/title-llm-request":
-        return
-    messages = _array(data.get("messages"), "title messages")
-    message = _record(messages[0] if messages else None, "title message")
-    content = _array(message.get("content"), "title content")
-    block = content[0] if content else None
-    if (not references or len(messages) != 1 or message.get("role") != "user"
-            or _record(message.get("source"), "title source").get("kind") != "dsh-session-title-llm"
-            or len(content) != 1 or not isinstance(block, dict) or block.get("type") != "text"):
-        raise RelationshipError("session/title-llm-request messages do not represent messageSeqs")

@@ -14,7 +14,7 @@ from ..session_header import SessionHeader
 from .admission import AdmissionError, check_developer_data, check_source
 from .vocabulary import KNOWN_TYPES
 
-__all__ = ["RelationshipError", "check_event"]
+__all__ = ["RelationshipError", "check_event"]  # and the small checks .lifecycle and .lookback share
 
 
 class RelationshipError(CorruptionError):
@@ -24,6 +24,31 @@ def _count(value: Any, label: str) -> int:
     if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
         raise RelationshipError(f"{label} must be a non-negative safe integer")
     return value
+
+def _record(value: Any, subject: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise RelationshipError(f"{subject} requires an object")
+    return value
+
+
+def _text(value: Any, subject: str) -> str:
+    if type(value) is not str or not value:
+        raise RelationshipError(f"{subject} requires a nonempty string")
+    return value
+
+
+def _array(value: Any, subject: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise RelationshipError(f"{subject} requires an array")
+    return value
+
+
+def _earlier(value: Any, seq: int, subject: str) -> int:
+    coordinate = _count(value, subject)
+    if coordinate >= seq:
+        raise RelationshipError(f"{subject} must name an earlier event")
+    return coordinate
+
 
 def _messages(event: dict[str, Any]) -> list[dict[str, Any]]:
     """The messages of an event's payload (dsh's ``mapEventMessages``)."""

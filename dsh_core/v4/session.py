@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import CorruptionError, FormatUnsupportedError, SurfaceError
 from ..jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze, json_equal
-from .lifecycle import ToolsBySeq
+from .lookback import ToolsBySeq
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
 __all__ = ["V4State", "adopt_event", "canonical_header", "derive_message"]
