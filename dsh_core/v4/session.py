@@ -215,8 +215,10 @@ class _Surface:
 
 class V4State:
     """The fold of a v4 session's events: surface, current surface events,
-    the request header and context in force. Mirrors the v0
-    :class:`~dsh_core.session.SessionState` where consumers read it."""
+    the request header and context in force; ``surface``, ``header``,
+    ``context``, ``messages()`` and ``message_count()`` read as the v0
+    :class:`~dsh_core.session.SessionState`'s do (inspect and the analysis
+    read either)."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -308,12 +310,6 @@ class V4State:
                 out.append(message)
         return out
 
-    def current_messages(self) -> list[Any]:
-        return self.messages()
-
     def message_count(self) -> int:
         return len(self.messages())
-
-    def surface_events(self) -> dict[int, tuple[str, Any]]:
-        return dict(self._events)
 
