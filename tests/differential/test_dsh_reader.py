@@ -18,7 +18,7 @@ import pytest
 
 from dsh_core.inspect import inspect_path
 from tests.conftest import canonical
-from tests.oracle import place_log, run_oracle
+from tests.oracle import encode_segment, place_log, run_oracle
 from tests.oracle.extract import OracleUnavailableError, oracle_dir
 import random
 
@@ -52,18 +52,16 @@ def _seeds() -> list[tuple[object, list[str] | None]]:
 
 
 @pytest.fixture(scope="module")
-def readings(oracle: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, dict]]:
+def readings(oracle: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, dict, dict]]:
+    """``(session id, our inspect JSON, dsh's reading)`` of every written session."""
     root = tmp_path_factory.mktemp("sessions")
-    written = {}
+    folders = {}
     for seed, names in _seeds():
-        for mutation, session_id in write_mutations(seed, root, names).items():
-            written[session_id] = mutation
+        for session_id in write_mutations(seed, root, names).values():
+            folders[encode_segment(session_id)] = session_id
     theirs = run_oracle(root)
-    cases = []
-    for path in sorted(root.glob("*/*/session.v4.jsonl.zstd")):
-        session_id = next(key for key in written if path.parent.name in (key, key.replace("~", "")))
-        cases.append((session_id, path, theirs[session_id]))
-    return cases
+    return [(folders[path.parent.name], _ours(path), theirs[folders[path.parent.name]])
+            for path in sorted(root.glob("*/*/session.v4.jsonl.zstd"))]
 
 
 def _ours(path: Path) -> dict:
@@ -77,8 +75,7 @@ def test_every_mutation_of_every_seed_was_read_by_both(readings):
 
 def test_verdicts_and_categories_agree(readings):
     disagreements = []
-    for session_id, path, theirs in readings:
-        ours = _ours(path)
+    for session_id, ours, theirs in readings:
         if ours["accepted"] != theirs["ok"]:
             disagreements.append((session_id, ours["error"], theirs.get("message")))
         elif not ours["accepted"]:
@@ -90,10 +87,9 @@ def test_verdicts_and_categories_agree(readings):
 
 def test_accepted_logs_derive_what_dsh_derives(readings):
     compared = 0
-    for session_id, path, theirs in readings:
+    for session_id, ours, theirs in readings:
         if not theirs["ok"]:
             continue
-        ours = _ours(path)
         assert ours["eventCount"] == len(theirs["events"]), session_id
         assert ours["surfaceNodes"] == theirs["surface"]["nodes"], session_id
         assert ours["replaceGeneration"] == len(theirs["surface"]["replacements"]), session_id
