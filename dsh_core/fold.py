@@ -232,6 +232,11 @@ class StagedFold:
         """The earliest-stage refusal so far (``None`` while the log is good)."""
         return self.shape_error or self.vocabulary_error or self.repair_error or self.validation_error
 
+    @property
+    def idle(self) -> bool:
+        """Whether no turn is open."""
+        return self.tracker.open_turn is None
+
     def _fatal_defect(self) -> CorruptionError:
         issue = self._issue
         assert issue is not None

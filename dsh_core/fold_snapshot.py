@@ -1,7 +1,7 @@
 """Snapshots of a session's fold, so a consumer can evict a session from
 memory and pick it up again later exactly where it was.
 
-A snapshot is a :class:`FoldSnapshot`: the session header, the count of
+A v0 fold's snapshot is a :class:`FoldSnapshot`: the session header, the count of
 folded events, the :class:`~dsh_core.session.SessionState` (surface nodes,
 the data of current surface events, request header and context), the
 open-turn state of crash repair and, when the fold's observer is a
@@ -12,13 +12,24 @@ The blob is JSON written by :func:`~dsh_core.jsonvalue.dump_json`, since
 payloads are frozen JSON values msgspec alone cannot always write (a lone
 surrogate), and read with ``JSON.parse`` semantics (:func:`decode_json`).
 
-Evolution: a new layout gets a new :data:`FOLD_SNAPSHOT_VERSION`; a blob of
-any other version is refused with :class:`FormatUnsupportedError`, never
-read by guesswork.
+A v3/v4 fold (:mod:`dsh_core.v4`) holds the lifecycle state of dsh's
+relationship checks, many small structures that only the fold reads; its
+snapshot is :data:`V4_SNAPSHOT_MAGIC` and the fold pickled, the observer
+(and, on request, the current surface events) left out by reference. The
+blob is the consumer's own state store's, never input from outside, and it
+is read by an unpickler that builds nothing but this package's classes and
+plain containers.
+
+Evolution: a new layout gets a new :data:`FOLD_SNAPSHOT_VERSION` (v0) or
+:data:`V4_SNAPSHOT_LAYOUT` (v3/v4; ``tests/unit/test_fold_snapshot_v4.py``
+pins the attributes it saves); a blob of any other version is refused with
+:class:`FormatUnsupportedError`, never read by guesswork.
 """
 
 from __future__ import annotations
 
+import io
+import pickle
 from typing import Any
 
 import msgspec
@@ -26,15 +37,20 @@ import msgspec
 from .analysis import AnalysisSnapshot, LogAnalysis
 from .errors import DecodeError, FormatUnsupportedError
 from .fold import FoldObserver, StagedFold
-from .jsonvalue import decode_json, dump_json, float_hook
+from .folds import SessionFold
+from .jsonvalue import decode_json, dump_json, float_hook, freeze
 from .session import SessionState, SessionStateSnapshot
 from .session_header import SessionHeader
 from .storage.repair import OpenTurnSnapshot, OpenTurnTracker
 
-__all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "snapshot_fold", "restore_fold"]
+__all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4_SNAPSHOT_LAYOUT", "snapshot_fold", "restore_fold"]
 
-#: The one snapshot layout this build writes and reads.
+#: The one v0 snapshot layout this build writes and reads.
 FOLD_SNAPSHOT_VERSION = 1
+#: The one v3/v4 snapshot layout this build writes and reads ...
+V4_SNAPSHOT_LAYOUT = 1
+#: ... behind this first line.
+V4_SNAPSHOT_MAGIC = b"dsh-pipeline v4 fold snapshot, layout %d\n"
 
 
 class FoldSnapshot(msgspec.Struct, frozen=True):
@@ -51,10 +67,12 @@ class FoldSnapshot(msgspec.Struct, frozen=True):
 _decode = msgspec.json.Decoder(FoldSnapshot, float_hook=float_hook).decode
 
 
-def snapshot_fold(fold: StagedFold, with_surface_events: bool = True) -> bytes:
-    """The fold as JSON. Without ``with_surface_events`` the data of the
+def snapshot_fold(fold: SessionFold, with_surface_events: bool = True) -> bytes:
+    """The fold as bytes. Without ``with_surface_events`` the data of the
     current surface events is left out (a caller that stores those rows
     itself passes them back to :func:`restore_fold`)."""
+    if not isinstance(fold, StagedFold):
+        return _snapshot_v4(fold, with_surface_events)
     analysis = fold.observer if isinstance(fold.observer, LogAnalysis) else None
     return dump_json(FoldSnapshot(
         version=FOLD_SNAPSHOT_VERSION,
@@ -67,13 +85,15 @@ def snapshot_fold(fold: StagedFold, with_surface_events: bool = True) -> bytes:
 
 
 def restore_fold(blob: bytes, where: str, observer: FoldObserver | None,
-                 surface_events: list[tuple[int, str, Any]] | None = None) -> StagedFold:
+                 surface_events: list[tuple[int, str, Any]] | None = None) -> SessionFold:
     """A fold from :func:`snapshot_fold`; ``surface_events`` supplies the
     ``(seq, type, data)`` rows a snapshot made without them left out.
     ``observer`` is the fold's observer; a :class:`LogAnalysis` gets its
     saved state back. Raises :class:`FormatUnsupportedError` for a snapshot
     of another version and :class:`DecodeError` for a blob that is not a
     snapshot; ``where`` names the session in both."""
+    if blob.startswith(V4_SNAPSHOT_MAGIC.split(b"%d")[0]):
+        return _restore_v4(blob, where, observer, surface_events)
     saved = _read(blob, where)
     fold = StagedFold(where, observer)
     fold.header = SessionHeader(**saved.header) if saved.header is not None else None
@@ -82,6 +102,66 @@ def restore_fold(blob: bytes, where: str, observer: FoldObserver | None,
     fold.tracker = OpenTurnTracker.restore(saved.tracker)
     if isinstance(observer, LogAnalysis) and saved.analysis is not None:
         observer.restore(saved.analysis)
+    return fold
+
+
+# ------------------------------------------------------------------ v3 / v4
+
+_OBSERVER, _SURFACE_EVENTS = "observer", "surface-events"
+#: What a v3/v4 snapshot may build besides this package's classes.
+_BUILTINS = frozenset({("builtins", "set"), ("builtins", "frozenset"), ("msgspec._core", "UNSET")})
+
+
+def _snapshot_v4(fold: SessionFold, with_surface_events: bool) -> bytes:
+    observer = fold.observer
+    left_out = None if with_surface_events else fold.state._events
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> str | None:
+            if obj is observer and observer is not None:
+                return _OBSERVER
+            if obj is left_out and left_out is not None:
+                return _SURFACE_EVENTS
+            return None
+
+    out = io.BytesIO()
+    out.write(V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT)
+    Pickler(out, protocol=5).dump(fold)
+    analysis = observer if isinstance(observer, LogAnalysis) else None
+    return out.getvalue() + (dump_json(analysis.snapshot()) if analysis is not None else b"")
+
+
+def _restore_v4(blob: bytes, where: str, observer: FoldObserver | None,
+                surface_events: list[tuple[int, str, Any]] | None) -> SessionFold:
+    first, _, body = blob.partition(b"\n")
+    if first + b"\n" != V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT:
+        raise FormatUnsupportedError(f"{where}: fold snapshot is {first.decode('ascii', 'replace')!r}, but this "
+                                     f"build writes and reads only layout {V4_SNAPSHOT_LAYOUT}")
+    stream = io.BytesIO(body)
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if module.startswith("dsh_core.") or (module, name) in _BUILTINS:
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a fold")
+
+        def persistent_load(self, pid: Any) -> Any:
+            if pid == _OBSERVER:
+                return observer
+            if pid == _SURFACE_EVENTS:
+                return {seq: (kind, freeze(data)) for seq, kind, data in surface_events or ()}
+            raise pickle.UnpicklingError(f"unknown reference {pid!r}")
+
+    try:
+        fold = Unpickler(stream).load()
+    except Exception as exc:  # noqa: BLE001 - any failure means: not a snapshot this build reads
+        raise DecodeError(f"{where}: not a fold snapshot: {type(exc).__name__}: {exc}") from None
+    rest = stream.read()
+    if isinstance(observer, LogAnalysis) and rest:
+        try:
+            observer.restore(msgspec.convert(decode_json(rest), AnalysisSnapshot))
+        except (DecodeError, msgspec.ValidationError) as exc:
+            raise DecodeError(f"{where}: not a fold snapshot: its analysis: {exc}") from None
     return fold
 
 

@@ -59,6 +59,9 @@ class FrozenDict(dict):
     def __deepcopy__(self, memo: dict) -> "FrozenDict":
         return self
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as a plain dict would be, then frozen
+        return FrozenDict, (dict(self),)
+
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(canonical_json(self))
 

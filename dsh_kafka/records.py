@@ -18,7 +18,8 @@ from dsh_core.errors import DecodeError, DshError, IdentityError
 from dsh_core.events import ROW_TAGS, Event, is_row
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.request import DIGEST_ALGORITHM
-from dsh_core.session_header import FORMAT_VERSION, SessionHeader, parse_header_line
+from dsh_core.folds import read_header
+from dsh_core.session_header import FORMAT_VERSION, SessionHeader
 from dsh_core.storage.records import decode_row, pack_chunk_runs
 
 from .topics import MAX_MESSAGE_BYTES
@@ -90,17 +91,18 @@ class Attestation:
                             "algorithm": self.algorithm, "digest": self.digest})
 
 
-def record_from_line(session_id: str, line: bytes) -> SessionRecord:
-    """The record of one stored JSONL line, its bytes unchanged. Raises
-    :class:`DecodeError` for a line that is no storage record."""
+def record_from_line(session_id: str, line: bytes, format_version: int = FORMAT_VERSION) -> SessionRecord:
+    """The record of one stored JSONL line of a session of ``format_version``,
+    its bytes unchanged. Raises :class:`DecodeError` for a line that is no
+    storage record."""
     value = decode_json(line)
     if is_row(value):
         row = decode_row(value)
-        return SessionRecord(session_id, KIND_RECORD, row.seq0, row.count, line)
+        return SessionRecord(session_id, KIND_RECORD, row.seq0, row.count, line, format_version)
     seq = value.get("seq") if isinstance(value, dict) else None
     if type(seq) is not int or seq < 0:
         raise DecodeError(f"session {session_id!r}: a storage record needs a non-negative integer seq, got {seq!r}")
-    return SessionRecord(session_id, KIND_RECORD, seq, 1, line)
+    return SessionRecord(session_id, KIND_RECORD, seq, 1, line, format_version)
 
 
 def check_envelope(record: SessionRecord) -> None:
@@ -187,7 +189,7 @@ def check_same_header(record: SessionRecord, header: SessionHeader) -> None:
     of it; a different one (two writers, or two sessions of one id) is
     refused with :class:`IdentityError`."""
     try:
-        again = parse_header_line(decode_json(record.value), f"session {record.session_id!r} header")
+        again = read_header(record.value, f"session {record.session_id!r} header")
     except DshError as error:
         raise IdentityError(f"session {record.session_id!r}: a second header that is not one ({error.message})") \
             from None

@@ -1,7 +1,9 @@
 """The shipper: follows a dsh sessions root and ships every session's records.
 
-* Discovery: ``<root>/<project>/<session>/session*.jsonl[.zstd]`` (dsh's
-  layout; a ``session.v4...`` file of a newer dsh is found and refused).
+* Discovery: ``<root>/<project>/<session>/session[.vN].jsonl[.zstd]`` (dsh's
+  layout; of a session dsh migrated, the newest generation). Every format
+  this build reads is shipped as stored; records carry the header's
+  version in ``dsh-format``.
 * Tailing: a session file is read from its checkpointed byte offset; only
   complete records are shipped (a raw line without its newline, or a zstd
   frame still being written, is waited on, never shipped half).
@@ -29,12 +31,12 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import (CorruptionError, DecodeError, DshError, FormatUnsupportedError, PipelineError,
                              SequenceGapError, StateStoreError)
-from dsh_core.jsonvalue import decode_json
 from dsh_kafka.records import SessionRecord, header_record, record_from_line
 from dsh_kafka.topics import MAX_MESSAGE_BYTES
-from dsh_core.session_header import SessionHeader, parse_header_line
+from dsh_core.folds import read_header
+from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import decompress_frame, iter_frames
-from dsh_core.storage.layout import compression_of, encode_segment, find_session_files
+from dsh_core.storage.layout import compression_of, encode_segment, find_session_files, generation_of
 
 __all__ = ["ShipperConfig", "Shipper", "Checkpoints", "check_root"]
 
@@ -56,6 +58,7 @@ class _Position:
     lines: int = 0
     next_seq: int = 0
     session_id: str | None = None
+    version: int = 0  # the header's format version
     failed: str | None = None
 
 
@@ -115,14 +118,10 @@ class _Read:
 
 
 def _check_header(path: Path, line: bytes) -> SessionHeader:
-    where = str(path)
-    try:
-        parsed = decode_json(line)
-    except DecodeError:
-        raise CorruptionError(f"{where}: line 1 (session header) is not valid JSON") from None
-    header = parse_header_line(parsed, where)
-    if path.name.startswith("session.jsonl") and path.parent.name != encode_segment(header.id):
-        raise CorruptionError(f"{where}: header id {header.id!r} does not belong in directory "
+    generation = generation_of(path)
+    header = read_header(line, str(path), generation)
+    if generation is not None and path.parent.name != encode_segment(header.id):
+        raise CorruptionError(f"{path}: header id {header.id!r} does not belong in directory "
                               f"{path.parent.name!r} (expected {encode_segment(header.id)!r})")
     return header
 
@@ -147,11 +146,11 @@ def _line_records(path: Path, lines: list[bytes], out: _Read) -> None:
         number = position.lines
         if position.session_id is None:
             header = _check_header(path, line)
-            position.session_id = header.id
+            position.session_id, position.version = header.id, header.version
             out.records.append(header_record(header))
             continue
         try:
-            record = record_from_line(position.session_id, line)
+            record = record_from_line(position.session_id, line, position.version)
         except DecodeError as error:
             raise CorruptionError(f"{path}: line {number}: {error.message} (after seq {position.next_seq - 1})") from None
         if record.seq != position.next_seq:

@@ -1,6 +1,7 @@
 """Archive files: where a session's file is, and how a run continues one.
 
-``<root>/<project>/<session>/session.jsonl.zstd``: the header frame, then one
+``<root>/<project>/<session>/session[.vN].jsonl.zstd`` (named for the
+session's format, as dsh names it): the header frame, then one
 zstd frame per consumer batch holding the session's records exactly as they
 were shipped. The file is the state: its stored length says which seq comes
 next.
@@ -13,7 +14,7 @@ import os
 from pathlib import Path
 
 from dsh_core.session_header import SessionHeader
-from dsh_core.storage.layout import Compression, encode_segment, log_name, project_dir
+from dsh_core.storage.layout import Compression, compression_of, encode_segment, is_log_name, log_name, project_dir
 from dsh_core.storage.reader import load_session_bytes, read_events
 from dsh_core.storage.writer import SessionFileWriter
 
@@ -35,19 +36,21 @@ def archive_segment(session_id: str) -> str:
 
 def existing_file(root: Path, session_id: str, compression: Compression) -> Path | None:
     """The session's archive file if a run before wrote one (its project
-    folder comes from the header, which this run may never see)."""
-    segment, name = archive_segment(session_id), log_name(compression)
+    folder and format come from the header, which this run may never see)."""
+    segment = archive_segment(session_id)
     for project in root.iterdir():
-        path = project / segment / name
-        if path.is_file():
-            return path
+        folder = project / segment
+        if folder.is_dir():
+            for path in sorted(folder.iterdir()):
+                if is_log_name(path.name) and compression_of(path) == compression and path.is_file():
+                    return path
     return None
 
 
 def new_file(root: Path, header: SessionHeader, compression: Compression) -> Path:
     """Where a session first seen with ``header`` is archived."""
     cwd = header.cwd if isinstance(header.cwd, str) else None
-    return root / project_dir(cwd) / archive_segment(header.id) / log_name(compression)
+    return root / project_dir(cwd) / archive_segment(header.id) / log_name(compression, header.version)
 
 
 def resume(path: Path, compression: Compression) -> tuple[SessionHeader, int, SessionFileWriter]:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from dsh_core.jsonvalue import decode_json
-from dsh_core.session_header import SessionHeader, parse_header_line
+from dsh_core.folds import read_header
+from dsh_core.session_header import SessionHeader
 from dsh_core.storage.layout import Compression
 from dsh_core.storage.writer import SessionFileWriter
 from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_identity,
@@ -123,7 +123,7 @@ class Archive(Policy[ArchivedSession]):
             if session.header is not None:
                 check_same_header(decoded, session.header)
             else:
-                header = parse_header_line(decode_json(decoded.value), f"session {session_id!r} header")
+                header = read_header(decoded.value, f"session {session_id!r} header")
                 check_identity(decoded, header)
                 path = new_file(self.config.root, header, self.config.compression)
                 if path.exists():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dsh_core.errors import DecodeError, DshError, HeldLimitError
-from dsh_core.fold import StagedFold
+from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.invariants import InvariantChecker
 from dsh_core.jsonvalue import decode_json, dump_json
@@ -49,7 +49,7 @@ class AuditedSession:
     held: HeldRecords
     digests: AppliedDigests
     report: Report
-    fold: StagedFold | None = None
+    fold: SessionFold | None = None
     refused: bool = False
     gap_reported: int | None = None  # the missing seq last reported as a gap
     pending: dict[int, bytes] = field(default_factory=dict)  # attestation values by boundary seq
@@ -90,9 +90,8 @@ class AuditedSession:
     def start(self, header: SessionRecord) -> bool:
         """Take the session header; ``False`` if it is refused. Raises
         :class:`IdentityError` for a header of another session."""
-        fold = StagedFold(f"session {self.session_id!r}", BoundaryAudit(self.report, self.attested))
         try:
-            fold.header_line(header.value)
+            fold = open_fold(header.value, f"session {self.session_id!r}", BoundaryAudit(self.report, self.attested))
         except DshError as error:
             self.refuse(error, 0)
             return False

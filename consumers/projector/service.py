@@ -1,7 +1,7 @@
 """The projector: every session's derived, model-visible conversation.
 
-Per session it runs dsh_core's staged fold (legacy upgrades, vocabulary,
-seed validation, surface, derivation), ordered by the runtime's
+Per session it runs the fold of the session's format (dsh_core.folds: v0's
+staged fold, v4's, v3 migrated to v4 as dsh does), ordered by the runtime's
 sequencing: duplicates (the bytes applied before at their seq) are counted
 and skipped, other bytes at an applied seq are a conflicting writer's and
 dead-lettered; a record above the next seq holds the session (status
@@ -32,7 +32,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DshError, InternalError
-from dsh_core.fold import StagedFold
+from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_identity, check_same_header
@@ -95,7 +95,7 @@ class ProjectedSession:
     partition: int
     held: HeldRecords
     digests: AppliedDigests
-    fold: StagedFold | None = None
+    fold: SessionFold | None = None
     analysis: LogAnalysis = field(default_factory=_analysis)
     status: str = "open"
     error: str | None = None
@@ -146,7 +146,7 @@ class ProjectedSession:
             view["heldRecords"] = len(self.held)
         if self.error:
             view["error"] = self.error
-        if fold is not None and fold.tracker.open_turn is None and self.status == "open":
+        if fold is not None and fold.idle and self.status == "open":
             view["status"] = "idle"
         return view
 
@@ -228,10 +228,9 @@ class Projection(Policy[ProjectedSession]):
             check_same_header(decoded, session.fold.header)
             self.tally.add(DUPLICATES)
             return
-        fold = StagedFold(f"session {decoded.session_id!r}", session.analysis)
         self._changed[session.session_id] = session
         try:
-            fold.header_line(decoded.value)
+            fold = open_fold(decoded.value, f"session {decoded.session_id!r}", session.analysis)
         except DshError as error:
             session.refuse(error)
             raise

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.fold import StagedFold
+from dsh_core.folds import SessionFold
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
 
@@ -63,7 +63,7 @@ class ViewStore:
         row = self.db.execute("SELECT view FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
         return None if row is None else decode_json(row[0])
 
-    def fold(self, session_id: str, analysis: LogAnalysis | None = None) -> StagedFold | None:
+    def fold(self, session_id: str, analysis: LogAnalysis | None = None) -> SessionFold | None:
         """A session's fold restored from its snapshot and surface rows."""
         row = self.db.execute("SELECT snapshot FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
         if row is None or row[0] is None:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
-from ..errors import CorruptionError, DshError, FormatUnsupportedError, ValidationError
+from ..errors import CorruptionError, DshError, ValidationError
 
 __all__ = ["Compression", "encode_segment", "project_dir", "project_key", "session_dir", "log_path",
            "log_name", "compression_of", "find_session_files", "generation_of"]
@@ -63,8 +63,15 @@ def project_key(cwd: str) -> str:
     return f"--{readable[:251]}--"
 
 
-def log_name(compression: Compression) -> str:
-    return "session.jsonl.zstd" if compression == "zstd" else "session.jsonl"
+def log_name(compression: Compression, version: int = 0) -> str:
+    """The file name of a session log of format ``version`` (dsh's generation naming)."""
+    stem = f"session.v{version}.jsonl" if version else "session.jsonl"
+    return f"{stem}.zstd" if compression == "zstd" else stem
+
+
+def is_log_name(name: str) -> bool:
+    """Whether ``name`` is a session log's file name, of any generation."""
+    return _LOG_NAME.fullmatch(name) is not None
 
 
 def project_dir(cwd: str | None) -> str:
@@ -76,8 +83,9 @@ def session_dir(root: str | os.PathLike[str], cwd: str | None, session_id: str) 
     return Path(root) / project_dir(cwd) / encode_segment(session_id)
 
 
-def log_path(root: str | os.PathLike[str], cwd: str | None, session_id: str, compression: Compression) -> Path:
-    return session_dir(root, cwd, session_id) / log_name(compression)
+def log_path(root: str | os.PathLike[str], cwd: str | None, session_id: str, compression: Compression,
+             version: int = 0) -> Path:
+    return session_dir(root, cwd, session_id) / log_name(compression, version)
 
 
 def compression_of(path: str | os.PathLike[str]) -> Compression:
@@ -102,9 +110,8 @@ def find_session_files(root: str | os.PathLike[str],
     before under another project (two logs are not one session). Symbolic
     links are not followed (one could lead out of the root): they are
     refused too. Where dsh migrated a session to a later format, the newest
-    generation is the log (dsh writes on there): one in a format this
-    reader does not read yet is refused with :class:`FormatUnsupportedError`.
-    Without ``refuse`` that raises; with it, the entry is passed over and
+    generation is the log (dsh writes on there; the older one stays as it
+    was). Without ``refuse`` that raises; with it, the entry is passed over and
     ``refuse`` gets the error.
     """
     def refused(error: DshError) -> None:
@@ -144,10 +151,6 @@ def find_session_files(root: str | os.PathLike[str],
                 refused(CorruptionError(f"{odd[0]}: not a regular file"))
             elif len(files) == 2:
                 refused(CorruptionError(f"{entry}: holds both {files[0].name} and {files[1].name}"))
-            elif newest:
-                refused(FormatUnsupportedError(f"{files[0]}: a v{newest} session log (dsh 0.1.5 and later); the "
-                                               "pipeline carries only v0 so far (inspect reads it), so the session "
-                                               "is not shipped"))
             elif entry.name in first_seen:
                 refused(CorruptionError(f"{entry}: session {entry.name!r} is also at {first_seen[entry.name]}; a "
                                         "root holds one log per session id"))

@@ -15,11 +15,11 @@ from typing import Any, BinaryIO, Protocol
 
 from ..errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError
 from ..events import is_row
-from ..fold import FoldObserver, StagedFold
+from ..fold import FoldObserver
+from ..folds import SessionFold, open_fold, read_header
 from ..jsonvalue import decode_json
 from ..session import SessionState
-from ..session_header import SessionHeader, parse_header_line
-from ..v4.load import V4_VERSIONS, V4Fold
+from ..session_header import SessionHeader
 from ..v4.v3 import V3Fold
 from .framing import READ_SIZE, decompress_frame, decompress_prefix, iter_frames
 from .layout import Compression, compression_of, generation_of
@@ -168,7 +168,7 @@ class _EventCollector:
         self.events: list[Any] = []
 
     def header_line(self, line: bytes) -> None:
-        self.header = parse_header_line(decode_json(line), self.where)
+        self.header = read_header(line, self.where)
 
     def event_line(self, line: bytes) -> bool:
         try:
@@ -194,10 +194,8 @@ def read_events(path: str | os.PathLike[str]) -> tuple[SessionHeader, list[Any]]
 
 
 class _FormatSink:
-    """Reads the header line, then hands every line to the fold of its
-    format: :class:`~dsh_core.fold.StagedFold` for v0, :class:`V4Fold`
-    for v3 and v4. A file named for a generation (``session.v4.jsonl``)
-    must hold a header of that version."""
+    """Opens the fold of the header line's format (:func:`~dsh_core.folds.open_fold`)
+    and hands it every later line."""
 
     def __init__(self, where: str, observer: FoldObserver | None, generation: int | None,
                  keep_migrated: bool = False) -> None:
@@ -205,25 +203,12 @@ class _FormatSink:
         self.keep_migrated = keep_migrated
         self.observer = observer
         self.generation = generation
-        self.fold: StagedFold | V4Fold | V3Fold | None = None
+        self.fold: SessionFold | None = None
 
     def header_line(self, line: bytes) -> None:
-        try:
-            parsed = decode_json(line)
-        except DecodeError:
-            raise CorruptionError(f"{self.where}: corrupt session log: header line is not valid JSON") from None
-        version = parsed.get("version") if isinstance(parsed, dict) else None
-        if self.generation is not None and type(version) is int and version != self.generation:
-            raise FormatUnsupportedError(f"{self.where}: session generation filename identifies v{self.generation}, "
-                                         f"but its header identifies v{version}")
-        if type(version) is int and version in V4_VERSIONS:
-            folder = Path(self.where).parent.name if self.generation else None
-            self.fold = (V4Fold(self.where, self.observer, folder=folder) if version == 4
-                         else V3Fold(self.where, self.observer, folder=folder, keep=self.keep_migrated))
-            self.fold.header_value(parsed)
-        else:
-            self.fold = StagedFold(self.where, self.observer)
-            self.fold.header_line(line)
+        folder = Path(self.where).parent.name if self.generation else None
+        self.fold = open_fold(line, self.where, self.observer, generation=self.generation, folder=folder,
+                              keep_migrated=self.keep_migrated)
 
     def event_line(self, line: bytes) -> bool:
         return self.fold.event_line(line)

@@ -3,14 +3,14 @@ read exactly as dsh 0.2.1 reads them.
 
 A v4 log is read by :class:`~dsh_core.v4.load.V4Fold`, a v3 log by
 :class:`~dsh_core.v4.v3.V3Fold` (v3 migrated to v4 in memory, as dsh does);
-:mod:`dsh_core.storage.reader` picks the fold from the header's version, so
-callers load every format the same way. :func:`~dsh_core.v4.wire.messages_body`
+:func:`dsh_core.folds.open_fold` picks the fold from the header's version, so
+files and consumers read every format the same way. :func:`~dsh_core.v4.wire.messages_body`
 rebuilds the Messages request dsh sends at a boundary.
 
 Adding the next format: a header reader and a fold with ``header_value``,
-``event_line``, ``finish``, ``header``, ``state`` and ``count``, its version
-added to the reader's dispatch, and its releases' real logs with dsh's own
-reading of them under ``tests/fixtures``.
+``event_line``, ``apply``, ``finish``, ``header``, ``state``, ``count``,
+``error`` and ``idle``, its version added to :mod:`dsh_core.folds`, and its
+releases' real logs with dsh's own reading of them under ``tests/fixtures``.
 """
 
 from .load import V4_VERSIONS, V4Fold

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..jsonvalue import MAX_SAFE_INTEGER, json_equal
 from .lookback import NO_SOURCE, ToolsBySeq, check_title_sources
-from .relationships import RelationshipError, _array, _count, _earlier, _record, _text
+from .relationships import ABSENT, RelationshipError, _array, _count, _earlier, _record, _text
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
 __all__ = ["Relationships"]
@@ -231,7 +231,7 @@ class Relationships:
             return
         if existing is None or existing["settled"]:
             raise RelationshipError("PTC dispatch has no unique start")
-        if any(not _deep_equal(existing["data"].get(key, _ABSENT), data.get(key, _ABSENT))
+        if any(not _deep_equal(existing["data"].get(key, ABSENT), data.get(key, ABSENT))
                for key in ("rootCallId", "parentCallId", "name", "arguments")):
             raise RelationshipError("PTC dispatch does not match its start")
         existing["settled"] = True
@@ -275,11 +275,11 @@ class Relationships:
         if event_type == "compaction/start":
             if self.compaction is not None:
                 raise RelationshipError("compaction/start overlaps an open compaction")
-            owner = None if data.get("turn", _ABSENT) is None else _count(data.get("turn"), "compaction turn")
+            owner = None if data.get("turn", ABSENT) is None else _count(data.get("turn"), "compaction turn")
             if owner != self.turn:
                 raise RelationshipError("compaction/start does not match the open turn")
             self.compaction = _Compaction(_text(data.get("compactionId"), "compactionId"),
-                                          data.get("sourceCommandId", _ABSENT), owner, event["seq"])
+                                          data.get("sourceCommandId", ABSENT), owner, event["seq"])
             return
         current = self.compaction_owner(data, event_type)
         if current.turn != self.turn:
@@ -289,7 +289,7 @@ class Relationships:
                 raise RelationshipError("compaction/summary repeats")
             current.summarized = True
         else:
-            if not _js_equal(data.get("turn", _ABSENT), current.turn):
+            if not _js_equal(data.get("turn", ABSENT), current.turn):
                 raise RelationshipError("compaction/end changes its owner turn")
             if "error" not in data and not current.summarized:
                 raise RelationshipError("successful compaction/end requires one summary")
@@ -298,7 +298,7 @@ class Relationships:
     def compaction_owner(self, data: dict[str, Any], subject: str) -> _Compaction:
         current = self.compaction
         if (current is None or current.id != data.get("compactionId")
-                or not _js_equal(current.command, data.get("sourceCommandId", _ABSENT))):
+                or not _js_equal(current.command, data.get("sourceCommandId", ABSENT))):
             raise RelationshipError(f"{subject} has no matching compaction/start")
         return current
 
@@ -391,12 +391,9 @@ class Relationships:
             self.compaction = None
 
 
-_ABSENT: Any = object()
-
-
 def _js_equal(a: Any, b: Any) -> bool:
     """JavaScript ``===`` over decoded JSON values (objects by identity)."""
-    if a is _ABSENT or b is _ABSENT:
+    if a is ABSENT or b is ABSENT:
         return a is b
     if isinstance(a, (dict, list)) or isinstance(b, (dict, list)):
         return a is b
@@ -410,7 +407,7 @@ def _same_int(value: Any, expected: int | None) -> bool:
 
 
 def _deep_equal(a: Any, b: Any) -> bool:
-    if a is _ABSENT or b is _ABSENT:
+    if a is ABSENT or b is ABSENT:
         return a is b
     return json_equal(a, b)
 

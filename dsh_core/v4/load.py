@@ -19,7 +19,7 @@ dsh's agent loop adds them when it continues the session.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from msgspec import UNSET
 
@@ -83,6 +83,7 @@ class V4Fold:
         self._vocabulary_error: DshError | None = None
         self._adoption_error: DshError | None = None
         self._fold_error: DshError | None = None
+        self._admission_error: DshError | None = None  # a consumer's record refused by row admission
 
     def header_value(self, parsed: Any) -> None:
         self.header = parse_header(parsed, self.where)
@@ -110,15 +111,7 @@ class V4Fold:
                 raise self._fatal()
             return False
         try:
-            event = decode_row(value, self.count)
-            if type(event["seq"]) is not int or event["seq"] != self.count:
-                raise CorruptionError(f"released v2 row {self.count} has seq gap (expected {self.count}, "
-                                      f"got {_show(event['seq'])})")
-            if event["type"] == "session/end-seed":
-                if not isinstance(event["data"], dict):
-                    raise CorruptionError(f"session/end-seed {event['seq']} data must be an object")
-                if event["data"].get("inherited") is True:
-                    self._inherited = event["seq"]
+            event = self._decode(value)
         except CorruptionError as exc:
             self._issue = CorruptionError(
                 f"{self.where}: corrupt session log: invalid committed event at line {self._line_no}: {exc.message}")
@@ -128,6 +121,52 @@ class V4Fold:
         self.count += 1
         self._event(event)
         return True
+
+    def _decode(self, value: Any) -> dict[str, Any]:
+        """A parsed row as the event at the next seq; raises :class:`CorruptionError`."""
+        event = decode_row(value, self.count)
+        if type(event["seq"]) is not int or event["seq"] != self.count:
+            raise CorruptionError(f"released v2 row {self.count} has seq gap (expected {self.count}, "
+                                  f"got {_show(event['seq'])})")
+        if event["type"] == "session/end-seed":
+            if not isinstance(event["data"], dict):
+                raise CorruptionError(f"session/end-seed {event['seq']} data must be an object")
+            if event["data"].get("inherited") is True:
+                self._inherited = event["seq"]
+        return event
+
+    def apply(self, line: bytes) -> None:
+        """Fold one record value at the next seq (the caller checked the seq),
+        as a consumer does with a log still being written. A value that is no
+        row at this seq raises :class:`DecodeError` (the record is refused,
+        not the log); a refusal of the log is :attr:`error` from then on."""
+        try:
+            value = decode_json(line)
+            admit_row(value)
+        except DecodeError as exc:
+            raise DecodeError(f"{self.where}: seq {self.count}: {exc.message}") from None
+        except DshError as exc:
+            self._admission_error = self._admission_error or type(exc)(f"{self.where}: seq {self.count}: "
+                                                                       f"{exc.message}")
+            return
+        try:
+            event = self._decode(value)
+        except CorruptionError as exc:
+            raise DecodeError(f"{self.where}: seq {self.count}: invalid committed event: {exc.message}") from None
+        self.count += 1
+        self._event(event)
+
+    @property
+    def error(self) -> DshError | None:
+        """The refusal of the log so far, as :meth:`finish` would raise it,
+        leaving out what only the log's end decides (open lifecycles, the
+        fork cut): ``None`` while the log holds."""
+        return next(self._refusals(final=False), None)
+
+    @property
+    def idle(self) -> bool:
+        """Whether no turn is open."""
+        return self._relationships.turn is None
 
     def migrated_event(self, event: dict[str, Any]) -> None:
         """Fold one event a migration produced (its seq is the next one)."""
@@ -195,49 +234,59 @@ class V4Fold:
         if watched:
             observer.after_event(event, state)
 
-    def _local(self) -> DshError | None:
+    def _local(self, final: bool) -> DshError | None:
         """The per-event stage's refusal, with a marker naming another session
-        decided now that the inherited prefix is known."""
+        decided once the inherited prefix is known (``final``, or the cut seen)."""
         header = self.header
         foreign = self._foreign_delivery
+        if foreign is not None and header.parentSession is not UNSET and self._inherited is None and not final:
+            foreign = None  # a later inherited cut may show it is the parent's
         inherited = header.parentSession is not UNSET and self._inherited is not None
         if foreign is not None and not (inherited and foreign < self._inherited) and (
                 self._local_error is None or foreign < self._local_error[0]):
             return CorruptionError("current-generation delivery marker names the wrong Session")
         return self._local_error[1] if self._local_error is not None else None
 
-    def finish(self) -> list[dict[str, Any]]:
-        """End of the log: raises the earliest stage's refusal; returns the
-        closers written (none: a v4 reader writes no crash repair)."""
+    def _refusals(self, final: bool) -> Iterator[DshError]:
+        """The refusals of the stages in dsh's order; ``final``: the log ended."""
         header, where = self.header, self.where
         assert header is not None
         name = f"session {header.id!r}"
-        if self.migrated:
+        if self._admission_error is not None:
+            yield self._admission_error
+        if final:
             self._relationships.finish()
-            if header.isSeeded != (self._inherited is not None):
-                problem = ("format v4 seeded header disagrees with its last inherited end-seed marker" if header.isSeeded
-                           else "format v4 unseeded Session contains an inherited end-seed marker")
-                self._artifact_error = self._artifact_error or CorruptionError(problem)
-            for error in (self._artifact_error, self._local(), self._relationships.error):
+        seeded = None
+        if final and header.isSeeded != (self._inherited is not None):
+            seeded = (("format v4 seeded header disagrees with its last inherited end-seed marker" if header.isSeeded
+                       else "format v4 unseeded Session contains an inherited end-seed marker") if self.migrated
+                      else "released v2 seeded Session lacks an inherited end-seed marker" if header.isSeeded
+                      else "released v2 unseeded Session contains an inherited end-seed marker")
+        if self.migrated:
+            artifact = self._artifact_error or (CorruptionError(seeded) if seeded else None)
+            for error in (artifact, self._local(final), self._relationships.error):
                 if error is not None:
-                    raise FormatUnsupportedError(f"{where}: {name}: Session migration from v3 to v4 refuses the "
+                    yield FormatUnsupportedError(f"{where}: {name}: Session migration from v3 to v4 refuses the "
                                                  f"transformed artifact: {error.message}; the v3 log stays as it is")
         else:
-            if header.isSeeded and self._inherited is None:
-                raise CorruptionError(f"{where}: {name}: released v2 seeded Session lacks an inherited end-seed marker")
-            if not header.isSeeded and self._inherited is not None:
-                raise CorruptionError(f"{where}: {name}: released v2 unseeded Session contains an inherited end-seed "
-                                      "marker")
-            self._relationships.finish()
-            for error in (self._local(), self._relationships.error):
+            if seeded:
+                yield CorruptionError(f"{where}: {name}: {seeded}")
+            for error in (self._local(final), self._relationships.error):
                 if error is not None:
-                    raise CorruptionError(f"{where}: {name}: stored log is corrupt: {error.message}")
-        if self.folder is not None and self.folder != encode_segment(header.id):
-            raise IdentityError(f"{where}: corrupt session log: requested id {self.folder!r} (its folder) does not "
+                    yield CorruptionError(f"{where}: {name}: stored log is corrupt: {error.message}")
+        if final and self.folder is not None and self.folder != encode_segment(header.id):
+            yield IdentityError(f"{where}: corrupt session log: requested id {self.folder!r} (its folder) does not "
                                 f"match header id {header.id!r}")
         for error in (self._vocabulary_error, self._adoption_error, self._fold_error):
             if error is not None:
-                raise type(error)(f"{where}: {error.message}")
+                yield type(error)(f"{where}: {error.message}")
+
+    def finish(self) -> list[dict[str, Any]]:
+        """End of the log: raises the earliest stage's refusal; returns the
+        closers written (none: a v4 reader writes no crash repair)."""
+        error = next(self._refusals(final=True), None)
+        if error is not None:
+            raise error
         return []
 
 def _show(value: Any) -> str:

@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..jsonvalue import encode_json
-from .relationships import RelationshipError, _array, _earlier, _record
+from .relationships import NO_SOURCE, RelationshipError, _array, _earlier, _record
 
 __all__ = ["NO_SOURCE", "ToolsBySeq", "check_title_sources"]
 
-NO_SOURCE: Any = object()
 
 
 def _kind(kind: Any) -> Any:

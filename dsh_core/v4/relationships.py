@@ -17,6 +17,27 @@ from .vocabulary import KNOWN_TYPES
 __all__ = ["RelationshipError", "check_event"]  # and the small checks .lifecycle and .lookback share
 
 
+class _Marker:
+    """A named stand-in value, itself again when a fold is saved and restored."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: A field the event does not have.
+ABSENT: Any = _Marker("ABSENT")
+#: A user message without a source object.
+NO_SOURCE: Any = _Marker("NO_SOURCE")
+
+
 class RelationshipError(CorruptionError):
     """A v4 log whose events do not relate as dsh requires."""
 

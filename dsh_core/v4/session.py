@@ -12,7 +12,8 @@ message unless its content is empty; ``tool/result`` → its tool-role message.
 
 from __future__ import annotations
 
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from ..errors import CorruptionError, FormatUnsupportedError, SurfaceError
 from ..jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze, json_equal
@@ -310,6 +311,14 @@ class V4State:
                 out.append(message)
         return out
 
+    #: The derived history now (v0's state caches it; here it is rebuilt).
+    current_messages = messages
+
     def message_count(self) -> int:
         return len(self.messages())
+
+    def surface_events(self) -> Mapping[int, tuple[str, Any]]:
+        """The current surface events, seq → ``(type, frozen data)``: a
+        read-only live view."""
+        return MappingProxyType(self._events)
 

@@ -307,6 +307,7 @@ class V3Fold:
         self._step_open = False
         self._next_turn_spliced = False
         self._foreign_delivery: int | None = None
+        self._refusal: DshError | None = None  # a consumer's record that ended the log's migration
 
     @property
     def header(self) -> Any:
@@ -315,6 +316,10 @@ class V3Fold:
     @property
     def state(self) -> Any:
         return self.v4.state
+
+    @property
+    def observer(self) -> Any:
+        return self.v4.observer
 
     def header_value(self, parsed: Any) -> None:
         self.v4.header_value(parsed)
@@ -337,17 +342,26 @@ class V3Fold:
         except DshError as exc:
             raise type(exc)(f"{self.where}: line {self._line_no}: {exc.message}") from None
         try:
-            event = decode_row(row, self.count)
-            if type(event["seq"]) is not int or event["seq"] != self.count:
-                raise CorruptionError(f"released v2 row {self.count} has seq gap (expected {self.count}, "
-                                      f"got {_show(event['seq'])})")
-            _envelope(event)
+            event = self._decode(row)
         except CorruptionError as exc:
             self._issue = CorruptionError(f"{self.where}: corrupt session log: invalid committed event at line "
                                           f"{self._line_no}: {exc.message}")
             if turn_end:
                 raise self._issue from None
             return False
+        self._fold(event)
+        return True
+
+    def _decode(self, row: Any) -> dict[str, Any]:
+        """A parsed row as the v3 event at the next seq; raises :class:`CorruptionError`."""
+        event = decode_row(row, self.count)
+        if type(event["seq"]) is not int or event["seq"] != self.count:
+            raise CorruptionError(f"released v2 row {self.count} has seq gap (expected {self.count}, "
+                                  f"got {_show(event['seq'])})")
+        _envelope(event)
+        return event
+
+    def _fold(self, event: dict[str, Any]) -> None:
         self.count += 1
         try:
             for migrated in self._migrate(event):
@@ -357,7 +371,35 @@ class V3Fold:
         except _Refusal as exc:
             raise _Refusal(f"{self.where}: @deepseek-ai/dsh-session-format-v3-to-v4 refuses this format v3 "
                            f"Session: {exc.message}") from None
-        return True
+
+    def apply(self, line: bytes) -> None:
+        """Fold one record value at the next seq, as a consumer does (see
+        :meth:`V4Fold.apply <dsh_core.v4.load.V4Fold.apply>`)."""
+        try:
+            row = decode_json(line)
+            _structural(row)
+        except DecodeError as exc:
+            raise DecodeError(f"{self.where}: seq {self.count}: {exc.message}") from None
+        except DshError as exc:
+            self._refusal = self._refusal or type(exc)(f"{self.where}: seq {self.count}: {exc.message}")
+            return
+        try:
+            event = self._decode(row)
+        except CorruptionError as exc:
+            raise DecodeError(f"{self.where}: seq {self.count}: invalid committed event: {exc.message}") from None
+        try:
+            self._fold(event)
+        except _Refusal as exc:
+            self._refusal = self._refusal or exc
+
+    @property
+    def error(self) -> DshError | None:
+        """The refusal of the log so far (see :attr:`V4Fold.error <dsh_core.v4.load.V4Fold.error>`)."""
+        return self._refusal or self.v4.error
+
+    @property
+    def idle(self) -> bool:
+        return self.v4.idle
 
     def _migrate(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         out = []

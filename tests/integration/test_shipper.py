@@ -147,17 +147,17 @@ def test_kill_nine_resume_loses_nothing_and_repeats_exactly(kafka, topics, tmp_p
         writer.join(120)
         assert writer.done.is_set()
         final = subprocess.run(_ship_command(kafka, names, root, state, "--once"), stderr=errors, timeout=300)
-    assert final.returncode == 1  # the v4 session was refused
+    assert final.returncode == 1  # the v4 header in a v0-named file was refused
     sources.update(writer.expected)
     report = stderr_log.read_text()
-    assert "FormatUnsupportedError" in report and str(v4) in report and "v4" in report
+    assert "FormatUnsupportedError" in report and str(v4) in report and "header identifies v4" in report
 
     expected_records = sum(1 + len(storage_lines(log)) for log in sources.values())
     records = asyncio.run(consume_all(kafka, names.events, expected_records, timeout=120))
     by_session: dict[str, list] = collections.defaultdict(list)
     for record in sorted(records, key=lambda r: (r.partition, r.offset)):
         by_session[record.key.decode()].append(decode_kafka_record(record))
-    assert set(by_session) == set(sources), "every session shipped, the v4 one not"
+    assert set(by_session) == set(sources), "every session shipped, the misnamed one not"
     repeats = 0
     for session_id, received in by_session.items():
         seen: dict[tuple[str, int], bytes] = {}

@@ -297,7 +297,7 @@ def test_project_key_length():
     assert project_key("/a/b-c") == project_key("/a-b/c")
 
 
-def test_find_session_files_refuses_what_the_layout_forbids(tmp_path):
+def test_find_session_files_takes_the_newest_generation_and_refuses_what_the_layout_forbids(tmp_path):
     project = tmp_path / "--home-u-proj--"
     for name, files in (("s-1", ["session.jsonl"]), ("s-2", ["session.jsonl.zstd", "lock"]),
                         ("s-3", ["session.jsonl", "session.jsonl.zstd"]),
@@ -311,11 +311,8 @@ def test_find_session_files_refuses_what_the_layout_forbids(tmp_path):
         find_session_files(tmp_path)
     refused: list[str] = []
     found = find_session_files(tmp_path, lambda error: refused.append(error.message))
-    assert found == [project / "s-1" / "session.jsonl", project / "s-2" / "session.jsonl.zstd"]
+    assert found == [project / "s-1" / "session.jsonl", project / "s-2" / "session.jsonl.zstd",
+                     project / "s-5" / "session.v4.jsonl.zstd", project / "s-6" / "session.v3.jsonl.zstd"]
     assert [message.split(": ", 1)[1] for message in refused] == [
         "holds both session.jsonl and session.jsonl.zstd",
-        "a flat session file; dsh keeps each session in <project>/<id>/session.jsonl[.zstd]",
-        "a v4 session log (dsh 0.1.5 and later); the pipeline carries only v0 so far (inspect reads it), so the "
-        "session is not shipped",
-        "a v3 session log (dsh 0.1.5 and later); the pipeline carries only v0 so far (inspect reads it), so the "
-        "session is not shipped"]
+        "a flat session file; dsh keeps each session in <project>/<id>/session.jsonl[.zstd]"]
