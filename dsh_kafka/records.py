@@ -26,7 +26,7 @@ from .topics import MAX_MESSAGE_BYTES
 
 __all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "SessionRecord", "KafkaRecord", "Attestation",
            "record_from_line", "records_for_batch", "header_record", "attestation_record", "check_envelope",
-           "check_identity", "check_same_header", "decode_kafka_record", "where_of"]
+           "check_format", "check_identity", "check_same_header", "decode_kafka_record", "where_of"]
 
 KIND_HEADER = "header"
 KIND_RECORD = "record"
@@ -206,7 +206,17 @@ def _differences(first: SessionHeader, second: SessionHeader) -> str:
 
 def check_identity(record: SessionRecord, header: SessionHeader) -> None:
     """The key is a record's identity: a header naming another session is
-    refused with :class:`IdentityError`."""
+    refused with :class:`IdentityError`; one whose ``dsh-format`` is not its
+    version, with :class:`DecodeError`."""
     if header.id != record.session_id:
         raise IdentityError(f"session {record.session_id!r}: the header in the value names session {header.id!r}; "
                             "the record key is the session's identity")
+    check_format(record, header)
+
+
+def check_format(record: SessionRecord, header: SessionHeader | None) -> None:
+    """A record's ``dsh-format`` is its session header's version (unchecked
+    while the header is not known); raises :class:`DecodeError`."""
+    if header is not None and record.format_version != header.version:
+        raise DecodeError(f"session {record.session_id!r}: a {record.kind} at seq {record.seq} says dsh-format "
+                          f"{record.format_version}, but the session's header is format v{header.version}")

@@ -27,7 +27,7 @@ from dsh_core.folds import read_header
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.layout import Compression
 from dsh_core.storage.writer import SessionFileWriter
-from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_identity,
+from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_format, check_identity,
                                check_same_header)
 
 from ..runtime.config import ServiceConfig
@@ -133,6 +133,7 @@ class Archive(Policy[ArchivedSession]):
                 drain(session)
                 self._changed[session_id] = session
             return
+        check_format(decoded, session.header)
         check_envelope(decoded)  # the file takes the value as it is: its seq and count must be what it says
         if deliver(session, decoded.seq, decoded.value, decoded.count) is Placement.DUPLICATE:
             ARCHIVE_SKIPPED.labels("duplicate").inc()

@@ -44,8 +44,8 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import ConflictingWriterError, DecodeError, DshError, InternalError
-from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, check_same_header,
-                               decode_kafka_record, where_of)
+from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, check_format,
+                               check_same_header, decode_kafka_record, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.policy import CommittedOffset, Policy
@@ -144,6 +144,7 @@ class Audit(Policy[AuditedSession]):
         expected = session.next_seq()
         if expected is None or decoded.seq > expected:
             self._gap(session, expected, decoded.seq, record)
+        check_format(decoded, session.fold.header if session.fold is not None else None)
         deliver(session, decoded.seq, decoded.value, decoded.count)  # a duplicate is transport, not a log defect
         self._gap_closed(session)
 

@@ -35,7 +35,8 @@ from dsh_core.errors import DshError, InternalError
 from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_identity, check_same_header
+from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format, check_identity,
+                               check_same_header)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
@@ -240,6 +241,7 @@ class Projection(Policy[ProjectedSession]):
         self._heal(session)
 
     def _record(self, session: ProjectedSession, decoded: SessionRecord) -> None:
+        check_format(decoded, session.fold.header if session.fold is not None else None)
         try:
             placement = deliver(session, decoded.seq, decoded.value, decoded.count)
         except DshError:

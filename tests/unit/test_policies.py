@@ -272,3 +272,20 @@ def test_other_bytes_at_an_applied_seq_are_a_conflicting_writer_not_a_duplicate(
                         ] == [("conflicting-writer", 3)]
     [path] = find_session_files(tmp_path / "archive")
     assert load_session(path).stored_count == truth.next_seq
+
+
+def test_a_record_claiming_another_format_than_its_session_is_refused_by_every_service(tmp_path):
+    truth, records = _session(seed=47)
+    header = next(r for r in records if r.kind == KIND_HEADER)
+    claims_v4 = next(r for r in records if r.kind == KIND_RECORD and r.seq > 3)
+    claims_v4 = SessionRecord(claims_v4.session_id, KIND_RECORD, claims_v4.seq, claims_v4.count, claims_v4.value, 4)
+    header_v3 = SessionRecord(header.session_id, KIND_HEADER, 0, 0, header.value, 3)
+    policies = [Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
+                Audit(AuditorConfig(kafka=KAFKA)), Archive(ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive"))]
+    for policy in policies:
+        outputs = run_batch(policy, fetched([header_v3, header, claims_v4] + records))
+        errors = [headers["dsh-dlq-error"] for _, _, headers in outputs.on(NAMES.dead_letter)]
+        assert [error.split(b"': ", 1)[1] for error in errors] == [
+            b"a header at seq 0 says dsh-format 3, but the session's header is format v0",
+            f"a record at seq {claims_v4.seq} says dsh-format 4, but the session's header is format v0".encode()], \
+            policy.name
