@@ -94,14 +94,15 @@ def _simulate(args: argparse.Namespace) -> int:
     from dsh_pipeline.runtime import resolve_kafka
     from producers.publisher import Publisher
     from dsh_core.jsonvalue import encode_json
-    from producers.fleet import fleet, manifest
+    from producers.fleet import fleet, formats_summary, manifest
     from producers.simulator import FaultPlan, SimulatorConfig
 
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     faults = FaultPlan(**{kind: getattr(args, f"fault_{kind}") for kind in
                           ("unlogged", "dropped", "duplicate", "lossless", "unknown")})
-    config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults)
+    config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults,
+                             formats=args.format)
     progress = _Progress(enabled=sys.stderr.isatty())
 
     async def main() -> dict:
@@ -115,9 +116,23 @@ def _simulate(args: argparse.Namespace) -> int:
     progress.done()
     if args.manifest:
         Path(args.manifest).write_bytes(encode_json(result) + b"\n")
-    print(f"simulated {result['sessions']} sessions, {result['events']} events, {result['attestations']} "
+    print(f"simulated {result['sessions']} sessions ({formats_summary(result)}), {result['events']} events, "
+          f"{result['attestations']} "
           f"attestations; injected {result['injected']}" + (f"; manifest {args.manifest}" if args.manifest else ""))
     return EXIT_OK
+
+
+def _formats(text: str) -> tuple[int, ...]:
+    """``--format``: one session format, or a comma-separated mix (``0,3,4``)."""
+    from producers.simulator import FORMATS
+    try:
+        formats = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        formats = ()
+    if not formats or any(version not in FORMATS for version in formats):
+        raise argparse.ArgumentTypeError(f"expected formats among {', '.join(map(str, FORMATS))} (e.g. 4 or 0,3,4), "
+                                         f"got {text!r}")
+    return formats
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -154,7 +169,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from dsh_pipeline.demo import DemoConfig, run_demo
-    return run_demo(DemoConfig(sessions=args.sessions, seed=args.seed, bootstrap=args.bootstrap,
+    return run_demo(DemoConfig(sessions=args.sessions, seed=args.seed, formats=args.format, bootstrap=args.bootstrap,
                                workdir=Path(args.workdir) if args.workdir else None, keep=args.keep))
 
 
@@ -331,6 +346,8 @@ def build_parser() -> _Cli:
     demo = commands.add_parser("demo", help="the end-to-end pipeline on a local broker, checked against ground truth")
     demo.add_argument("--sessions", type=int, default=300)
     demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--format", type=_formats, default=(0, 3, 4), metavar="V[,V...]",
+                      help="the fleet's session formats, taken in turns (default 0,3,4: v0, v3 and v4 side by side)")
     demo.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
     demo.add_argument("--keep", action="store_true", help="keep the work folder")
@@ -355,6 +372,9 @@ def build_parser() -> _Cli:
     simulate.add_argument("--sessions", type=int, default=50)
     simulate.add_argument("--seed", type=int, default=1)
     simulate.add_argument("--max-turns", type=int, default=4)
+    simulate.add_argument("--format", type=_formats, default=(0,), metavar="V[,V...]",
+                          help="session format: 0 (dsh 0.1.x), 3 (0.1.5) or 4 (0.2.1); a comma-separated list "
+                               "writes a mixed fleet, taking them in turns (default 0)")
     simulate.add_argument("--manifest", help="write the ground-truth manifest (JSON) here")
     for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown"):
         simulate.add_argument(f"--fault-{kind}", type=int, default=0, metavar="N", help=f"inject N {kind} defects")

@@ -2,8 +2,9 @@
 
 1. Start the local Kafka broker (unless a cluster is given).
 2. Start the projector, the auditor and the archiver as separate processes.
-3. Run the simulator (its own process): a fleet with a few injected faults,
-   writing the ground-truth manifest.
+3. Run the simulator (its own process): a fleet of v0, v3 and v4 sessions
+   side by side with a few injected faults, writing the ground-truth
+   manifest.
 4. Show progress (events/s, consumer lag, sessions, findings) until every
    service has caught up with the events topic.
 5. Compare the views with the ground truth, the findings with the injected
@@ -34,6 +35,7 @@ from consumers.projector import ProjectorConfig
 from dsh_core.jsonvalue import decode_json
 from dsh_pipeline.ground_truth import compare
 from dsh_pipeline.local_kafka import LocalKafka
+from producers.fleet import formats_summary
 from dsh_kafka.clients import make_admin, make_consumer
 from dsh_kafka.config import ConsumerSettings, KafkaConfig
 from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
@@ -48,6 +50,7 @@ GROUPS = {"projector": ProjectorConfig.group, "auditor": AuditorConfig.group, "a
 class DemoConfig:
     sessions: int = 300
     seed: int = 7
+    formats: tuple[int, ...] = (0, 3, 4)  # session formats, in turns: a mixed fleet
     bootstrap: str | None = None
     workdir: Path | None = None
     keep: bool = False
@@ -195,10 +198,12 @@ def run_demo(config: DemoConfig) -> int:
                                               stderr=subprocess.STDOUT))
         faults = max(1, config.sessions // 100)
         simulate = _cli("simulate", "--sessions", str(config.sessions), "--seed", str(config.seed),
+                        "--format", ",".join(map(str, config.formats)),
                         "--manifest", str(manifest_path), *common, *[f"--fault-{kind}={faults}" for kind in
                                                                      ("unlogged", "dropped", "duplicate", "lossless",
                                                                       "unknown")])
-        print(f"simulating {config.sessions} agents with {faults} fault(s) of each kind ...", flush=True)
+        print(f"simulating {config.sessions} agents (formats {', '.join(f'v{v}' for v in config.formats)} in turns) "
+              f"with {faults} fault(s) of each kind ...", flush=True)
         sim_log = run / "simulator.log"
         sim = subprocess.Popen(simulate, stdout=open(sim_log, "wb"), stderr=subprocess.STDOUT)
         services = list(children)
@@ -217,7 +222,8 @@ def run_demo(config: DemoConfig) -> int:
         problems = compare(manifest, db, archive, findings)
         rules = collections.Counter(f["rule"] for f in findings)
         print(f"\nreport after {time.monotonic() - started:.0f} s")
-        print(f"  sessions {manifest['sessions']}, events {manifest['events']}, attestations {manifest['attestations']}")
+        print(f"  sessions {manifest['sessions']} ({formats_summary(manifest)}), events {manifest['events']}, attestations "
+              f"{manifest['attestations']}")
         print(f"  injected {manifest['injected']}")
         print(f"  findings {dict(sorted(rules.items()))}")
         print("  views checked against ground truth, archive checked against shipped logs")

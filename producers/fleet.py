@@ -11,7 +11,7 @@ from dsh_kafka.records import SessionRecord
 
 from .simulator import FAULT_KINDS, SimulatedSession, SimulatorConfig, fault_assignment, simulate_session
 
-__all__ = ["fleet", "manifest"]
+__all__ = ["fleet", "formats_summary", "manifest"]
 
 
 async def fleet(config: SimulatorConfig, send: Callable[[SessionRecord], Any], concurrency: int = 64,
@@ -44,6 +44,13 @@ async def fleet(config: SimulatorConfig, send: Callable[[SessionRecord], Any], c
 def manifest(config: SimulatorConfig, truths: list[SimulatedSession]) -> dict[str, Any]:
     """The ground-truth manifest the consumers' tests and the demo check."""
     counts = {kind: sum(1 for t in truths for d in t.defects if d.kind == kind) for kind in FAULT_KINDS}
-    return {"seed": config.seed, "sessions": len(truths), "faults": asdict(config.faults), "injected": counts,
+    formats = {str(version): sum(1 for t in truths if t.format == version) for version in sorted(set(config.formats))}
+    return {"seed": config.seed, "sessions": len(truths), "formats": formats, "faults": asdict(config.faults),
+            "injected": counts,
             "events": sum(t.next_seq for t in truths), "attestations": sum(t.attestations for t in truths),
             "truth": {t.session_id: t.to_json() for t in truths}}
+
+
+def formats_summary(manifest: dict[str, Any]) -> str:
+    """How many sessions of each format a manifest holds: ``100 v0, 100 v3, 100 v4``."""
+    return ", ".join(f"{count} v{version}" for version, count in sorted(manifest["formats"].items()))

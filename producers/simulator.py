@@ -1,12 +1,12 @@
 """A fleet of simulated dsh agents, deterministic from a seed.
 
-Each agent drives a :class:`SessionLog` through realistic turns: streamed
-reasoning, text and parallel tool-call deltas (published as packed rows, as
-dsh stores them), tool calls and results (some large), max-tokens cut-offs,
-aborted and errored turns, rejected pre-steps (turns without a step),
-injected context, request header changes, retries, compaction replaces and
-tool-result trims. For every model request it publishes an attestation of
-the request it "sent".
+Each agent writes a session log (:mod:`producers.simulated_logs`, in the
+fleet's formats: v0, v3, v4) through realistic turns: streamed reasoning,
+text and parallel tool-call deltas, tool calls and results (some large),
+max-tokens cut-offs, aborted and errored turns, rejected pre-steps (turns
+without a step), injected context, request header changes, retries,
+compaction replaces and tool-result trims. For every model request it
+publishes an attestation of the request it "sent".
 
 Fault knobs inject exactly countable defects, each recorded in the
 ground-truth manifest with its session and seq:
@@ -25,17 +25,19 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-from dsh_core.events import Event
-from dsh_core.jsonvalue import sha256_jcs, thaw
-from dsh_kafka.records import Attestation, SessionRecord, attestation_record, header_record, records_for_batch
-from dsh_core.request import build_request, request_digest
-from dsh_core.session import SessionLog
-from dsh_core.session_header import SessionHeader
+import msgspec
 
-__all__ = ["FAULT_KINDS", "FaultPlan", "SimulatorConfig", "SimulatedSession", "Defect", "fault_assignment",
+from dsh_core.jsonvalue import sha256_jcs, thaw
+from dsh_kafka.records import Attestation, SessionRecord, attestation_record, header_record
+from dsh_core.request import build_request, request_digest
+
+from .simulated_logs import FORMATS, Block, SimulatedLog, open_log
+
+__all__ = ["FAULT_KINDS", "FORMATS", "FaultPlan", "SimulatorConfig", "SimulatedSession", "Defect", "fault_assignment",
            "simulate_session", "messages_digest"]
 
 FAULT_KINDS = ("unlogged", "dropped", "duplicate", "lossless", "unknown")
+SYSTEM = "You are a coding agent. Keep replies short."
 WORDS = ("Let", " me", " look", " at", " the", " tests", " first", ".", " The", " failure", " is", " in",
          " parse", "_line", ";", " I", " will", " fix", " it", " now", "\n", " `", "src", "/", "main", ".py", "`")
 TOOLS = [{"name": "bash", "description": "Run a shell command.",
@@ -68,6 +70,14 @@ class SimulatorConfig:
     big_result_probability: float = 0.01
     big_result_bytes: tuple[int, int] = (1 << 20, 3 << 20)
     faults: FaultPlan = FaultPlan()
+    #: the session formats, by turns: session ``i`` is written in ``formats[i % len(formats)]``
+    formats: tuple[int, ...] = (0,)
+
+    def __post_init__(self) -> None:
+        unknown = [version for version in self.formats if version not in FORMATS]
+        if not self.formats or unknown:
+            raise ValueError(f"simulated formats must be some of {', '.join(map(str, FORMATS))}, "
+                             f"got {', '.join(map(str, self.formats)) or 'none'}")
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,7 @@ class SimulatedSession:
     """Ground truth of one session."""
 
     session_id: str
+    format: int = 0
     next_seq: int = 0
     messages_digest: str = ""
     turns: int = 0
@@ -99,7 +110,8 @@ def messages_digest(messages: list[Any]) -> str:
 class _Agent:
     """One simulated agent loop over a :class:`SessionLog`."""
 
-    def __init__(self, session_id: str, config: SimulatorConfig, faults: list[str], rng: random.Random) -> None:
+    def __init__(self, session_id: str, config: SimulatorConfig, faults: list[str], rng: random.Random,
+                 version: int) -> None:
         self.rng = rng
         self.config = config
         start = 1_767_225_600_000 + rng.randrange(10**9)
@@ -109,13 +121,11 @@ class _Agent:
             self._now += rng.randint(0, 40)
             return self._now
 
-        header = SessionHeader(id=session_id, createdAt=start, cwd=f"/home/dev/project-{rng.randrange(20)}",
-                               delegationDepth=0)
-        self.log = SessionLog(session_id, header=header, clock=clock)
-        self.truth = SimulatedSession(session_id)
+        self.log: SimulatedLog = open_log(version, session_id, start, f"/home/dev/project-{rng.randrange(20)}",
+                                          clock)
+        self.truth = SimulatedSession(session_id, version)
         self.faults = faults  # kinds this session must get, each once
-        self.pending: list[Event] = []
-        self.out: list[SessionRecord] = [header_record(header)]
+        self.out: list[SessionRecord] = [header_record(self.log.header)]
         self.model = rng.choice(["deepseek-chat", "deepseek-reasoner"])
         self.header_sent: Any = None
         self.context_sent: Any = None
@@ -125,19 +135,10 @@ class _Agent:
 
     # ---------------------------------------------------------- plumbing
 
-    def append(self, event_type: str, data: Any, **surface: Any) -> Event:
-        event = self.log.append(event_type, data, **surface)
-        self.pending.append(event)
-        return event
-
     def publish_pending(self) -> None:
         """Turn pending events into records (one append batch), injecting
         the record-level faults this session owes."""
-        if not self.pending:
-            return
-        records = records_for_batch(self.log.session_id, self.pending)
-        self.pending = []
-        for record in records:
+        for record in self.log.take_records():
             if not self.armed:
                 self.out.append(record)
                 continue
@@ -148,8 +149,8 @@ class _Agent:
             if "lossless" in self.faults and b'"type":"session/title"' in record.value:
                 self.faults.remove("lossless")
                 self.truth.defects.append(Defect("lossless", record.seq))
-                record = SessionRecord(record.session_id, record.kind, record.seq, record.count,
-                                       record.value.replace(b'"source":', b'"counter":9007199254740993,"source":', 1))
+                record = msgspec.structs.replace(record, value=record.value.replace(
+                    b'"source":', b'"counter":9007199254740993,"source":', 1))
             self.out.append(record)
             if "duplicate" in self.faults:
                 self.faults.remove("duplicate")
@@ -160,7 +161,7 @@ class _Agent:
         """The loop sends a request now: publish what precedes it, then the
         attestation of the request it built (maybe with unlogged content)."""
         boundary = self.log.seq
-        messages = self.log.derive_messages()
+        messages = self.log.messages()
         if "unlogged" in self.faults and self.armed:
             self.faults.remove("unlogged")
             self.truth.defects.append(Defect("unlogged", boundary))
@@ -194,193 +195,144 @@ class _Agent:
                 yield self.drain()
         if "unknown" in self.faults:
             self.faults.remove("unknown")
-            event = self.append("x-sim/required-extension", {"note": "a newer harness wrote this"})
-            self.truth.defects.append(Defect("unknown", event.seq))
+            seq = self.log.append("x-sim/required-extension", {"note": "a newer harness wrote this"}, refused=True)
+            self.truth.defects.append(Defect("unknown", seq))
             self.publish_pending()
             yield self.drain()
         assert not self.faults, f"faults not injected: {self.faults}"
         self.truth.next_seq = self.log.seq
         self.truth.turns = turns
-        self.truth.messages_digest = messages_digest(self.log.derive_messages())
+        self.truth.messages_digest = messages_digest(self.log.messages())
         yield self.drain()
 
     def drain(self) -> list[SessionRecord]:
         out, self.out = self.out, []
         return out
 
-    def user_message(self, text: str, kind: str = "user") -> Event:
-        source: dict[str, Any] = {"kind": kind} if kind == "user" else {"kind": "plugin", "plugin": "context",
-                                                                         "form": "snapshot", "sections": []}
-        return self.append("user/message", {"id": self.message_id("u"), "role": "user",
-                                            "content": [{"type": "text", "text": text}], "source": source},
-                           surface_op="append")
+    def user_message(self, text: str, runtime_context: bool = False) -> int:
+        source = (self.log.runtime_context_source([{"name": "sandbox:policy", "text": text}]) if runtime_context
+                  else {"kind": "user"})
+        return self.log.append("user/message", {"id": self.message_id("u"), "role": "user",
+                                                "content": [{"type": "text", "text": text}], "source": source},
+                               surface_op="append")
 
     def ensure_header(self, turn: int, force: bool) -> None:
         if force or self.header_sent is None:
-            config: dict[str, Any] = {"provider": "deepseek", "model": self.model}
+            config: dict[str, Any] = {"provider": self.log.provider, "model": self.model}
             if self.rng.random() < 0.5:
                 config["maxTokens"] = self.rng.choice([4096, 8192])
-            header = {"config": config, "system": "You are a coding agent. Keep replies short.",
-                      "tools": TOOLS}
+            header = self.log.request_header_value(config, SYSTEM, TOOLS)
             reason = "initial" if self.header_sent is None else "change"
-            self.append("request/header", {"header": header, "reason": reason})
+            self.log.append("request/header", {"header": header, "reason": reason})
             self.header_sent = header
-        context = {"provider": "deepseek", "model": self.model, "contextWindow": 128000}
+        context = {"provider": self.log.provider, "model": self.model, "contextWindow": 128000}
         if context != self.context_sent:
-            self.append("request/context", context)
+            self.log.append("request/context", context)
             self.context_sent = context
 
     def turn(self, turn: int) -> None:
-        rng = self.rng
+        rng, log = self.rng, self.log
         if rng.random() < 0.3:
-            self.append("agent/inbox/spliced", {"target": "next-turn", "start": 0, "inserted": []})
-        self.append("turn/start", {"turn": turn})
+            log.append("agent/inbox/spliced", {"target": "next-turn", "start": 0, "inserted": []})
+        log.append("turn/start", {"turn": turn})
         if self.armed and "lossless" in self.faults:
-            self.append("session/title", {"title": "Fixing tests", "messageSeqs": [], "source": {"kind": "fallback"}})
+            log.append("session/title", {"title": "Fixing tests", "messageSeqs": [], "source": {"kind": "user"}})
         if rng.random() < 0.07 and not (self.armed and "unlogged" in self.faults):
             # a pre-step hook rejects the step: no step at all
-            self.append("hook/result", {"turn": turn, "point": "pre-step", "handlerId": "policy", "decision": "block",
-                                        "durationMs": 3})
-            self.append("turn/end", {"turn": turn, "reason": {"kind": "blocked"}})
+            log.append("hook/result", {"turn": turn, "point": "pre-step", "handlerId": "policy", "decision": "block",
+                                       "durationMs": 3})
+            log.append("turn/end", {"turn": turn, "reason": {"kind": "blocked"}})
             return
         max_tokens_hit = False
         for step in range(1, rng.randint(1, 4) + 1):
-            self.append("step/start", {"turn": turn, "step": step})
+            log.append("step/start", {"turn": turn, "step": step})
+            log.begin_step(turn, step, SYSTEM)
             if step == 1:
-                self.user_message(" ".join(self.words(4, 20)).strip() or "Go on.")
+                asked = self.user_message(" ".join(self.words(4, 20)).strip() or "Go on.")
                 if rng.random() < 0.4:
-                    self.user_message("Current runtime context: sandbox off.", kind="plugin")
+                    self.user_message("Current runtime context: sandbox off.", runtime_context=True)
                 if turn == 1 and rng.random() < 0.5:
-                    self.append("session/title", {"title": "Fixing tests", "messageSeqs": [],
-                                                  "source": {"kind": "fallback"}})
+                    log.append("session/title", {"title": "Fixing tests", "messageSeqs": [asked],
+                                                 "source": {"kind": "fallback"}})
             if rng.random() < 0.1:
                 self.model = "deepseek-reasoner" if self.model == "deepseek-chat" else "deepseek-chat"
                 self.ensure_header(turn, force=True)
             else:
                 self.ensure_header(turn, force=False)
             outcome = rng.random()
-            if outcome < 0.05:  # the provider fails: error finish, step/end, turn/end error
+            if outcome < 0.05:  # the provider fails: a failed attempt, step/end, turn/end error
                 self.attest(turn, step)
                 failure = {"message": "upstream 500", "code": "SERVER", "status": 500}
-                self.append("assistant/chunk", {"turn": turn, "step": step, "chunk": {
-                    "type": "finish", "reason": {"kind": "error", "failure": failure}}})
-                self.append("step/end", {"turn": turn, "step": step})
-                self.append("turn/end", {"turn": turn, "reason": {"kind": "error", "error": failure}})
+                log.failed_attempt(turn, step, failure)
+                log.append("step/end", {"turn": turn, "step": step})
+                log.append("turn/end", {"turn": turn, "reason": {"kind": "error", "error": failure}})
                 return
-            if outcome < 0.10:  # retry: an error finish, llm/retry, then a second attempt
+            if outcome < 0.10:  # retry: a failed attempt, llm/retry, then a second attempt
                 self.attest(turn, step)
-                self.append("assistant/chunk", {"turn": turn, "step": step, "chunk": {
-                    "type": "finish", "reason": {"kind": "error", "failure": {"message": "empty", "code": "EMPTY_RESPONSE"}}}})
-                self.append("llm/retry", {"retryId": self.message_id("r"), "turn": turn, "step": step,
-                                          "provider": "deepseek", "mode": "auto", "policyKey": "empty", "retry": 1,
-                                          "delayMs": 100, "failure": {"message": "empty", "code": "EMPTY_RESPONSE"}})
+                failure = {"message": "empty", "code": "EMPTY_RESPONSE"}
+                log.failed_attempt(turn, step, failure)
+                log.retry(turn, step, self.message_id("r"), failure)
             if outcome > 0.96:  # the user cancels mid-stream: interrupted prefix, turn aborted
                 self.attest(turn, step)
                 self.stream_answer(turn, step, calls=0, finish=None, interrupted=True)
-                self.append("step/end", {"turn": turn, "step": step})
-                self.append("turn/end", {"turn": turn, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
+                log.append("step/end", {"turn": turn, "step": step})
+                log.append("turn/end", {"turn": turn, "reason": {"kind": "aborted", "reason": {"kind": "user"}}})
                 return
             self.attest(turn, step)
             calls = rng.choice([0, 0, 1, 1, 2, 3])
             finish = "tool-calls" if calls else "stop"
             if rng.random() < 0.06:
                 finish, calls, max_tokens_hit = "max-tokens", 0, True
-            call_ids = self.stream_answer(turn, step, calls, finish)
-            self.run_tools(turn, step, call_ids)
-            self.append("step/end", {"turn": turn, "step": step})
+            called = self.stream_answer(turn, step, calls, finish)
+            self.run_tools(turn, step, called)
+            log.append("step/end", {"turn": turn, "step": step})
             self.publish_pending()
-            if not call_ids:
+            if not called:
                 break
-        self.append("turn/end", {"turn": turn, "reason": {"kind": "max-tokens" if max_tokens_hit else "completed"}})
+        log.append("turn/end", {"turn": turn, "reason": {"kind": "max-tokens" if max_tokens_hit else "completed"}})
 
     def stream_answer(self, turn: int, step: int, calls: int, finish: str | None,
-                      interrupted: bool = False) -> list[str]:
+                      interrupted: bool = False) -> list[Block]:
+        """The model's answer; returns the tool calls it made."""
         rng = self.rng
-        sources: list[int] = []
-        blocks: list[dict[str, Any]] = []
-
-        def chunk(body: dict[str, Any]) -> None:
-            sources.append(self.append("assistant/chunk", {"turn": turn, "step": step, "chunk": body}).seq)
-
-        index = 0
-        for kind in (["reasoning"] if self.model == "deepseek-reasoner" else []) + ["text"]:
-            pieces = self.words(1, 80)
-            chunk({"type": "block-start", "index": index, "blockType": kind})
-            for piece in pieces:
-                chunk({"type": f"{kind}-delta", "index": index, "text": piece})
-            block = {"type": kind, "text": "".join(pieces)}
-            chunk({"type": "block-end", "index": index, "block": block})
-            blocks.append(block)
-            index += 1
-        call_ids = []
+        kinds = (["reasoning"] if self.model == "deepseek-reasoner" else []) + ["text"]
+        blocks = [Block(kind, tuple(self.words(1, 80))) for kind in kinds]
         for _ in range(calls):
-            call_id = self.message_id("call")
             tool = rng.choice(["bash", "read"])
-            args = ['{"', "command" if tool == "bash" else "path", '": "', *self.words(1, 6), '"}']
-            chunk({"type": "block-start", "index": index, "blockType": "tool-call"})
-            for k, piece in enumerate(args):
-                body: dict[str, Any] = {"type": "tool-call-delta", "index": index, "id": call_id}
-                if k == 0:
-                    body["name"] = tool
-                body["argumentsDelta"] = piece
-                chunk(body)
-            block = {"type": "tool-call", "id": call_id, "name": tool, "arguments": "".join(args)}
-            chunk({"type": "block-end", "index": index, "block": block})
-            blocks.append(block)
-            call_ids.append(call_id)
-            index += 1
+            args = ('{"', "command" if tool == "bash" else "path", '": "', *self.words(1, 6), '"}')
+            blocks.append(Block("tool-call", args, self.message_id("call"), tool))
         usage = {"inputTokens": rng.randint(500, 20000), "outputTokens": rng.randint(10, 2000)}
-        if finish is not None:
-            chunk({"type": "usage", "usage": usage})
-            chunk({"type": "finish", "reason": {"kind": finish}})
-        data: dict[str, Any] = {"turn": turn, "step": step, "message": {
-            "id": self.message_id("a"), "role": "assistant", "content": blocks,
-            "source": {"kind": "model", "provider": "deepseek", "model": self.model}}}
-        if finish is not None:
-            data["usage"] = usage
-        if interrupted:
-            data["message"]["content"] = [b for b in blocks if b["type"] != "tool-call"]
-            data["interrupted"] = True
-        self.append("assistant/message", data, surface_op="append", source_event_seqs=sources)
-        return call_ids
+        shown = [b for b in blocks if b.kind != "tool-call"] if interrupted else blocks
+        message = {"id": self.message_id("a"), "role": "assistant", "content": [b.content for b in shown],
+                   "source": {"kind": "model", "provider": self.log.provider, "model": self.model}}
+        self.log.answer(turn, step, message, blocks, usage, finish, interrupted)
+        return [b for b in shown if b.kind == "tool-call"]
 
-    def run_tools(self, turn: int, step: int, call_ids: list[str]) -> None:
-        rng = self.rng
+    def run_tools(self, turn: int, step: int, called: list[Block]) -> None:
+        rng, log = self.rng, self.log
         calls = {}
-        for call_id in call_ids:
-            calls[call_id] = self.append("tool/call", {"turn": turn, "step": step, "callId": call_id, "name": "bash",
-                                                       "arguments": "{}"}).seq
-        for call_id in rng.sample(call_ids, len(call_ids)):  # results arrive in any order
+        for block in called:
+            calls[block.call_id] = log.append("tool/call", {"turn": turn, "step": step, "callId": block.call_id,
+                                                            "name": block.name, "arguments": block.content["arguments"]})
+        for block in rng.sample(called, len(called)):  # results arrive in any order
             if rng.random() < self.config.big_result_probability:
                 size = rng.randint(*self.config.big_result_bytes)
                 output = ("".join(self.words(200, 200)) * (size // 800 + 1))[:size]
             else:
                 output = "".join(self.words(5, 120))
-            data = {"turn": turn, "step": step, "message": {
-                "id": self.message_id("t"), "role": "user", "source": {"kind": "tool", "callId": call_id},
-                "content": [{"type": "tool-result", "toolCallId": call_id,
-                             "content": [{"type": "text", "text": output}], "isError": rng.random() < 0.1}]}}
-            result = self.append("tool/result", data, surface_op="append", source_event_seqs=[calls[call_id]])
+            message_id, is_error = self.message_id("t"), rng.random() < 0.1
+            result = log.append("tool/result", {"turn": turn, "step": step, "message": log.tool_result_message(
+                message_id, block.call_id, output, is_error)}, surface_op="append", sources=[calls[block.call_id]])
             if len(output) > 2000 or rng.random() < 0.05:  # trim it for the model
-                trimmed = thaw(result.data)
-                trimmed["message"]["content"][0]["content"] = [{"type": "text", "text": output[:200] + "…[trimmed]"}]
-                self.append("tool/result", trimmed, surface_op={"op": "replace", "start": result.seq, "end": result.seq},
-                            source_event_seqs=[result.seq])
+                trimmed = log.tool_result_message(message_id, block.call_id, output[:200] + "…[trimmed]", is_error)
+                log.append("tool/result", {"turn": turn, "step": step, "message": trimmed},
+                           surface_op=log.replace(result, result), sources=[result])
 
     def compact(self) -> None:
-        nodes = list(self.log.surface_nodes)
+        nodes = list(self.log.compactable)
         keep = self.rng.randint(1, 3)
         shadowed = nodes[:-keep] if len(nodes) > keep else nodes[:1]
-        compaction_id = self.message_id("c")
-        self.append("compaction/start", {"compactionId": compaction_id, "turn": None})
-        summary = self.append("compaction/summary", {"compactionId": compaction_id, "summary": "Earlier work, summarized.",
-                                                     "shadowedSeqs": shadowed})
-        self.append("user/message", {"id": self.message_id("s"), "role": "user",
-                                     "content": [{"type": "text", "text": "Summary of earlier work."}],
-                                     "source": {"kind": "plugin", "plugin": "compaction", "form": "relay"}},
-                    surface_op={"op": "replace", "start": shadowed[0], "end": shadowed[-1]},
-                    source_event_seqs=shadowed + [summary.seq])
-        self.append("compaction/end", {"compactionId": compaction_id, "turn": None})
+        self.log.compaction(self.message_id("c"), shadowed, self.message_id("s"))
 
 
 def fault_assignment(config: SimulatorConfig) -> dict[int, list[str]]:
@@ -401,5 +353,5 @@ def simulate_session(config: SimulatorConfig, index: int, faults: list[str] | No
     session_id = f"sim-{config.seed}-{index:06d}-{rng.randrange(16**6):06x}"
     if faults is None:
         faults = list(fault_assignment(config).get(index, []))
-    agent = _Agent(session_id, config, faults, rng)
+    agent = _Agent(session_id, config, faults, rng, config.formats[index % len(config.formats)])
     return agent.truth, agent.run()

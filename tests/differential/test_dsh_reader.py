@@ -19,7 +19,6 @@ import pytest
 from dsh_core.inspect import inspect_path
 from tests.conftest import canonical
 from tests.oracle import encode_segment, place_log, run_oracle
-from tests.oracle.extract import OracleUnavailableError, oracle_dir
 import random
 
 from tests.oracle.mutations import MUTATIONS, plain_log, read_log, tools_log, write_mutations
@@ -30,14 +29,6 @@ REAL_LOGS = sorted(FIXTURES.glob("*.v4.jsonl.zstd"))
 
 #: dsh reports a log in another session's folder with a plain Error; ours names it an identity problem.
 _CATEGORY_OF_PLAIN_ERROR = {"identity": "invalid-log"}
-
-
-@pytest.fixture(scope="module")
-def oracle() -> Path:
-    try:
-        return oracle_dir()
-    except OracleUnavailableError as error:
-        pytest.skip(f"dsh 0.2.1rc2's reader cannot run here: {error}")
 
 
 #: Random logs, each written with a random third of the mutations.

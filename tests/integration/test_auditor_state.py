@@ -89,7 +89,7 @@ def test_rebalance_two_auditors_one_stopped_midway(kafka, topics, group_id, tmp_
     names = topics(partitions=6)
     faults = FaultPlan(unlogged=3, dropped=2, lossless=2, unknown=1)
     truths = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=150, seed=61, max_turns=4,
-                                                                     faults=faults)))
+                                                                     faults=faults, formats=(0, 3, 4))))
     group = group_id("auditor")
     prefix = names.events[: -len("dsh.session-events")]
     total = asyncio.run(group_lag(kafka, names.events, group))

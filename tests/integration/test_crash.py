@@ -31,7 +31,7 @@ def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
     names = topics(partitions=6)
     faults = FaultPlan(unlogged=3, dropped=2, duplicate=2, lossless=2, unknown=2)
     truths = asyncio.run(publish_fleet(kafka, names, SimulatorConfig(sessions=250, seed=44, max_turns=5,
-                                                                     faults=faults)))
+                                                                     faults=faults, formats=(0, 3, 4))))
     prefix = names.events[: -len("dsh.session-events")]
     db = tmp_path / "views.sqlite"
     projector_group, auditor_group = group_id("projector"), group_id("auditor")

@@ -1,5 +1,5 @@
-"""Simulator → projector + auditor on the real broker: views and findings
-equal the ground truth exactly."""
+"""Simulator → projector + auditor on the real broker, a fleet of v0, v3 and v4
+sessions: views and findings equal the ground truth exactly."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def check_views(db, truths) -> list[str]:
 def test_findings_equal_injected_defects(kafka, topics, group_id, tmp_path):
     names = topics(partitions=12)
     faults = FaultPlan(unlogged=6, dropped=4, duplicate=4, lossless=4, unknown=3)
-    config = SimulatorConfig(sessions=300, seed=33, max_turns=4, faults=faults)
+    config = SimulatorConfig(sessions=300, seed=33, max_turns=4, faults=faults, formats=(0, 3, 4))
     truths = asyncio.run(publish_fleet(kafka, names, config))
     expected = expected_findings(truths)
     assert sum(expected.values()) == faults.total - faults.duplicate

@@ -117,3 +117,10 @@ def test_a_bug_is_reported_as_one_with_its_own_exit_code(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "Traceback" in err and err.rstrip().endswith(
         "dsh-pipeline view: internal error (a bug, please report it with the traceback above): KeyError: 'no such thing'")
+
+
+def test_a_session_format_the_simulator_cannot_write_is_a_usage_error():
+    for value in ("2", "0,5", "four", ""):
+        done = run("simulate", "--format", value, "--bootstrap", "127.0.0.1:1")  # refused before any client
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"argument --format: expected formats among 0, 3, 4 (e.g. 4 or 0,3,4), got {value!r}" in done.stderr
