@@ -107,14 +107,14 @@ def test_entries_that_change_or_cannot_be_read_are_reported_and_the_pass_goes_on
                        ("unreadable", b'{"seq": 0}')):
         (project / name).mkdir(parents=True)
         (project / name / "session.jsonl").write_bytes(_header(name) + b"\n" + body + b"\n")
-    read_new = shipper_module._read_new
+    read_new = shipper_module.read_new
 
     def unreadable(path, position):
         if path.parent.name == "unreadable":
             raise PermissionError(13, "Permission denied")
         return read_new(path, position)
 
-    monkeypatch.setattr(shipper_module, "_read_new", unreadable)
+    monkeypatch.setattr(shipper_module, "read_new", unreadable)
     shipper, sent, reports = _collecting_shipper(root, tmp_path / "state")
     asyncio.run(shipper.ship_once())
     assert [r.value for r in sent if r.session_id == "nine-mib-line"][1:] == [nine_mib]  # under the limit: shipped
