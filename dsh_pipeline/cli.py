@@ -140,26 +140,43 @@ def _worker(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
     from dsh_kafka.admin import prepare_topics
     from dsh_pipeline.runtime import resolve_kafka
-    from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
+    from producers.bridge import AgentBridge
     from producers.publisher import Publisher
 
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
-    executable, cordis = find_runtime()
     api_key = os.environ.get("DEEPSEEK_API_KEY")
     model_url = args.model_url or os.environ.get("DEEPSEEK_BASE_URL")
     if not api_key or not model_url:
         raise PipelineError("the dsh runtime needs DEEPSEEK_API_KEY and --model-url (or DEEPSEEK_BASE_URL)")
-    workspace = Path(args.workspace).resolve()
-    config = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=workspace,
-                           session_root=Path(args.session_root).resolve(), home=Path(args.home).resolve(),
-                           model_url=model_url, api_key=Secret(api_key), model=args.model)
+    workspace, home = Path(args.workspace).resolve(), Path(args.home).resolve()
+    if args.runtime == "headless":
+        from dsh_pipeline.dsh_runtimes import runtime_executable
+        from producers.headless import HeadlessBridge, HeadlessConfig
+        config = HeadlessConfig(executable=runtime_executable(args.dsh_version), workspace=workspace, home=home,
+                                model_url=model_url, api_key=Secret(api_key))
+
+        def bridge_for(publisher: Publisher) -> AgentBridge:
+            return HeadlessBridge(config, publisher)
+    else:
+        from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
+        if not args.session_id:
+            raise PipelineError("--session-id is required with --runtime jsonrpc (the headless runtime makes one)")
+        executable, cordis = find_runtime()
+        runtime = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=workspace,
+                                session_root=Path(args.session_root).resolve(), home=home, model_url=model_url,
+                                api_key=Secret(api_key), model=args.model)
+
+        def bridge_for(publisher: Publisher) -> AgentBridge:
+            return WorkerBridge(runtime, publisher)
 
     async def main() -> int:
         await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
-        async with Publisher(kafka, names) as publisher, WorkerBridge(config, publisher) as bridge:
+        async with Publisher(kafka, names) as publisher, bridge_for(publisher) as bridge:
+            session_id = args.session_id
             for text in args.prompt:
-                result = await bridge.prompt(args.session_id, text)
+                result = await bridge.prompt(session_id, text)
+                session_id = result.session_id
                 print(f"session {result.session_id}: turn ended {result.end_reason}, {result.events} events "
                       f"published (last seq {result.last_seq})")
         return EXIT_OK
@@ -311,12 +328,19 @@ def build_parser() -> _Cli:
     ship.set_defaults(run=service_commands.ship)
 
     worker = commands.add_parser("worker", help="run a real dsh agent runtime and publish its session live")
-    worker.add_argument("--session-id", required=True)
+    worker.add_argument("--runtime", choices=("jsonrpc", "headless"), default="jsonrpc",
+                        help="jsonrpc: dsh 0.1.1's JSON-RPC agent (v0 logs, from the installed runtime wheel); "
+                             "headless: dsh 0.2.x's headless CLI, a process per turn (v4 logs)")
+    worker.add_argument("--dsh-version", default="0.2.1rc2",
+                        help="headless: the deepseek-harness-runtime-bin release to run (fetched once into the cache)")
+    worker.add_argument("--session-id", help="the session to prompt (jsonrpc: required; headless: continue this "
+                                             "stored session instead of starting one)")
     worker.add_argument("--prompt", action="append", required=True, help="a user prompt (repeat for more turns)")
     worker.add_argument("--workspace", default=".", help="the agent's working directory")
-    worker.add_argument("--session-root", default="./sessions", help="where dsh writes its session files")
+    worker.add_argument("--session-root", default="./sessions", help="jsonrpc: where dsh writes its session files "
+                                                                     "(headless: under --home)")
     worker.add_argument("--home", default="./.dsh-home", help="DSH_HOME for the runtime")
-    worker.add_argument("--model-url", help="chat-completions endpoint (default: $DEEPSEEK_BASE_URL)")
+    worker.add_argument("--model-url", help="the model endpoint (default: $DEEPSEEK_BASE_URL)")
     worker.add_argument("--model", default="deepseek-v4-flash")
     _add_kafka_options(worker)
     worker.set_defaults(run=_worker)

@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter
 
@@ -27,7 +27,7 @@ from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import decompress_frame, iter_frames
 from dsh_core.storage.layout import encode_segment
 
-__all__ = ["RuntimeConfig", "WorkerBridge", "TurnResult", "find_runtime"]
+__all__ = ["AgentBridge", "RuntimeConfig", "WorkerBridge", "TurnResult", "find_runtime"]
 
 BRIDGE_EVENTS = Counter("dsh_bridge_events_total", "Session events received from dsh runtimes and published.")
 BRIDGE_TURNS = Counter("dsh_bridge_turns_total", "Turns run through the bridge, by outcome.", ["outcome"])
@@ -75,6 +75,19 @@ class TurnResult:
     events: int
     last_seq: int
     end_reason: Any
+
+
+class AgentBridge(Protocol):
+    """What a bridge of either runtime line is (this JSON-RPC one, and
+    :class:`producers.headless.HeadlessBridge` for dsh 0.2.x): used in
+    ``async with``, it runs a turn per ``prompt`` and publishes it live.
+    ``session_id`` ``None`` starts a session where the runtime makes ids."""
+
+    async def __aenter__(self) -> "AgentBridge": ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
+    async def prompt(self, session_id: str | None, text: str) -> "TurnResult": ...
 
 
 @dataclass

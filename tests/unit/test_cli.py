@@ -124,3 +124,11 @@ def test_a_session_format_the_simulator_cannot_write_is_a_usage_error():
         done = run("simulate", "--format", value, "--bootstrap", "127.0.0.1:1")  # refused before any client
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert f"argument --format: expected formats among 0, 3, 4 (e.g. 4 or 0,3,4), got {value!r}" in done.stderr
+
+
+def test_the_jsonrpc_worker_needs_a_session_id_and_says_so(monkeypatch):
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "unused")
+    done = run("worker", "--prompt", "hello", "--model-url", "http://127.0.0.1:1", "--bootstrap", "127.0.0.1:1")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("dsh-pipeline worker: PipelineError: --session-id is required with --runtime "
+                                  "jsonrpc"), done.stderr
