@@ -195,19 +195,11 @@ class V0Log:
             "type": "finish", "reason": {"kind": "error", "failure": failure}}})
 
     def retry(self, turn: int, step: int, retry_id: str, failure: dict[str, Any]) -> None:
-        self.append("llm/retry", {"retryId": retry_id, "turn": turn, "step": step, "provider": self.provider,
-                                  "mode": "auto", "policyKey": "empty", "retry": 1, "delayMs": 100,
-                                  "failure": failure})
+        _retry(self, turn, step, retry_id, failure)
 
     def compaction(self, compaction_id: str, shadowed: list[int], message_id: str) -> None:
-        self.append("compaction/start", {"compactionId": compaction_id, "turn": None})
-        summary = self.append("compaction/summary", {"compactionId": compaction_id,
-                                                     "summary": "Earlier work, summarized.", "shadowedSeqs": shadowed})
-        self.append("user/message", {"id": message_id, "role": "user",
-                                     "content": [{"type": "text", "text": "Summary of earlier work."}],
-                                     "source": {"kind": "plugin", "plugin": "compaction", "form": "relay"}},
-                    surface_op=self.replace(shadowed[0], shadowed[-1]), sources=shadowed + [summary])
-        self.append("compaction/end", {"compactionId": compaction_id, "turn": None})
+        _compaction(self, compaction_id, shadowed, message_id,
+                    {"kind": "plugin", "plugin": "compact", "compactionId": compaction_id})
 
 
 class V4Log:
@@ -339,24 +331,35 @@ class V4Log:
                                                               "reason": {"kind": "error", "failure": failure}}}]})
 
     def retry(self, turn: int, step: int, retry_id: str, failure: dict[str, Any]) -> None:
-        self.append("llm/retry", {"retryId": retry_id, "turn": turn, "step": step, "provider": self.provider,
-                                  "mode": "normal", "policyKey": "normal", "retry": 1, "maxRetries": 5,
-                                  "delayMs": 100, "failure": failure})
-        self.append("llm/retry-started", {"retryId": retry_id, "turn": turn, "step": step, "retry": 1})
+        _retry(self, turn, step, retry_id, failure)
 
     def compaction(self, compaction_id: str, shadowed: list[int], message_id: str) -> None:
-        start = self.append("compaction/start", {"compactionId": compaction_id, "turn": None})
-        text = [{"type": "text", "text": "Earlier work, summarized."}]
-        summary = self.append("compaction/summary", {
-            "compactionId": compaction_id, "summary": text, "rawOutput": text, "llmStreamCall": True,
-            "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]}, "shadowedSeqs": shadowed,
-            "shadowedTokenCount": 100 * len(shadowed), "provider": self.provider, "model": "deepseek-flash",
-            "maxTokens": 8192, "usage": {"inputTokens": 100, "outputTokens": 20, "totalTokens": 120}})
-        self.append("user/message", {"id": message_id, "role": "user", "content": text,
-                                     "source": self._plugin("compact-checkpoint", "compact",
-                                                            compactionId=compaction_id)},
-                    surface_op=self.replace(shadowed[0], shadowed[-1]), sources=[start, summary, *shadowed])
-        self.append("compaction/end", {"compactionId": compaction_id, "turn": None})
+        _compaction(self, compaction_id, shadowed, message_id,
+                    self._plugin("compact-checkpoint", "compact", compactionId=compaction_id))
+
+
+def _retry(log: SimulatedLog, turn: int, step: int, retry_id: str, failure: dict[str, Any]) -> None:
+    """A retry after a failed attempt, as dsh 0.1.2 and later log it."""
+    log.append("llm/retry", {"retryId": retry_id, "turn": turn, "step": step, "provider": log.provider,
+                             "mode": "normal", "policyKey": "normal", "retry": 1, "maxRetries": 5, "delayMs": 100,
+                             "failure": failure})
+    log.append("llm/retry-started", {"retryId": retry_id, "turn": turn, "step": step, "retry": 1})
+
+
+def _compaction(log: SimulatedLog, compaction_id: str, shadowed: list[int], message_id: str,
+                checkpoint: dict[str, Any]) -> None:
+    """A compaction between turns: its summary of the ``shadowed`` surface
+    span, and the checkpoint message (with source ``checkpoint``) replacing it."""
+    start = log.append("compaction/start", {"compactionId": compaction_id, "turn": None})
+    text = [{"type": "text", "text": "Earlier work, summarized."}]
+    summary = log.append("compaction/summary", {
+        "compactionId": compaction_id, "summary": text, "rawOutput": text, "llmStreamCall": True,
+        "shadowedRange": {"start": shadowed[0], "end": shadowed[-1]}, "shadowedSeqs": shadowed,
+        "shadowedTokenCount": 100 * len(shadowed), "provider": log.provider, "model": "deepseek-flash",
+        "maxTokens": 8192, "usage": {"inputTokens": 100, "outputTokens": 20, "totalTokens": 120}})
+    log.append("user/message", {"id": message_id, "role": "user", "content": text, "source": checkpoint},
+               surface_op=log.replace(shadowed[0], shadowed[-1]), sources=[start, summary, *shadowed])
+    log.append("compaction/end", {"compactionId": compaction_id, "turn": None})
 
 
 def open_log(version: int, session_id: str, created_at: int, cwd: str, clock: Callable[[], int]) -> SimulatedLog:

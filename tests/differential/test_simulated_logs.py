@@ -1,6 +1,7 @@
-"""The simulator's v3 and v4 sessions are logs dsh 0.2.1rc2's own reader
-accepts and derives as we do: a simulated fleet tests the pipeline with
-sessions a real dsh would open, not with what only our reader takes."""
+"""The simulator's sessions are logs dsh 0.2.1rc2's own reader accepts (v3
+and v4: deriving what we derive; v0: through dsh's migration): a simulated
+fleet tests the pipeline with sessions a real dsh would open, not with what
+only our reader takes."""
 
 from __future__ import annotations
 
@@ -37,6 +38,19 @@ def _write(root: Path, version: int) -> dict[str, tuple[Path, str]]:
         path.write_bytes(b"".join(frames))
         written[truth.session_id] = (path, truth.messages_digest)
     return written
+
+
+def test_simulated_v0_sessions_are_logs_dsh_0_2_1_migrates(oracle, tmp_path):
+    """dsh 0.2.1 reads v0 only through its v0→v4 migration, which checks
+    shapes 0.1.x's reader let pass (0.1.2's compaction and retry records):
+    every simulated v0 session must get through it."""
+    written = _write(tmp_path, 0)
+    theirs = run_oracle(tmp_path)
+    assert sorted(theirs) == sorted(written)
+    for session_id, (path, digest) in written.items():
+        assert theirs[session_id]["ok"], (session_id, theirs[session_id].get("message"))
+        ours = inspect_path(path).to_json()
+        assert ours["accepted"] and messages_digest(ours["derivedMessages"]) == digest, session_id
 
 
 @pytest.mark.parametrize("version", [3, 4])
