@@ -12,7 +12,7 @@ from typing import Sequence
 
 from dsh_core.errors import ClusterUnavailableError, DshError, PipelineError
 from dsh_core.inspect import expand_inputs, inspect_path
-from dsh_core.v4.migrate import migrate_v3
+from dsh_core.v4.migrate import migrate
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import service_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
@@ -52,10 +52,8 @@ def _migrate(args: argparse.Namespace) -> int:
     status = EXIT_OK
     for given in args.paths:
         path = Path(given)
-        if path.is_dir():
-            path = path / "session.v3.jsonl.zstd"
         try:
-            print(migrate_v3(path))
+            print(migrate(path))
         except DshError as exc:
             print(f"dsh-pipeline migrate: {type(exc).__name__}: {exc.message}", file=sys.stderr)
             status = EXIT_REFUSED
@@ -306,9 +304,10 @@ def build_parser() -> _Cli:
                          help="one JSON object per input (the corpus expected.json fields)")
     inspect.set_defaults(run=_inspect)
 
-    migrate = commands.add_parser("migrate", help="write a v4 log beside a dsh 0.1.5 (v3) session, as dsh 0.2.1 would "
-                                                  "(the source is never changed)")
-    migrate.add_argument("paths", nargs="+", help="session.v3.jsonl.zstd files or their session folders")
+    migrate = commands.add_parser("migrate", help="write a v4 log beside a dsh 0.1.x (v0) or 0.1.5 (v3) session, as "
+                                                  "dsh 0.2.1 would (the source is never changed)")
+    migrate.add_argument("paths", nargs="+", help="session.jsonl[.zstd] or session.v3.jsonl[.zstd] files in dsh's "
+                                                  "layout, or their session folders")
     migrate.set_defaults(run=_migrate)
 
     kafka = commands.add_parser("kafka", help="the local single-node Kafka broker (Maven jars, KRaft)")

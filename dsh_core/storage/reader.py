@@ -21,6 +21,7 @@ from ..jsonvalue import decode_json
 from ..session import SessionState
 from ..session_header import SessionHeader
 from ..v4.v3 import V3Fold
+from ..v4.catalog import catalog_children
 from .framing import READ_SIZE, decompress_frame, decompress_prefix, iter_frames
 from .layout import Compression, compression_of, generation_of
 from .records import decode_row
@@ -145,12 +146,14 @@ def _read_zstd(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> Non
 
 
 def load_session(path: str | os.PathLike[str], observer: FoldObserver | None = None,
-                 compression: Compression | None = None, keep_migrated: bool = False) -> LoadResult:
+                 compression: Compression | None = None, keep_migrated: bool = False,
+                 children: list[Any] | None = None) -> LoadResult:
     """Load a stored session file (raw ``.jsonl`` or ``.jsonl.zstd``); with
-    ``keep_migrated`` a v3 log's migrated events are kept in the result."""
+    ``keep_migrated`` a v3 log's migrated events are kept in the result,
+    catalogued with its subagent ``children`` as dsh's migration does."""
     compression = compression or compression_of(path)
     with open(path, "rb") as stream:
-        return _load(stream, str(path), compression, observer, keep_migrated)
+        return _load(stream, str(path), compression, observer, keep_migrated, children or [])
 
 
 def load_session_bytes(data: bytes, source: str = "<bytes>", compression: Compression = "none",
@@ -186,11 +189,33 @@ def read_events(path: str | os.PathLike[str]) -> tuple[SessionHeader, list[Any]]
     """The header and every stored event of a file (rows expanded, complete
     records only, no validation): for comparisons and tools, not for loads."""
     collector = _EventCollector(str(path))
-    with open(path, "rb") as stream:
-        reader = _read_zstd if compression_of(path) == "zstd" else _read_raw
-        reader(stream, collector, LoadResult(source=str(path), compression=compression_of(path)))
+    read_lines(path, collector)
     assert collector.header is not None
     return collector.header, collector.events
+
+
+def header_line_of(path: str | os.PathLike[str]) -> bytes:
+    """The header line of a session file alone (the first line; of a zstd
+    file, its first frame); raises :class:`CorruptionError` without one."""
+    with open(path, "rb") as stream:
+        if compression_of(path) != "zstd":
+            line = stream.readline(READ_SIZE)
+        else:
+            frame = next(iter_frames(stream, str(path)), None)
+            line = decompress_frame(frame.data, str(path)) if frame is not None and frame.complete else b""
+    if not line.endswith(b"\n"):
+        raise CorruptionError(f"{path}: no complete header line")
+    return line[:-1]
+
+
+def read_lines(path: str | os.PathLike[str], sink: _LineSink) -> LoadResult:
+    """Feed ``sink`` the header line and each complete record line of a
+    file, under the framing rules (a torn raw tail or torn last frame is not
+    fed); a sink with ``tolerates_defects`` may refuse lines in a complete frame."""
+    result = LoadResult(source=str(path), compression=compression_of(path))
+    with open(path, "rb") as stream:
+        (_read_zstd if compression_of(path) == "zstd" else _read_raw)(stream, sink, result)
+    return result
 
 
 class _FormatSink:
@@ -220,7 +245,7 @@ class _FormatSink:
 
 
 def _load(stream: BinaryIO, source: str, compression: Compression, observer: FoldObserver | None,
-          keep_migrated: bool = False) -> LoadResult:
+          keep_migrated: bool = False, children: list[Any] | None = None) -> LoadResult:
     result = LoadResult(source=source, compression=compression)
     sink = _FormatSink(source, observer, generation_of(source), keep_migrated)
     try:
@@ -235,6 +260,8 @@ def _load(stream: BinaryIO, source: str, compression: Compression, observer: Fol
     pipeline = sink.fold
     result.header, result.stored_count = pipeline.header, pipeline.count
     try:
+        if isinstance(pipeline, V3Fold) and children:
+            catalog_children(pipeline, children)
         result.closers = pipeline.finish()
     except DshError as exc:
         result.error = exc

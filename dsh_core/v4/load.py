@@ -62,6 +62,9 @@ class V4Fold:
     stage's, as dsh, which runs them one after another, would. Only the
     fold's state is kept, so memory follows the derived history."""
 
+    #: of a migrated log, the format it was migrated from (the v0 chain sets 0 on its fold)
+    source_version = 3
+
     def __init__(self, where: str, observer: Any = None, migrated: bool = False, folder: str | None = None) -> None:
         self.where = where
         #: the session folder the log was read from (dsh's layout): it must be the header id's
@@ -266,8 +269,9 @@ class V4Fold:
             artifact = self._artifact_error or (CorruptionError(seeded) if seeded else None)
             for error in (artifact, self._local(final), self._relationships.error):
                 if error is not None:
-                    yield FormatUnsupportedError(f"{where}: {name}: Session migration from v3 to v4 refuses the "
-                                                 f"transformed artifact: {error.message}; the v3 log stays as it is")
+                    yield FormatUnsupportedError(f"{where}: {name}: Session migration from v{self.source_version} to "
+                                                 f"v4 refuses the transformed artifact: {error.message}; the "
+                                                 f"v{self.source_version} log stays as it is")
         else:
             if seeded:
                 yield CorruptionError(f"{where}: {name}: {seeded}")

@@ -1,30 +1,32 @@
-"""``migrate``: a v3 log rewritten as the v4 log dsh 0.2.1 would make of it.
+"""``migrate``: a v0 or v3 log rewritten as the v4 log dsh 0.2.1 would make of it.
 
 dsh 0.2.1 migrates an older log on its first write open: it publishes a new
 ``session.v4.jsonl.zstd`` beside the untouched source, a header frame and
 one frame with every event. Its packaged 0.2.1rc2 binary cannot (its
-migration worker is missing from the executable), so a session a 0.1.5
+migration worker is missing from the executable), so a session a 0.1.x
 agent wrote cannot be continued by a 0.2.1rc2 agent. This writes that file
-from the v3 log read as :class:`~dsh_core.v4.v3.V3Fold` reads it, refusing
-a log it would refuse, and never replaces a file: the source stays, and an
-existing v4 file is left alone. (v0 logs need dsh's v0→v1→v2→v3 chain,
-which this build does not have.)
+from the log migrated as dsh migrates it (v0: :mod:`.v0`; v3:
+:class:`~dsh_core.v4.v3.V3Fold`), refusing a log it would refuse, with the
+``subagent/catalog`` entries dsh adds for the session's children in the
+same sessions root; it never replaces a file: the source stays, and an
+existing v4 file is left alone.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ..errors import FormatUnsupportedError, PipelineError
-from ..jsonvalue import encode_json
+from ..errors import DshError, FormatUnsupportedError, PipelineError
+from ..jsonvalue import decode_json, encode_json
 from ..storage.framing import compress_frame
-from ..storage.layout import generation_of
-from ..storage.reader import load_session
+from ..storage.layout import encode_segment, find_session_files, generation_of
+from ..storage.reader import header_line_of, load_session, read_events
 from .rows import encode_seq_ranges
+from .v0 import MigratedLog, migrate_v0_log
 
-__all__ = ["migrate_v3"]
+__all__ = ["children_of", "migrate", "migrated_log"]
 
 _KEY_ORDER = ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
 
@@ -36,21 +38,61 @@ def _line(event: dict[str, Any]) -> bytes:
     return encode_json(out)
 
 
-def migrate_v3(source: str | os.PathLike[str]) -> Path:
-    """Write ``session.v4.jsonl.zstd`` beside the v3 log ``source``; returns its path."""
+def migrated_log(source: str | os.PathLike[str]) -> MigratedLog:
+    """The v4 header and events dsh 0.2.1 makes of the v0 or v3 log ``source``
+    (raises :class:`DshError` where dsh refuses to migrate it)."""
     source = Path(source)
-    if generation_of(source) != 3:
-        raise FormatUnsupportedError(f"{source}: migrate takes a v3 log (session.v3.jsonl[.zstd]); this build has no "
-                                     "migration from other formats")
-    target = source.parent / "session.v4.jsonl.zstd"
-    result = load_session(source, keep_migrated=True)
+    generation = generation_of(source)
+    if generation == 4:
+        raise FormatUnsupportedError(f"{source}: a v4 log is current already; nothing to migrate")
+    if generation not in (0, 3):
+        raise FormatUnsupportedError(f"{source}: migrate takes a v0 or v3 log in dsh's layout (session.jsonl[.zstd] "
+                                     "or session.v3.jsonl[.zstd])")
+    header = decode_json(header_line_of(source))
+    session_id = header.get("id") if isinstance(header, dict) else None
+    in_layout = type(session_id) is str and source.parent.name == encode_segment(session_id)
+    # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
+    children = children_of(source.parent.parent.parent, session_id, _read_child) if in_layout else []
+    if generation == 0:
+        return migrate_v0_log(source, children)
+    result = load_session(source, keep_migrated=True, children=children)
     if not result.accepted:
         raise result.error
     if result.migrated_events is None:
         raise FormatUnsupportedError(f"{source}: the file does not hold a v3 log")
-    header = result.header.to_dict() | {"version": 4}
+    return MigratedLog(result.header, result.migrated_events)
+
+
+def _read_child(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """A child's events as its own migration (or v4 read) gives them, and its
+    inherited cut; its own children are not looked at."""
+    generation = generation_of(path)
+    if generation == 0:
+        migrated = migrate_v0_log(path, [])
+        events, seeded = migrated.events, migrated.header.isSeeded
+    else:
+        result = load_session(path, keep_migrated=True)
+        if not result.accepted:
+            raise result.error
+        events = result.migrated_events if result.migrated_events is not None else read_events(path)[1]
+        seeded = result.header.isSeeded
+    marks = [event["seq"] for event in events if event["type"] == "session/end-seed"
+             and isinstance(event["data"], dict) and event["data"].get("inherited") is True]
+    return events, (marks[-1] if seeded and marks else 0)
+
+
+def migrate(source: str | os.PathLike[str]) -> Path:
+    """Write ``session.v4.jsonl.zstd`` beside the v0 or v3 log ``source`` (a
+    session folder: its newest generation, as dsh resolves it); returns its path."""
+    source = Path(source)
+    if source.is_dir():
+        logs = [log for log in source.iterdir() if generation_of(log) is not None]
+        source = max(logs, key=generation_of) if logs else source / "session.jsonl.zstd"
+    migrated = migrated_log(source)
+    target = source.parent / "session.v4.jsonl.zstd"
+    header = migrated.header.to_dict() | {"version": 4}
     body = (compress_frame(encode_json({"type": "session", **header}) + b"\n")
-            + compress_frame(b"".join(_line(event) + b"\n" for event in result.migrated_events)))
+            + compress_frame(b"".join(_line(event) + b"\n" for event in migrated.events)))
     staged = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     with open(staged, "wb") as out:
         out.write(body)
@@ -63,3 +105,36 @@ def migrate_v3(source: str | os.PathLike[str]) -> Path:
     finally:
         staged.unlink()
     return target
+
+
+#: A child's events as its migration reads them, with its inherited cut; raises DshError.
+ReadChild = Callable[[Path], "tuple[list[dict[str, Any]], int]"]
+
+
+def children_of(root: str | os.PathLike[str], parent_id: str, read_child: ReadChild) -> list[dict[str, Any]]:
+    """The child facts of ``parent_id`` in the sessions root ``root``: ``{childId, childCreatedAt, descriptors}``
+    (``descriptors`` ``None`` when the child cannot be read), ordered by path."""
+    out = []
+    for path in find_session_files(root, refuse=lambda error: None):
+        header = _header_of(path)
+        if header is None or header.get("origin") != "subagent" or header.get("parentSession") != parent_id:
+            continue
+        try:
+            events, cut = read_child(path)
+            descriptors: list[Any] | None = [event["data"] for event in events
+                                             if event["type"] == "subagent/descriptor" and event["seq"] >= cut]
+        except DshError:
+            descriptors = None
+        out.append({"childId": header.get("id"), "childCreatedAt": header.get("createdAt"),
+                    "descriptors": descriptors})
+    return out
+
+
+def _header_of(path: Path) -> dict[str, Any] | None:
+    try:
+        header = decode_json(header_line_of(path))
+    except (DshError, OSError):
+        return None
+    return header if isinstance(header, dict) else None
+
+

@@ -17,7 +17,7 @@ from dsh_core.jsonvalue import thaw
 from dsh_core.storage.layout import log_path
 from dsh_core.storage.reader import load_session, read_events
 from dsh_core.v4.header import parse_header
-from dsh_core.v4.migrate import migrate_v3
+from dsh_core.v4.migrate import migrate
 from producers.publisher import Publisher
 from producers.shipper import Shipper, ShipperConfig
 from tests.conftest import canonical, corpus_logs, expected_of
@@ -50,7 +50,7 @@ def test_v0_v3_and_v4_sessions_share_a_topic_end_to_end(kafka, topics, group_id,
         expected[parse_header(json.loads(stored_lines(log)[0]), "").id] = (
             path, json.loads(log.with_name(log.name.split(".")[0] + ".expected.json").read_text()))
     migrated_v3 = next(path for path, _ in expected.values() if path.name == "session.v3.jsonl.zstd")
-    migrated = migrate_v3(migrated_v3)  # dsh's upgrade leaves both: the newest generation is the session's
+    migrated = migrate(migrated_v3)  # dsh's upgrade leaves both: the newest generation is the session's
     expected = {sid: ((migrated, want) if path == migrated_v3 else (path, want)) for sid, (path, want) in expected.items()}
     v0 = [log for log in corpus_logs("dsh-real") if expected_of(log)["accepted"] and expected_of(log)["repair"] is None
           and log.stem not in AUDIT_EXCEPTIONS]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from dsh_core.inspect import inspect_path
-from dsh_core.v4.migrate import migrate_v3
+from dsh_core.v4.migrate import migrate
 from dsh_core.v4.wire import messages_body
 from dsh_pipeline.dsh_runtimes import runtime_executable
 from tests.conftest import ROOT, canonical
@@ -62,18 +62,22 @@ def test_every_real_agent_log_is_accepted_and_every_request_rebuilt(runs):
     assert compared >= 17
 
 
-def test_a_migrated_v3_session_is_continued_by_the_real_0_2_1_agent(tmp_path):
-    """dsh 0.1.5's v3 logs, migrated by ``dsh-pipeline migrate``: the
-    0.2.1rc2 binary (which cannot migrate them itself) continues each to a
-    completed turn, and what it sends is what the migrated log rebuilds to."""
+@pytest.mark.parametrize("release, pattern", [("0.1.5", "*.v3.jsonl.zstd"), ("0.1.2", "*.jsonl.zstd")],
+                         ids=["v3", "v0"])
+def test_a_migrated_session_is_continued_by_the_real_0_2_1_agent(tmp_path, release, pattern):
+    """Logs dsh 0.1.5 (v3) and 0.1.2 (v0) wrote, migrated by ``dsh-pipeline
+    migrate``: the 0.2.1rc2 binary (which cannot migrate them itself)
+    continues each to a completed turn, and what it sends is what the
+    migrated log rebuilds to."""
     exe = runtime_executable("0.2.1rc2")
     sessions = tmp_path / "home" / "sessions"
     continued = 0
+    logs = sorted((ROOT / "tests" / "fixtures" / f"dsh-{release}").glob(pattern))
     with ScriptedMessages() as model:
-        for log in sorted((ROOT / "tests" / "fixtures" / "dsh-0.1.5").glob("*.v3.jsonl.zstd"))[:3]:
+        for log in [log for log in logs if any(name in log.name for name in ("plain", "tools", "compact"))]:
             session_id = place_log(log, sessions)
             folder = next(sessions.glob(f"*/{session_id}"))
-            migrated = migrate_v3(folder / "session.v3.jsonl.zstd")
+            migrated = migrate(folder)
             cwd = Path(inspect_path(migrated).to_json()["sessionHeader"]["cwd"])
             cwd.mkdir(parents=True, exist_ok=True)
             env = {**os.environ, "DSH_HOME": str(tmp_path / "home"), "DEEPSEEK_BASE_URL": model.url,
