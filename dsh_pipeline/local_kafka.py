@@ -116,6 +116,11 @@ def probe_metadata(bootstrap: str) -> bool:
     return bool(outcome and outcome[0])
 
 
+def _java_argument(value: str) -> str:
+    """One argument as a line of a java ``@argfile`` (quoted, backslash-escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 @dataclass(frozen=True)
 class BrokerState:
     """What ``dsh-pipeline kafka start`` records for ``status`` and ``stop``."""
@@ -284,9 +289,17 @@ class LocalKafka:
             raise PipelineError("kafka StorageTool random-uuid printed no cluster id")
         scram = [argument for name, password in self.sasl_users.items() for mechanism in _SCRAM
                  for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
-        done = subprocess.run([java, "-Xmx512m", log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "format",
-                               "-t", cluster[-1], "-c", str(properties), "-g", *scram],
-                              capture_output=True, text=True, check=False)
+        # the tool takes SCRAM credentials only as arguments: they go in a 0600
+        # argument file (java @file), never on the command line others can read
+        arguments = self.data_dir / "storage-format.args"
+        with os.fdopen(os.open(arguments, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write("".join(_java_argument(a) + "\n" for a in ("kafka.tools.StorageTool", "format", "-t", cluster[-1],
+                                                                "-c", str(properties), "-g", *scram)))
+        try:
+            done = subprocess.run([java, "-Xmx512m", log4j, "-cp", f"{lib}/*", f"@{arguments}"],
+                                  capture_output=True, text=True, check=False)
+        finally:
+            arguments.unlink()
         if done.returncode != 0:
             raise PipelineError(f"formatting Kafka storage in {self.data_dir} failed: {(done.stdout + done.stderr)[-1500:]}")
 

@@ -1,0 +1,32 @@
+"""The local broker's start-up, without starting it: what reaches a command line."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import dsh_pipeline.local_kafka as local_kafka
+from dsh_pipeline.local_kafka import LocalKafka
+
+PASSWORD = 's3"cr\\et p'  # a quote, a backslash and a space: the argument file's escapes
+
+
+def test_scram_credentials_go_through_a_private_argument_file_not_the_command_line(tmp_path, monkeypatch):
+    runs: list[tuple[list[str], str, int]] = []
+
+    def run(argv, **_):
+        argfile = next((Path(a[1:]) for a in argv if a.startswith("@")), None)
+        runs.append((argv, argfile.read_text() if argfile else "", argfile.stat().st_mode & 0o777 if argfile else 0))
+        return subprocess.CompletedProcess(argv, 0, "" if argfile else "q1Zk1ZkjQ0Wm0xyz-AbCdE\n", "")
+
+    monkeypatch.setattr(local_kafka.subprocess, "run", run)
+    monkeypatch.setattr(local_kafka, "require_tool", lambda tool, purpose: "/usr/bin/java")
+    LocalKafka(tmp_path, sasl_users={"dsh": PASSWORD})._format(Path("/opt/kafka/libs"), tmp_path / "server.properties")
+    (_, _, _), (argv, arguments, mode) = runs
+    assert not any(PASSWORD in a or "password" in a for a in argv)
+    assert mode == 0o600 and not (tmp_path / "storage-format.args").exists()
+    assert '"SCRAM-SHA-512=[name=dsh,password=s3\\"cr\\\\et p]"' in arguments.splitlines()
+
+
+def test_an_argument_file_line_reads_back_as_the_argument_java_gets():
+    assert local_kafka._java_argument('a"b\\c d') == '"a\\"b\\\\c d"'
