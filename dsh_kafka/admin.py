@@ -11,6 +11,7 @@ from dsh_core.errors import ClusterUnavailableError, PipelineError
 
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig
+from .diagnose import why_unreachable
 from .topics import TopicNames, TopicSpec, replication_for, topic_specs
 
 __all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
@@ -25,11 +26,8 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int,
     try:
         await admin.start()
     except KafkaConnectionError:
-        raise ClusterUnavailableError(f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: no "
-                            "broker answered or took this client (the client's log line above says why); check the "
-                            "address, the security settings (DSH_KAFKA_SECURITY_PROTOCOL, DSH_KAFKA_SASL_*, "
-                            "DSH_KAFKA_SSL_*) and the credentials, or start a local broker with "
-                            "`dsh-pipeline kafka start`") from None
+        raise ClusterUnavailableError(f"cannot reach the Kafka cluster at {kafka.bootstrap} over "
+                                      f"{kafka.security_protocol}: {await why_unreachable(kafka)}") from None
     try:
         brokers = len((await admin.describe_cluster())["brokers"])
         await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)),

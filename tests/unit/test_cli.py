@@ -59,7 +59,11 @@ def test_an_unreachable_cluster_is_named_not_a_traceback(tmp_path):
     err = done.stderr
     assert done.returncode == 69 and "Traceback" not in err, err  # EX_UNAVAILABLE
     assert ("dsh-pipeline project: ClusterUnavailableError: cannot reach the Kafka cluster at 127.0.0.1:1 over PLAINTEXT: no "
-            "broker answered or took this client") in err and "`dsh-pipeline kafka start`" in err
+            "broker at the bootstrap address (127.0.0.1:1: nothing listens there (connection refused))") in err
+    assert "`dsh-pipeline kafka start`" in err
+    unresolved = run("project", "--bootstrap", "no-such-host.invalid:9092", "--db", str(tmp_path / "views.sqlite"))
+    assert unresolved.returncode == 69 and "Traceback" not in unresolved.stderr, unresolved.stderr
+    assert "(no-such-host.invalid:9092: the name does not resolve)" in unresolved.stderr
 
 
 def test_each_command_names_its_kafka_clients(monkeypatch):
