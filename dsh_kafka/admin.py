@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError
+from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
 
 from dsh_core.errors import ClusterUnavailableError, PipelineError
 
@@ -25,11 +25,12 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int,
     admin = make_admin(kafka)
     try:
         await admin.start()
-    except KafkaConnectionError:
+        brokers = len((await admin.describe_cluster())["brokers"])  # a refused login may surface only here
+    except (KafkaConnectionError, NodeNotReadyError):
+        await admin.close()
         raise ClusterUnavailableError(f"cannot reach the Kafka cluster at {kafka.bootstrap} over "
                                       f"{kafka.security_protocol}: {await why_unreachable(kafka)}") from None
     try:
-        brokers = len((await admin.describe_cluster())["brokers"])
         await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)),
                             f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)
     finally:

@@ -15,6 +15,7 @@ from aiokafka.helpers import create_ssl_context
 from dsh_core.errors import ClusterUnavailableError, DeliveryError
 
 from .config import ConsumerSettings, KafkaConfig, ProducerSettings
+from .oauth import TokenProvider
 from .topics import BATCH_OVERHEAD_BYTES
 
 __all__ = ["AUTHORIZATION_ERRORS", "client_options", "make_admin", "make_consumer", "make_producer",
@@ -44,6 +45,8 @@ def client_options(kafka: KafkaConfig) -> dict[str, Any]:
         options["sasl_mechanism"] = kafka.sasl_mechanism
         options["sasl_plain_username"] = kafka.sasl_username
         options["sasl_plain_password"] = kafka.sasl_password.reveal() if kafka.sasl_password else None
+    if kafka.sasl_oauth_token is not None:
+        options["sasl_oauth_token_provider"] = TokenProvider(kafka.sasl_oauth_token)
     if kafka.uses_tls:
         options["ssl_context"] = create_ssl_context(cafile=kafka.ssl_cafile, certfile=kafka.ssl_certfile,
                                                     keyfile=kafka.ssl_keyfile)

@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping
 
 from dsh_core.errors import PipelineError
 
+from .oauth import TokenSource
 from .topics import MAX_MESSAGE_BYTES
 
 __all__ = ["Secret", "KafkaConfig", "ProducerSettings", "ConsumerSettings", "BOOTSTRAP_ENV", "SECURITY_ENV",
@@ -39,10 +40,11 @@ class Secret:
 
 #: The security settings a deployment gives through the environment.
 SECURITY_ENV = ("DSH_KAFKA_SECURITY_PROTOCOL", "DSH_KAFKA_SASL_MECHANISM", "DSH_KAFKA_SASL_USERNAME",
-                "DSH_KAFKA_SASL_PASSWORD", "DSH_KAFKA_SASL_PASSWORD_FILE", "DSH_KAFKA_SSL_CAFILE",
-                "DSH_KAFKA_SSL_CERTFILE", "DSH_KAFKA_SSL_KEYFILE")
+                "DSH_KAFKA_SASL_PASSWORD", "DSH_KAFKA_SASL_PASSWORD_FILE", "DSH_KAFKA_SASL_OAUTH_TOKEN_FILE",
+                "DSH_KAFKA_SASL_OAUTH_TOKEN_COMMAND", "DSH_KAFKA_SSL_CAFILE", "DSH_KAFKA_SSL_CERTFILE",
+                "DSH_KAFKA_SSL_KEYFILE")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class KafkaConfig:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: Secret | None = None
+    sasl_oauth_token: TokenSource | None = None  # OAUTHBEARER: where tokens come from
     ssl_cafile: str | None = None  # PEM; None: the system's trusted CAs
     ssl_certfile: str | None = None  # PEM client certificate (mutual TLS) ...
     ssl_keyfile: str | None = None  # ... and its key
@@ -86,11 +89,14 @@ class KafkaConfig:
             if mechanism not in _MECHANISMS:
                 raise PipelineError(f"{protocol} needs DSH_KAFKA_SASL_MECHANISM, one of {', '.join(_MECHANISMS)}; "
                                     f"got {mechanism or 'nothing'}")
-            username = environ.get("DSH_KAFKA_SASL_USERNAME")
-            if not username:
-                raise PipelineError(f"{protocol} needs DSH_KAFKA_SASL_USERNAME")
-            settings |= {"sasl_mechanism": mechanism, "sasl_username": username,
-                         "sasl_password": Secret(_password(environ))}
+            if mechanism == "OAUTHBEARER":
+                settings |= {"sasl_mechanism": mechanism, "sasl_oauth_token": _token_source(environ)}
+            else:
+                username = environ.get("DSH_KAFKA_SASL_USERNAME")
+                if not username:
+                    raise PipelineError(f"{protocol} needs DSH_KAFKA_SASL_USERNAME")
+                settings |= {"sasl_mechanism": mechanism, "sasl_username": username,
+                             "sasl_password": Secret(_password(environ))}
         for name, variable in (("ssl_cafile", "DSH_KAFKA_SSL_CAFILE"), ("ssl_certfile", "DSH_KAFKA_SSL_CERTFILE"),
                                ("ssl_keyfile", "DSH_KAFKA_SSL_KEYFILE")):
             path = environ.get(variable)
@@ -99,6 +105,19 @@ class KafkaConfig:
                     raise PipelineError(f"{variable}={path}: no such file")
                 settings[name] = path
         return cls(bootstrap=value, **settings)
+
+
+def _token_source(environ: Mapping[str, str]) -> TokenSource:
+    """OAUTHBEARER's token source: ``DSH_KAFKA_SASL_OAUTH_TOKEN_FILE`` or ``…_COMMAND``, exactly one."""
+    path, command = (environ.get(f"DSH_KAFKA_SASL_OAUTH_TOKEN_{kind}") for kind in ("FILE", "COMMAND"))
+    if bool(path) == bool(command):
+        raise PipelineError("OAUTHBEARER needs one of DSH_KAFKA_SASL_OAUTH_TOKEN_FILE (a file a token agent keeps "
+                            "fresh) and DSH_KAFKA_SASL_OAUTH_TOKEN_COMMAND (a command printing a token)")
+    if path:
+        if not os.path.isfile(path):
+            raise PipelineError(f"DSH_KAFKA_SASL_OAUTH_TOKEN_FILE={path}: no such file")
+        return TokenSource("file", path)
+    return TokenSource("command", command)
 
 
 def _password(environ: Mapping[str, str]) -> str:

@@ -65,6 +65,10 @@ async def why_unreachable(kafka: KafkaConfig) -> str:
                         "(DSH_KAFKA_SSL_CAFILE) and, for mutual TLS, the client certificate and key "
                         "(DSH_KAFKA_SSL_CERTFILE, DSH_KAFKA_SSL_KEYFILE)")
         if reason is None:
+            if kafka.sasl_oauth_token is not None:
+                return (f"the broker at {address} took the connection over {kafka.security_protocol} but refused "
+                        f"the SASL OAUTHBEARER login with {kafka.sasl_oauth_token.describe()}: check that the token "
+                        "is current and meant for this cluster (its audience, issuer and principal)")
             if kafka.sasl_mechanism:
                 return (f"the broker at {address} took the connection over {kafka.security_protocol} but refused "
                         f"the SASL {kafka.sasl_mechanism} login of user {kafka.sasl_username!r}: check the user "

@@ -36,8 +36,8 @@ __all__ = ["CONFIG_ENV", "KAFKA_KEYS", "CommandParser", "apply_config"]
 CONFIG_ENV = "DSH_CONFIG"
 #: ``[kafka]`` keys and the variables they stand for.
 KAFKA_KEYS = {key: f"DSH_KAFKA_{key.upper()}" for key in (
-    "bootstrap", "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password_file", "ssl_cafile",
-    "ssl_certfile", "ssl_keyfile")}
+    "bootstrap", "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password_file",
+    "sasl_oauth_token_file", "sasl_oauth_token_command", "ssl_cafile", "ssl_certfile", "ssl_keyfile")}
 
 
 class CommandParser(argparse.ArgumentParser):

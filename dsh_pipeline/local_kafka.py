@@ -181,7 +181,7 @@ class LocalKafka:
 
     def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g",
                  sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None,
-                 authorize: bool = False, port: int | None = None) -> None:
+                 authorize: bool = False, port: int | None = None, unsigned_oauth: bool = False) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -203,6 +203,9 @@ class LocalKafka:
         #: ``authorize``: ACLs decide what the secured listener's users may
         #: do (the plaintext listener's anonymous user may do anything).
         self.authorize = authorize
+        #: ``unsigned_oauth``: the SASL listener also takes OAUTHBEARER, validating
+        #: tokens with Kafka's unsecured validator (unsigned JWTs: for tests only)
+        self.unsigned_oauth = unsigned_oauth
         self.port = port  # the client port (None: the folder's last one while free, else any)
         self.secured_bootstrap: str | None = None
 
@@ -245,11 +248,15 @@ class LocalKafka:
                  f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURED:{protocol}"]
         if self.sasl_users:
             users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
-            lines += [f"sasl.enabled.mechanisms=PLAIN,{','.join(_SCRAM)}",
+            oauth = ",OAUTHBEARER" if self.unsigned_oauth else ""
+            lines += [f"sasl.enabled.mechanisms=PLAIN,{','.join(_SCRAM)}{oauth}",
                       "listener.name.secured.plain.sasl.jaas.config="
                       f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"]
             lines += [f"listener.name.secured.{mechanism.lower()}.sasl.jaas.config="
                       "org.apache.kafka.common.security.scram.ScramLoginModule required;" for mechanism in _SCRAM]
+            if self.unsigned_oauth:
+                lines += ["listener.name.secured.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security."
+                          'oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";']
         if self.tls_keystore is not None:
             lines += ["listener.name.secured.ssl.keystore.type=PEM",
                       f"listener.name.secured.ssl.keystore.location={self.tls_keystore}"]

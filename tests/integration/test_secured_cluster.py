@@ -1,13 +1,16 @@
-"""A cluster that wants SASL, or SASL over TLS: the pipeline reaches it with
-the security settings of the environment, and wrong credentials are a named
-error."""
+"""A cluster that wants SASL (PLAIN, SCRAM, OAUTHBEARER), or SASL over TLS:
+the pipeline reaches it with the security settings of the environment, and
+wrong credentials are a named error."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -132,3 +135,28 @@ def test_the_listed_acls_are_all_the_pipeline_needs(tmp_path):
         reader = projector(as_user("reader"), names, "dsh-reader", tmp_path / "reader.sqlite")
         with pytest.raises(PipelineError, match=r"the cluster refused this projector \(GroupAuthorizationFailedError\)"):
             asyncio.run(asyncio.wait_for(reader.run(asyncio.Event()), 60))
+
+
+def _unsigned_token(subject: str, expires_in: float) -> str:
+    """A JWT the broker's unsecured OAUTHBEARER validator takes (``alg: none``)."""
+    def part(value: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+    now = time.time()
+    return f"{part({'alg': 'none'})}.{part({'sub': subject, 'iat': now, 'exp': now + expires_in})}."
+
+
+def test_oauthbearer_tokens_from_a_file_or_a_command(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(_unsigned_token("dsh", 3600))
+    oauth = {"DSH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "DSH_KAFKA_SASL_MECHANISM": "OAUTHBEARER"}
+    with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}, unsigned_oauth=True) as broker:
+        from_file = KafkaConfig.from_env(broker.secured_bootstrap, oauth | {"DSH_KAFKA_SASL_OAUTH_TOKEN_FILE": str(token_file)})
+        assert asyncio.run(_fleet_projected(from_file, TopicNames.with_prefix(f"oauth{uuid.uuid4().hex[:6]}."),
+                                            tmp_path / "file.sqlite", seed=63))
+        command = f"{sys.executable} -c \"print(open('{token_file}').read())\""
+        from_command = KafkaConfig.from_env(broker.secured_bootstrap, oauth | {"DSH_KAFKA_SASL_OAUTH_TOKEN_COMMAND": command})
+        assert asyncio.run(_fleet_projected(from_command, TopicNames.with_prefix(f"oauth{uuid.uuid4().hex[:6]}."),
+                                            tmp_path / "command.sqlite", seed=64))
+        token_file.write_text(_unsigned_token("dsh", -60))  # expired: the file is read again, the broker refuses it
+        with pytest.raises(PipelineError, match=f"refused the SASL OAUTHBEARER login with the token file {token_file}"):
+            asyncio.run(prepare_topics(from_file, TopicNames.with_prefix("expired."), 2))
