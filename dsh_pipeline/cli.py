@@ -70,7 +70,16 @@ def _kafka(args: argparse.Namespace) -> int:
     state = read_state(data_dir)
     if args.action == "start":
         if state is not None and probe_metadata(state.bootstrap):
-            print(state.bootstrap)
+            if args.secure and not state.secured_bootstrap:
+                raise PipelineError(f"the broker of {data_dir} runs without --secure: stop it first")
+            print(state.secured_bootstrap if args.secure else state.bootstrap)
+            return EXIT_OK
+        if args.secure:
+            from dsh_pipeline.secure_broker import USERS, SecureBroker
+            secure = SecureBroker(data_dir, attached=False, port=args.port)
+            print(secure.start())
+            print(f"SASL_SSL with a user per service; each service's configuration: dsh-pipeline --config "
+                  f"{secure.clients}/{{{','.join(USERS)}}}.toml COMMAND ...", file=sys.stderr)
             return EXIT_OK
         broker = LocalKafka(data_dir, attached=False, port=args.port)
         print(broker.start())
@@ -189,9 +198,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _acls(args: argparse.Namespace) -> int:
-    from dsh_kafka.acls import kafka_acls_commands, pipeline_acls
+    from dsh_kafka.acls import kafka_acls_commands, pipeline_acls, service_acls
     from dsh_kafka.topics import TopicNames
-    acls = pipeline_acls(args.principal, TopicNames.with_prefix(args.topic_prefix), args.group_prefix)
+    names = TopicNames.with_prefix(args.topic_prefix)
+    acls = (service_acls(args.principal, args.service, names, args.group) if args.service
+            else pipeline_acls(args.principal, names, args.group_prefix))
     print("\n".join(kafka_acls_commands(acls, args.bootstrap_server)))
     return EXIT_OK
 
@@ -315,6 +326,10 @@ def build_parser() -> _Cli:
     kafka.add_argument("--data-dir", help="broker data folder (default: ~/.cache/dsh-pipeline/broker)")
     kafka.add_argument("--port", type=int, help="start: the client port on 127.0.0.1 (default: the folder's last "
                                                   "one while free, else any free port)")
+    kafka.add_argument("--secure", action="store_true",
+                       help="start: also serve SASL_SSL (a CA made at first start, a SCRAM user per service, ACLs "
+                            "letting each do only its part) and print that address; <data>/clients/SERVICE.toml "
+                            "configures each service")
     kafka.set_defaults(run=_kafka)
 
     ship = commands.add_parser("ship", help="ship a dsh sessions root to Kafka, following new records")
@@ -383,6 +398,9 @@ def build_parser() -> _Cli:
     acls.add_argument("--group-prefix", default="dsh-", help="what every --group of the services begins with "
                                                             "(default dsh-, as the default groups do)")
     acls.add_argument("--bootstrap-server", default="BROKER:9092", help="what the commands connect to")
+    acls.add_argument("--service", choices=("shipper", "publisher", "projector", "auditor", "archiver"),
+                      help="only what this service needs, on topics an operator created (a principal per service)")
+    acls.add_argument("--group", help="with --service: its consumer group (default: the service's own)")
     acls.set_defaults(run=_acls)
 
     view = commands.add_parser("view", help="print a session's conversation from the view store")

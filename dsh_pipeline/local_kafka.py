@@ -129,6 +129,7 @@ class BrokerState:
     bootstrap: str
     data_dir: str
     log: str
+    secured_bootstrap: str | None = None  # the SASL/TLS listener, when it has one
 
 
 def _state_file(data_dir: Path) -> Path:
@@ -341,7 +342,8 @@ class LocalKafka:
                 self.secured_bootstrap = f"127.0.0.1:{secured_port}" if secured_port else None
                 if not self.attached:
                     _state_file(self.data_dir).write_text(json.dumps(BrokerState(
-                        self.process.pid, bootstrap, str(self.data_dir), str(self.log_path)).__dict__))
+                        self.process.pid, bootstrap, str(self.data_dir), str(self.log_path),
+                        self.secured_bootstrap).__dict__))
                 return bootstrap
             last_error = outcome
             self._terminate()

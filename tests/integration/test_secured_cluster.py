@@ -22,6 +22,7 @@ from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
 from dsh_pipeline.local_kafka import LocalKafka
+from dsh_pipeline.secure_broker import make_certificates
 from producers.simulator import SimulatorConfig
 from tests.integration.test_projector import publish_fleet, run_until, views_match
 from tests.kafka_fixtures import caught_up
@@ -33,24 +34,6 @@ pytestmark = pytest.mark.kafka
 def _sasl_env(password: str, protocol: str = "SASL_PLAINTEXT", mechanism: str = "PLAIN") -> dict[str, str]:
     return {"DSH_KAFKA_SECURITY_PROTOCOL": protocol, "DSH_KAFKA_SASL_MECHANISM": mechanism,
             "DSH_KAFKA_SASL_USERNAME": "dsh", "DSH_KAFKA_SASL_PASSWORD": password}
-
-
-def _certificates(folder: Path) -> tuple[Path, Path]:
-    """A throwaway CA and a broker certificate for 127.0.0.1 (openssl):
-    ``(CA file, broker keystore: key and certificate chain in one PEM)``."""
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
-            "-subj", "/CN=dsh-test-ca")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr", "-subj",
-            "/CN=127.0.0.1")
-    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
-            "broker.pem", "-days", "1", "-extfile", "san.ext")
-    keystore = folder / "broker-keystore.pem"
-    keystore.write_text((folder / "broker.key").read_text() + (folder / "broker.pem").read_text()
-                        + (folder / "ca.pem").read_text())
-    return folder / "ca.pem", keystore
 
 
 async def _fleet_projected(kafka: KafkaConfig, names: TopicNames, db: Path, seed: int) -> bool:
@@ -65,7 +48,7 @@ async def _fleet_projected(kafka: KafkaConfig, names: TopicNames, db: Path, seed
 
 
 def test_scram_over_tls_with_the_environment_s_ca_file(tmp_path):
-    ca, keystore = _certificates(tmp_path)
+    ca, keystore = make_certificates(tmp_path)
     with LocalKafka(heap="512m", sasl_users={"dsh": "s3cret"}, tls_keystore=keystore) as broker:
         kafka = KafkaConfig.from_env(broker.secured_bootstrap,  # as managed clusters do: SCRAM over TLS
                                      _sasl_env("s3cret", "SASL_SSL", "SCRAM-SHA-512") | {"DSH_KAFKA_SSL_CAFILE": str(ca)})
@@ -97,7 +80,7 @@ def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
 
 def test_the_listed_acls_are_all_the_pipeline_needs(tmp_path):
     from dsh_kafka.acls import pipeline_acls
-    from tests.acl_grants import grant
+    from dsh_kafka.acls import grant
     from tests.services import archiver, auditor
 
     users = {"dsh": "s3cret", "stranger": "s3cret", "reader": "s3cret", "nowriter": "s3cret"}
