@@ -7,13 +7,13 @@ CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
 
-.PHONY: demo test setup reference kafka-jars bench clean
+.PHONY: demo test setup reference kafka-jars prometheus bench clean
 
 # The main job: the whole pipeline on a local broker, checked end to end.
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
-test: setup reference kafka-jars
+test: setup reference kafka-jars prometheus
 	$(VPY) -m pytest
 
 setup: $(VENV)/.installed
@@ -33,6 +33,16 @@ reference:
 	    (cd $(REFERENCE) && npm install --no-audit --no-fund --loglevel=error) && touch $(REFERENCE)/.installed; \
 	  fi; \
 	else echo "node/npm not found: differential tests against the reference will be skipped"; fi
+
+# Prometheus and promtool, Debian's package, for the real-Prometheus test
+# (which says why it is skipped where they cannot be installed).
+prometheus:
+	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) \
+	      >/dev/null 2>&1 || echo "apt-get could not install prometheus: the real-Prometheus test will be skipped"; \
+	  else echo "prometheus is not installed and apt-get needs root here: the real-Prometheus test will be skipped"; fi; \
+	fi
 
 # Apache Kafka broker jars from Maven Central into the user cache (once).
 kafka-jars: setup

@@ -1,0 +1,175 @@
+"""Real Prometheus (Debian's package, which ``make test`` installs) over the
+project's own configuration, rules and dashboard: promtool accepts them,
+Prometheus scrapes the shipper, projector, auditor and archiver on the real
+broker, every dashboard query returns series, and an alert fires when its
+condition is made true (records dead-lettered)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from dsh_kafka.clients import make_producer
+from dsh_kafka.config import SERVICE_PRODUCER
+from dsh_pipeline.local_kafka import _free_ports
+from tests.conftest import ROOT, corpus_logs, expected_of
+from tests.layout_helpers import place
+
+pytestmark = pytest.mark.kafka
+
+DEPLOY = ROOT / "deploy"
+PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
+#: Dashboard queries a run without publisher failures leaves empty (the series appears with the first error).
+EMPTY_WITHOUT_FAILURES = {"sum by (error) (increase(dsh_publisher_errors_total[1m]))"}
+
+
+@pytest.fixture(scope="module")
+def tools() -> tuple[str, str]:
+    if not (PROMETHEUS and PROMTOOL):
+        pytest.skip("prometheus and promtool are not installed: `make test` installs Debian's prometheus package "
+                    "(apt-get, as root); it could not on this machine")
+    return PROMETHEUS, PROMTOOL
+
+
+def _config(folder: Path, targets: list[str]) -> Path:
+    """deploy/prometheus.yml with the repository's rules, these targets and a 1 s rhythm."""
+    text = (DEPLOY / "prometheus.yml").read_text()
+    for old, new in (("/etc/prometheus/rules.yml", str(DEPLOY / "prometheus-rules.yml")),
+                     ('["shipper:9100", "projector:9100", "auditor:9100", "archiver:9100"]', json.dumps(targets)),
+                     ("scrape_interval: 5s", "scrape_interval: 1s"), ("evaluation_interval: 15s", "evaluation_interval: 1s")):
+        assert old in text, f"deploy/prometheus.yml no longer holds {old!r}"
+        text = text.replace(old, new)
+    path = folder / "prometheus.yml"
+    path.write_text(text)
+    return path
+
+
+def test_promtool_accepts_the_configuration_and_the_rules(tools, tmp_path):
+    _, promtool = tools
+    rules = subprocess.run([promtool, "check", "rules", str(DEPLOY / "prometheus-rules.yml")], capture_output=True,
+                           text=True, check=False)
+    assert rules.returncode == 0 and "SUCCESS: 6 rules found" in rules.stdout, rules.stdout + rules.stderr
+    config = subprocess.run([promtool, "check", "config", str(_config(tmp_path, ["127.0.0.1:9100"]))],
+                            capture_output=True, text=True, check=False)
+    assert config.returncode == 0, config.stdout + config.stderr
+
+
+def _dashboard_queries() -> list[str]:
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "dsh-pipeline.json").read_text())
+    return [target["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m")
+            for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def _api(port: int, path: str, **query: str) -> dict:
+    url = f"http://127.0.0.1:{port}/api/v1/{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def _headers(seq: int) -> list[tuple[str, bytes]]:
+    return [("dsh-kind", b"record"), ("dsh-seq", str(seq).encode()), ("dsh-count", b"1"), ("dsh-format", b"0")]
+
+
+def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topics, tmp_path):
+    prometheus, _ = tools
+    names = topics(partitions=2)
+    prefix = names.events[: -len("dsh.session-events")]
+    root = tmp_path / "sessions"
+    for log in [log for log in corpus_logs("dsh-real") if expected_of(log)["accepted"]][:8]:
+        place(root, log.read_bytes(), "zstd")
+    broken = root / "--work--" / "broken-session" / "session.jsonl"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b'{"type": "session", "version": 0}\n')  # no id: the shipper refuses it (an error series)
+    ports = _free_ports(5)
+    common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "2"]
+    commands = {"ship": ["ship", "--root", str(root)],
+                "project": ["project", "--db", str(tmp_path / "views.sqlite")],
+                "audit": ["audit", "--state", str(tmp_path / "audit.sqlite")],
+                "archive": ["archive", "--root", str(tmp_path / "archive")]}
+    def start(name: str, argv: list[str]) -> subprocess.Popen:
+        with open(tmp_path / f"{name}.log", "wb") as log:
+            return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+
+    processes = [start(name, [sys.executable, "-m", "dsh_pipeline.cli", *args, *common, "--metrics-port", str(port)])
+                 for (name, args), port in zip(commands.items(), ports)]
+    targets = [f"127.0.0.1:{port}" for port in ports[:4]]
+    processes.append(start("prometheus", [prometheus, f"--config.file={_config(tmp_path, targets)}",
+                                          f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                          f"--web.listen-address=127.0.0.1:{ports[4]}"]))
+    try:
+        deadline = time.monotonic() + 180
+        dead_letters, scraped_at_send = 0, -1
+        queries = _dashboard_queries()
+        while not _ready(ports[4]):
+            assert time.monotonic() < deadline and processes[-1].poll() is None, \
+                (tmp_path / "prometheus.log").read_text()[-1500:]
+            time.sleep(0.2)  # wait-ok: Prometheus starting, with a deadline
+        simulated = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--sessions", "6",
+                                    "--format", "0,3,4", "--fault-unknown", "1", *common], capture_output=True,
+                                   text=True, timeout=120, check=False)  # attested requests, a refused session
+        assert simulated.returncode == 0, simulated.stderr[-1500:]
+        while True:
+            assert time.monotonic() < deadline, (f"not every query has series, or no alert fired: "
+                                                 f"{[q for q in queries if not _series(ports[4], q)]} "
+                                                 f"{_api(ports[4], 'alerts')['data']['alerts']}")
+            assert all(process.poll() is None for process in processes), "a process of the run stopped"
+            scraped = _scraped_dead_letters(ports[4])
+            if _up(ports[4]) == 4 and dead_letters < 2 and scraped > scraped_at_send:
+                dead_letters += 1  # one after another is seen: increase() needs the counter seen before it grows
+                scraped_at_send = scraped
+                asyncio.run(_dead_letter(kafka, names.events, dead_letters))
+            firing = [alert["labels"]["alertname"] for alert in _api(ports[4], "alerts")["data"]["alerts"]
+                      if alert["state"] == "firing"]
+            empty = [q for q in queries if q not in EMPTY_WITHOUT_FAILURES and not _series(ports[4], q)]
+            if "DshRecordsDeadLettered" in firing and not empty:
+                break
+            time.sleep(0.5)  # wait-ok: polling Prometheus with a deadline
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _series(port: int, query: str) -> list:
+    answer = _api(port, "query", query=query)
+    assert answer["status"] == "success", (query, answer)
+    return answer["data"]["result"]
+
+
+def _up(port: int) -> int:
+    return sum(1 for series in _series(port, 'up{job="dsh-pipeline"}') if series["value"][1] == "1")
+
+
+def _scraped_dead_letters(port: int) -> int:
+    """The dead letters Prometheus has seen the projector send."""
+    series = _series(port, 'sum(dsh_consumer_dead_letters_total{service="projector"})')
+    return int(float(series[0]["value"][1])) if series else 0
+
+
+async def _dead_letter(kafka, topic: str, number: int) -> None:
+    """A record every consumer dead-letters (its seq is no safe integer)."""
+    producer = make_producer(kafka, SERVICE_PRODUCER)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, key=f"hostile-{number}".encode(), value=b"{}", headers=_headers(2**63))
+    finally:
+        await producer.stop()
