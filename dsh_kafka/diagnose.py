@@ -74,6 +74,10 @@ async def why_unreachable(kafka: KafkaConfig) -> str:
                         f"the SASL {kafka.sasl_mechanism} login of user {kafka.sasl_username!r}: check the user "
                         "name, the password and the mechanism (DSH_KAFKA_SASL_USERNAME, DSH_KAFKA_SASL_PASSWORD[_FILE], "
                         "DSH_KAFKA_SASL_MECHANISM)")
+            if kafka.uses_tls and not kafka.ssl_certfile:
+                return (f"the broker at {address} completed the TLS handshake but then refused this client, which "
+                        "has no certificate: the listener may require one (mutual TLS: DSH_KAFKA_SSL_CERTFILE, "
+                        "DSH_KAFKA_SSL_KEYFILE) or SASL (DSH_KAFKA_SECURITY_PROTOCOL=SASL_SSL)")
             return (f"the broker at {address} took the connection but not a {kafka.security_protocol} client: the "
                     "listener may want TLS or SASL (DSH_KAFKA_SECURITY_PROTOCOL and the DSH_KAFKA_SASL_* and "
                     "DSH_KAFKA_SSL_* settings)")

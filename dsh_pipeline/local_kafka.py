@@ -182,7 +182,8 @@ class LocalKafka:
 
     def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g",
                  sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None,
-                 authorize: bool = False, port: int | None = None, unsigned_oauth: bool = False) -> None:
+                 authorize: bool = False, port: int | None = None, unsigned_oauth: bool = False,
+                 client_ca: Path | None = None) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -207,6 +208,8 @@ class LocalKafka:
         #: ``unsigned_oauth``: the SASL listener also takes OAUTHBEARER, validating
         #: tokens with Kafka's unsecured validator (unsigned JWTs: for tests only)
         self.unsigned_oauth = unsigned_oauth
+        #: ``client_ca``: the TLS listener requires a client certificate signed by this CA (mutual TLS)
+        self.client_ca = client_ca
         self.port = port  # the client port (None: the folder's last one while free, else any)
         self.secured_bootstrap: str | None = None
 
@@ -261,6 +264,10 @@ class LocalKafka:
         if self.tls_keystore is not None:
             lines += ["listener.name.secured.ssl.keystore.type=PEM",
                       f"listener.name.secured.ssl.keystore.location={self.tls_keystore}"]
+            if self.client_ca is not None:
+                lines += ["listener.name.secured.ssl.client.auth=required",
+                          "listener.name.secured.ssl.truststore.type=PEM",
+                          f"listener.name.secured.ssl.truststore.location={self.client_ca}"]
         if self.authorize:
             lines += ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                       "super.users=User:ANONYMOUS"]

@@ -31,7 +31,7 @@ from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
 from .kafka_jars import require_tool
 from .local_kafka import LocalKafka
 
-__all__ = ["SecureBroker", "USERS", "make_certificates"]
+__all__ = ["SecureBroker", "USERS", "client_certificate", "make_certificates"]
 
 #: The SCRAM user of each service.
 USERS = {service: f"dsh-{service}" for service in SERVICES}
@@ -69,6 +69,24 @@ def make_certificates(folder: Path) -> tuple[Path, Path]:
     finally:
         os.umask(old)
     return ca, keystore
+
+
+def client_certificate(folder: Path, name: str) -> tuple[Path, Path]:
+    """A client certificate for ``CN=name`` signed by the CA of
+    :func:`make_certificates` in ``folder`` (mutual TLS): its PEM file and key."""
+    openssl = require_tool("openssl", "make a client certificate")
+    old = os.umask(0o077)
+    try:
+        for args in (("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
+                      f"/CN={name}"),
+                     ("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                      "-out", f"{name}.pem", "-days", "3650")):
+            done = subprocess.run([openssl, *args], cwd=folder, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise PipelineError(f"openssl {args[0]} failed in {folder}: {done.stderr.strip()[-500:]}")
+    finally:
+        os.umask(old)
+    return folder / f"{name}.pem", folder / f"{name}.key"
 
 
 class SecureBroker:
