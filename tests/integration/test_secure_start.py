@@ -1,6 +1,7 @@
 """``dsh-pipeline kafka start --secure``: the local broker as a secured
 cluster (SASL_SSL, a SCRAM user per service, ACLs per service), and the
-whole pipeline run through it with each service as its own user."""
+whole pipeline (publisher, shipper, projector, auditor, archiver) run
+through it with each service as its own user."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from dsh_pipeline.secure_broker import USERS
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.integration.test_projector import run_until, views_match
+from tests.conftest import corpus_logs, expected_of
 from tests.kafka_fixtures import caught_up
+from tests.layout_helpers import place
 from tests.services import archiver, auditor, projector
 
 pytestmark = pytest.mark.kafka
@@ -49,6 +52,12 @@ def test_each_service_runs_as_its_own_user_with_only_its_acls(tmp_path):
         simulated = _cli("--config", str(files["publisher"]), "simulate", "--sessions", "12", "--seed", "71",
                          "--format", "0,3,4", "--manifest", str(tmp_path / "manifest.json"))
         assert simulated.returncode == 0, simulated.stderr[-2000:]
+        root = tmp_path / "sessions"
+        shipped = [log for log in corpus_logs("dsh-real") if expected_of(log)["accepted"]][:3]
+        for log in shipped:
+            place(root, log.read_bytes(), "zstd")
+        ship = _cli("--config", str(files["shipper"]), "ship", "--once", "--root", str(root))
+        assert ship.returncode == 0, ship.stderr[-2000:]
 
         def as_user(service: str) -> KafkaConfig:
             env = dict(line.split(" = ", 1) for line in files[service].read_text().splitlines()[1:])
@@ -67,7 +76,7 @@ def test_each_service_runs_as_its_own_user_with_only_its_acls(tmp_path):
 
         asyncio.run(run())
         assert views_match(tmp_path / "views.sqlite", [SimpleNamespace(**truth) for truth in truths.values()])
-        assert len(list((tmp_path / "archive").glob("*/*/session*.jsonl.zstd"))) == len(truths)
+        assert len(list((tmp_path / "archive").glob("*/*/session*.jsonl.zstd"))) == len(truths) + len(shipped)
 
         async def write_events_as(service: str) -> None:
             truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=72), 0)
