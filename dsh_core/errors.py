@@ -25,6 +25,7 @@
         ├── DeliveryError         a record was not acknowledged by the cluster
         │   └── RecordTooLargeError   a record over the topic's message limit, refused before sending
         ├── ClusterUnavailableError   no broker answered, or the cluster refused this client
+        │   └── BrokerAbsentError     no broker answered at all (waiting may help)
         ├── FencedError           a newer group member took this member's partition over
         ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
         └── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
@@ -60,6 +61,7 @@ __all__ = [
     "PipelineError",
     "DeliveryError",
     "RecordTooLargeError",
+    "BrokerAbsentError",
     "ClusterUnavailableError",
     "FencedError",
     "StateStoreError",
@@ -202,6 +204,11 @@ class RecordTooLargeError(DeliveryError):
 class ClusterUnavailableError(PipelineError):
     """Raised when no broker of the bootstrap answers, or the cluster refuses
     this client (credentials, ACLs): nothing was done."""
+
+
+class BrokerAbsentError(ClusterUnavailableError):
+    """Raised when no broker of the bootstrap answers at all (none listens,
+    the name does not resolve): unlike a refusal, waiting may help."""
 
 
 class FencedError(PipelineError):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from dsh_core.errors import ClusterUnavailableError, PipelineError
+from dsh_core.errors import BrokerAbsentError, ClusterUnavailableError, PipelineError
 
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig
@@ -16,20 +19,36 @@ from .topics import TopicNames, TopicSpec, replication_for, topic_specs
 
 __all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
 
+_log = logging.getLogger("dsh.kafka")
 
-async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True) -> None:
+
+async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True,
+                         wait: float = 0.0) -> None:
     """Create or verify the pipeline's topics on ``kafka`` (every command's
     first call to the cluster: one that no broker answers is named here),
     with three copies of each partition on a cluster of three brokers or
-    more (:func:`~.topics.replication_for`)."""
+    more (:func:`~.topics.replication_for`). While no broker answers at all,
+    it tries again with exponential backoff for up to ``wait`` seconds (a
+    cluster still starting); a broker that refuses this client is named at once."""
+    retrying = AsyncRetrying(retry=retry_if_exception_type(BrokerAbsentError), stop=stop_after_delay(wait),
+                             wait=wait_exponential(multiplier=0.5, max=5), reraise=True,
+                             before_sleep=lambda state: _log.warning(
+                                 "%s; trying again for up to %g s", state.outcome.exception().message, wait))
+    async for attempt in retrying:
+        with attempt:
+            await _prepare_topics(kafka, names, partitions, create)
+
+
+async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool) -> None:
     admin = make_admin(kafka)
     try:
         await admin.start()
         brokers = len((await admin.describe_cluster())["brokers"])  # a refused login may surface only here
     except (KafkaConnectionError, NodeNotReadyError):
         await admin.close()
-        raise ClusterUnavailableError(f"cannot reach the Kafka cluster at {kafka.bootstrap} over "
-                                      f"{kafka.security_protocol}: {await why_unreachable(kafka)}") from None
+        reason, absent = await why_unreachable(kafka)
+        raise (BrokerAbsentError if absent else ClusterUnavailableError)(
+            f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: {reason}") from None
     try:
         await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)),
                             f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)

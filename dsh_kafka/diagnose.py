@@ -14,11 +14,20 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+from typing import NamedTuple
 
 from .clients import client_options
 from .config import KafkaConfig
 
-__all__ = ["why_unreachable"]
+__all__ = ["Unreachable", "why_unreachable"]
+
+class Unreachable(NamedTuple):
+    """Why a client could not start: ``absent`` when no broker answered at
+    all (one may still be starting), else the broker refused this client."""
+
+    reason: str
+    absent: bool
+
 
 #: How long one probe of one address may take.
 PROBE_SECONDS = 5.0
@@ -48,8 +57,8 @@ async def _connect(host: str, port: int, context: ssl.SSLContext | None) -> str 
     return None
 
 
-async def why_unreachable(kafka: KafkaConfig) -> str:
-    """One line saying why ``kafka``'s bootstrap took no client."""
+async def why_unreachable(kafka: KafkaConfig) -> Unreachable:
+    """Why ``kafka``'s bootstrap took no client, in one line."""
     addresses = [address.strip() for address in kafka.bootstrap.split(",") if address.strip()]
     refused: list[str] = []
     for address in addresses:
@@ -61,26 +70,28 @@ async def why_unreachable(kafka: KafkaConfig) -> str:
         if reason is None and kafka.uses_tls:
             reason = await _connect(host.strip("[]"), int(port), client_options(kafka)["ssl_context"])
             if reason is not None:
-                return (f"{address} answered but {reason}: check the CA file that signed the broker's certificate "
-                        "(DSH_KAFKA_SSL_CAFILE) and, for mutual TLS, the client certificate and key "
-                        "(DSH_KAFKA_SSL_CERTFILE, DSH_KAFKA_SSL_KEYFILE)")
+                return Unreachable(f"{address} answered but {reason}: check the CA file that signed the broker's "
+                                   "certificate (DSH_KAFKA_SSL_CAFILE) and, for mutual TLS, the client certificate "
+                                   "and key (DSH_KAFKA_SSL_CERTFILE, DSH_KAFKA_SSL_KEYFILE)", False)
         if reason is None:
             if kafka.sasl_oauth_token is not None:
-                return (f"the broker at {address} took the connection over {kafka.security_protocol} but refused "
-                        f"the SASL OAUTHBEARER login with {kafka.sasl_oauth_token.describe()}: check that the token "
-                        "is current and meant for this cluster (its audience, issuer and principal)")
+                return Unreachable(f"the broker at {address} took the connection over {kafka.security_protocol} but "
+                                   f"refused the SASL OAUTHBEARER login with {kafka.sasl_oauth_token.describe()}: "
+                                   "check that the token is current and meant for this cluster (its audience, "
+                                   "issuer and principal)", False)
             if kafka.sasl_mechanism:
-                return (f"the broker at {address} took the connection over {kafka.security_protocol} but refused "
-                        f"the SASL {kafka.sasl_mechanism} login of user {kafka.sasl_username!r}: check the user "
-                        "name, the password and the mechanism (DSH_KAFKA_SASL_USERNAME, DSH_KAFKA_SASL_PASSWORD[_FILE], "
-                        "DSH_KAFKA_SASL_MECHANISM)")
+                return Unreachable(f"the broker at {address} took the connection over {kafka.security_protocol} but "
+                                   f"refused the SASL {kafka.sasl_mechanism} login of user {kafka.sasl_username!r}: "
+                                   "check the user name, the password and the mechanism (DSH_KAFKA_SASL_USERNAME, "
+                                   "DSH_KAFKA_SASL_PASSWORD[_FILE], DSH_KAFKA_SASL_MECHANISM)", False)
             if kafka.uses_tls and not kafka.ssl_certfile:
-                return (f"the broker at {address} completed the TLS handshake but then refused this client, which "
-                        "has no certificate: the listener may require one (mutual TLS: DSH_KAFKA_SSL_CERTFILE, "
-                        "DSH_KAFKA_SSL_KEYFILE) or SASL (DSH_KAFKA_SECURITY_PROTOCOL=SASL_SSL)")
-            return (f"the broker at {address} took the connection but not a {kafka.security_protocol} client: the "
-                    "listener may want TLS or SASL (DSH_KAFKA_SECURITY_PROTOCOL and the DSH_KAFKA_SASL_* and "
-                    "DSH_KAFKA_SSL_* settings)")
+                return Unreachable(f"the broker at {address} completed the TLS handshake but then refused this "
+                                   "client, which has no certificate: the listener may require one (mutual TLS: "
+                                   "DSH_KAFKA_SSL_CERTFILE, DSH_KAFKA_SSL_KEYFILE) or SASL "
+                                   "(DSH_KAFKA_SECURITY_PROTOCOL=SASL_SSL)", False)
+            return Unreachable(f"the broker at {address} took the connection but not a {kafka.security_protocol} "
+                               "client: the listener may want TLS or SASL (DSH_KAFKA_SECURITY_PROTOCOL and the "
+                               "DSH_KAFKA_SASL_* and DSH_KAFKA_SSL_* settings)", False)
         refused.append(f"{address}: {reason}")
-    return ("no broker at the bootstrap address (" + "; ".join(refused) + "): check the address, or start a local "
-            "broker with `dsh-pipeline kafka start`")
+    return Unreachable("no broker at the bootstrap address (" + "; ".join(refused) + "): check the address, or start "
+                       "a local broker with `dsh-pipeline kafka start`", True)

@@ -113,7 +113,8 @@ def _simulate(args: argparse.Namespace) -> int:
     progress = _Progress(enabled=sys.stderr.isatty())
 
     async def main() -> dict:
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
+                             wait=args.wait_for_cluster)
         async with Publisher(kafka, names) as publisher:
             truths = await fleet(config, publisher.send, on_batch=progress.add)
             await publisher.flush()
@@ -178,7 +179,8 @@ def _worker(args: argparse.Namespace) -> int:
             return WorkerBridge(runtime, publisher)
 
     async def main() -> int:
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
+                             wait=args.wait_for_cluster)
         async with Publisher(kafka, names) as publisher, bridge_for(publisher) as bridge:
             session_id = args.session_id
             for text in args.prompt:
@@ -260,6 +262,9 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
                         help=f"partitions of newly created topics (default {DEFAULT_PARTITIONS})")
     parser.add_argument("--no-create-topics", action="store_true",
                         help="only verify the topics (a cluster where they are created by its operators)")
+    parser.add_argument("--wait-for-cluster", type=float, default=30.0, metavar="SECONDS",
+                        help="while no broker answers at all, try again with backoff this long (default 30; 0: "
+                             "fail at once); a broker that refuses this client is named at once")
 
 
 def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -> None:

@@ -47,7 +47,8 @@ def ship(args: argparse.Namespace) -> int:
 
     async def main(stop: asyncio.Event) -> int:
         nonlocal shipping
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
+                             wait=args.wait_for_cluster)
         async with Publisher(kafka, names) as publisher:
             shipping = True
             try:
@@ -72,7 +73,8 @@ def _consume(args: argparse.Namespace, make_service) -> int:
     services = {}  # what /healthz checks: the service, once it exists
 
     async def main(stop: asyncio.Event) -> int:
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics)
+        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
+                             wait=args.wait_for_cluster)
         services[args.command] = service = make_service(kafka, names)
         await service.run(stop)
         return EXIT_OK

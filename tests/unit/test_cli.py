@@ -55,15 +55,18 @@ def test_missing_file_and_directory_input(tmp_path):
 
 
 def test_an_unreachable_cluster_is_named_not_a_traceback(tmp_path):
-    done = run("project", "--bootstrap", "127.0.0.1:1", "--db", str(tmp_path / "views.sqlite"))
+    done = run("project", "--bootstrap", "127.0.0.1:1", "--wait-for-cluster", "0", "--db", str(tmp_path / "views.sqlite"))
     err = done.stderr
     assert done.returncode == 69 and "Traceback" not in err, err  # EX_UNAVAILABLE
-    assert ("dsh-pipeline project: ClusterUnavailableError: cannot reach the Kafka cluster at 127.0.0.1:1 over PLAINTEXT: no "
+    assert ("dsh-pipeline project: BrokerAbsentError: cannot reach the Kafka cluster at 127.0.0.1:1 over PLAINTEXT: no "
             "broker at the bootstrap address (127.0.0.1:1: nothing listens there (connection refused))") in err
     assert "`dsh-pipeline kafka start`" in err
-    unresolved = run("project", "--bootstrap", "no-such-host.invalid:9092", "--db", str(tmp_path / "views.sqlite"))
+    unresolved = run("project", "--bootstrap", "no-such-host.invalid:9092", "--wait-for-cluster", "2", "--db",
+                     str(tmp_path / "views.sqlite"))
     assert unresolved.returncode == 69 and "Traceback" not in unresolved.stderr, unresolved.stderr
     assert "(no-such-host.invalid:9092: the name does not resolve)" in unresolved.stderr
+    assert "does not resolve): check the address, or start a local broker with `dsh-pipeline kafka start`; trying " \
+           "again for up to 2 s" in unresolved.stderr  # a broker still starting is waited for, then named
 
 
 def test_each_command_names_its_kafka_clients(monkeypatch):

@@ -15,7 +15,7 @@ PACKAGES = ("dsh_core", "dsh_kafka", "producers", "consumers", "dsh_pipeline")
 #: What each package may import besides the standard library and itself.
 ALLOWED = {
     "dsh_core": {"msgspec", "zstandard"},
-    "dsh_kafka": {"dsh_core", "msgspec", "aiokafka"},
+    "dsh_kafka": {"dsh_core", "msgspec", "aiokafka", "tenacity"},
     "producers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "deepseek_harness_runtime"},  # the bridge finds the installed dsh runtime
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard"},
