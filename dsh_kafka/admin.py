@@ -15,7 +15,7 @@ from dsh_core.errors import BrokerAbsentError, ClusterUnavailableError, Pipeline
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig
 from .diagnose import why_unreachable
-from .topics import TopicNames, TopicSpec, replication_for, topic_specs
+from .topics import TopicLayout, TopicNames, TopicSpec, replication_for, topic_specs
 
 __all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
 
@@ -23,23 +23,25 @@ _log = logging.getLogger("dsh.kafka")
 
 
 async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True,
-                         wait: float = 0.0) -> None:
+                         wait: float = 0.0, layout: TopicLayout = TopicLayout()) -> None:
     """Create or verify the pipeline's topics on ``kafka`` (every command's
     first call to the cluster: one that no broker answers is named here),
     with three copies of each partition on a cluster of three brokers or
     more (:func:`~.topics.replication_for`). While no broker answers at all,
     it tries again with exponential backoff for up to ``wait`` seconds (a
-    cluster still starting); a broker that refuses this client is named at once."""
+    cluster still starting); a broker that refuses this client is named at once.
+    ``layout`` sets copies, acknowledgements and retention of missing topics."""
     retrying = AsyncRetrying(retry=retry_if_exception_type(BrokerAbsentError), stop=stop_after_delay(wait),
                              wait=wait_exponential(multiplier=0.5, max=5), reraise=True,
                              before_sleep=lambda state: _log.warning(
                                  "%s; trying again for up to %g s", state.outcome.exception().message, wait))
     async for attempt in retrying:
         with attempt:
-            await _prepare_topics(kafka, names, partitions, create)
+            await _prepare_topics(kafka, names, partitions, create, layout)
 
 
-async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool) -> None:
+async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool,
+                          layout: TopicLayout) -> None:
     admin = make_admin(kafka)
     try:
         await admin.start()
@@ -50,7 +52,11 @@ async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int
         raise (BrokerAbsentError if absent else ClusterUnavailableError)(
             f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: {reason}") from None
     try:
-        await ensure_topics(admin, topic_specs(names, partitions, replication=replication_for(brokers)),
+        replication = layout.replication or replication_for(brokers)
+        if replication > brokers:
+            raise PipelineError(f"--replication {replication}: the cluster has {brokers} broker(s), and each copy "
+                                "of a partition needs its own")
+        await ensure_topics(admin, topic_specs(names, partitions, replication, layout),
                             f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)
     finally:
         await admin.close()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
-__all__ = ["BATCH_OVERHEAD_BYTES", "DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "TopicNames", "TopicSpec",
-           "replication_for", "topic_specs"]
+__all__ = ["BATCH_OVERHEAD_BYTES", "DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "RETAINED", "TopicLayout",
+           "TopicNames", "TopicSpec", "replication_for", "topic_specs"]
 
 #: Large enough for big tool outputs (a 5 MiB result plus its envelope).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -38,14 +40,30 @@ class TopicSpec:
     replication: int = 1
 
 
+#: The topics whose retention a deployment sets (the views topic is compacted: it keeps every session's last view).
+RETAINED = ("events", "findings", "dead-letter")
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """How the pipeline's topics are made where they are missing: copies of
+    each (``None``: :func:`replication_for` the cluster's brokers) and how
+    many must acknowledge (``None``: all copies but one); retention by topic
+    (:data:`RETAINED`, milliseconds, -1 forever; default forever)."""
+
+    replication: int | None = None
+    min_insync_replicas: int | None = None
+    retention_ms: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
 def replication_for(brokers: int) -> int:
     """Copies of each partition on a cluster of ``brokers``: three where
     there are three brokers or more, so ``acks=all`` survives a broker."""
     return max(1, min(3, brokers))
 
 
-def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, retention_ms: int = -1,
-                replication: int = 1) -> list[TopicSpec]:
+def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, replication: int = 1,
+                layout: TopicLayout = TopicLayout()) -> list[TopicSpec]:
     """Events: delete policy, long retention; views: compacted; findings and
     dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`.
     Each partition has ``replication`` copies, of which ``acks=all`` waits
@@ -56,13 +74,18 @@ def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, retenti
     wire) and refuses one over ``max.message.bytes`` after decompression, the
     only place Kafka bounds that. A topic that keeps the producer's
     compression passes a few-KB batch inflating to any size on to every
-    consumer."""
-    common = {"max.message.bytes": str(MAX_MESSAGE_BYTES), "min.insync.replicas": str(max(1, replication - 1))}
-    events = {"cleanup.policy": "delete", "retention.ms": str(retention_ms), "compression.type": "uncompressed",
-              "max.message.bytes": str(MAX_MESSAGE_BYTES + BATCH_OVERHEAD_BYTES)}
+    consumer. ``layout`` sets acknowledgements and retention."""
+    insync = layout.min_insync_replicas or max(1, replication - 1)
+    common = {"max.message.bytes": str(MAX_MESSAGE_BYTES), "min.insync.replicas": str(insync)}
+
+    def deleted(kind: str) -> dict[str, str]:
+        return {"cleanup.policy": "delete", "retention.ms": str(layout.retention_ms.get(kind, -1))}
+
+    events = deleted("events") | {"compression.type": "uncompressed",
+                                  "max.message.bytes": str(MAX_MESSAGE_BYTES + BATCH_OVERHEAD_BYTES)}
     return [
         TopicSpec(names.events, partitions, common | events, replication),
         TopicSpec(names.views, partitions, common | {"cleanup.policy": "compact"}, replication),
-        TopicSpec(names.findings, partitions, common | {"cleanup.policy": "delete"}, replication),
-        TopicSpec(names.dead_letter, partitions, common | {"cleanup.policy": "delete"}, replication),
+        TopicSpec(names.findings, partitions, common | deleted("findings"), replication),
+        TopicSpec(names.dead_letter, partitions, common | deleted("dead-letter"), replication),
     ]

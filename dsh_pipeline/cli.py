@@ -97,7 +97,7 @@ def _kafka(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
-    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.runtime import resolve_kafka
     from producers.publisher import Publisher
     from dsh_core.jsonvalue import encode_json
@@ -113,8 +113,7 @@ def _simulate(args: argparse.Namespace) -> int:
     progress = _Progress(enabled=sys.stderr.isatty())
 
     async def main() -> dict:
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
-                             wait=args.wait_for_cluster)
+        await prepare_command_topics(kafka, names, args)
         async with Publisher(kafka, names) as publisher:
             truths = await fleet(config, publisher.send, on_batch=progress.add)
             await publisher.flush()
@@ -143,10 +142,23 @@ def _formats(text: str) -> tuple[int, ...]:
     return formats
 
 
+def _retention(text: str) -> dict[str, int]:
+    """``--retention``: ``TOPIC=MS`` pairs, comma-separated (TOPIC one of :data:`RETAINED`; -1 keeps forever)."""
+    from dsh_kafka.topics import RETAINED
+    retention: dict[str, int] = {}
+    for part in filter(None, (item.strip() for item in text.split(","))):
+        topic, _, value = part.partition("=")
+        if topic not in RETAINED or not value.lstrip("-").isdigit() or int(value) < -1:
+            raise argparse.ArgumentTypeError(f"expected TOPIC=MS pairs with TOPIC one of {', '.join(RETAINED)} and "
+                                             f"MS -1 (forever) or more, got {part!r}")
+        retention[topic] = int(value)
+    return retention
+
+
 def _worker(args: argparse.Namespace) -> int:
     from dsh_kafka.config import Secret
     from dsh_kafka.topics import TopicNames
-    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.runtime import resolve_kafka
     from producers.bridge import AgentBridge
     from producers.publisher import Publisher
@@ -179,8 +191,7 @@ def _worker(args: argparse.Namespace) -> int:
             return WorkerBridge(runtime, publisher)
 
     async def main() -> int:
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
-                             wait=args.wait_for_cluster)
+        await prepare_command_topics(kafka, names, args)
         async with Publisher(kafka, names) as publisher, bridge_for(publisher) as bridge:
             session_id = args.session_id
             for text in args.prompt:
@@ -262,6 +273,14 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
                         help=f"partitions of newly created topics (default {DEFAULT_PARTITIONS})")
     parser.add_argument("--no-create-topics", action="store_true",
                         help="only verify the topics (a cluster where they are created by its operators)")
+    parser.add_argument("--replication", type=int, metavar="N",
+                        help="copies of each partition of new topics (default: 3 on a cluster of 3 brokers or more, "
+                             "else one per broker)")
+    parser.add_argument("--min-insync-replicas", type=int, metavar="N",
+                        help="copies that must have a record before it counts as written (default: all but one)")
+    parser.add_argument("--retention", type=_retention, default={}, metavar="TOPIC=MS[,...]",
+                        help="retention of new topics: events, findings, dead-letter (milliseconds; -1, the "
+                             "default, keeps forever; the views topic is compacted)")
     parser.add_argument("--wait-for-cluster", type=float, default=30.0, metavar="SECONDS",
                         help="while no broker answers at all, try again with backoff this long (default 30; 0: "
                              "fail at once); a broker that refuses this client is named at once")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -12,9 +13,11 @@ from typing import Awaitable, Callable
 from dsh_core.errors import PipelineError
 from dsh_pipeline.kafka_jars import cache_root
 from dsh_pipeline.local_kafka import probe_metadata, read_state
+from dsh_kafka.admin import prepare_topics
 from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig
+from dsh_kafka.topics import TopicLayout, TopicNames
 
-__all__ = ["default_broker_dir", "resolve_kafka", "run_until_signal"]
+__all__ = ["default_broker_dir", "prepare_command_topics", "resolve_kafka", "run_until_signal"]
 
 
 def default_broker_dir() -> Path:
@@ -33,6 +36,13 @@ def resolve_kafka(bootstrap: str | None, client_id: str) -> KafkaConfig:
         return KafkaConfig(bootstrap=state.bootstrap, client_id=client_id)
     raise PipelineError(f"no Kafka cluster: pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, "
                         "or start the local broker with `dsh-pipeline kafka start`")
+
+
+async def prepare_command_topics(kafka: KafkaConfig, names: TopicNames, args: argparse.Namespace) -> None:
+    """Create or verify the topics as a command's Kafka options say."""
+    layout = TopicLayout(args.replication, args.min_insync_replicas, args.retention)
+    await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics, wait=args.wait_for_cluster,
+                         layout=layout)
 
 
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:

@@ -23,7 +23,7 @@ __all__ = ["archive", "audit", "project", "service_config", "ship"]
 
 def ship(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
-    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.runtime import resolve_kafka, run_until_signal
     from producers.publisher import Publisher
     from producers.shipper import Checkpoints, Shipper, ShipperConfig, check_root
@@ -47,8 +47,7 @@ def ship(args: argparse.Namespace) -> int:
 
     async def main(stop: asyncio.Event) -> int:
         nonlocal shipping
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
-                             wait=args.wait_for_cluster)
+        await prepare_command_topics(kafka, names, args)
         async with Publisher(kafka, names) as publisher:
             shipping = True
             try:
@@ -64,7 +63,7 @@ def ship(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace, make_service) -> int:
     """Run one consumer service until SIGTERM or SIGINT."""
     from dsh_kafka.topics import TopicNames
-    from dsh_kafka.admin import prepare_topics
+    from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.ops_server import consumers_health
     from dsh_pipeline.runtime import resolve_kafka, run_until_signal
 
@@ -73,8 +72,7 @@ def _consume(args: argparse.Namespace, make_service) -> int:
     services = {}  # what /healthz checks: the service, once it exists
 
     async def main(stop: asyncio.Event) -> int:
-        await prepare_topics(kafka, names, args.partitions, create=not args.no_create_topics,
-                             wait=args.wait_for_cluster)
+        await prepare_command_topics(kafka, names, args)
         services[args.command] = service = make_service(kafka, names)
         await service.run(stop)
         return EXIT_OK

@@ -92,7 +92,7 @@ def test_topics_and_config():
     assert (events["max.message.bytes"], events["compression.type"]) == (str(16 * 1024 * 1024 + 65536), "uncompressed")
     assert {(s.replication, s.configs["min.insync.replicas"]) for s in specs.values()} == {(1, "1")}
     assert [replication_for(brokers) for brokers in (1, 2, 3, 9)] == [1, 2, 3, 3]
-    replicated = topic_specs(names, 6, replication=3)  # acks=all survives one broker
+    replicated = topic_specs(names, 6, 3)  # acks=all survives one broker
     assert {(s.replication, s.configs["min.insync.replicas"]) for s in replicated} == {(3, "2")}
     config = KafkaConfig("127.0.0.1:9092", sasl_mechanism="PLAIN", sasl_username="u", sasl_password=Secret("pw"))
     assert "pw" not in repr(config)
