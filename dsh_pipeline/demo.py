@@ -173,13 +173,13 @@ def run_demo(config: DemoConfig) -> int:
     children: list[subprocess.Popen] = []
     started = time.monotonic()
     try:
-        if config.bootstrap:
-            bootstrap = config.bootstrap
+        if config.bootstrap:  # a cluster of the user's: its security settings come from DSH_KAFKA_*, for every process
+            kafka = KafkaConfig.from_env(config.bootstrap)
         else:
             print("starting the local Kafka broker (Apache Kafka jars from Maven Central, cached) ...", flush=True)
             broker = LocalKafka(workdir / "broker")
-            bootstrap = broker.start()
-        kafka = KafkaConfig(bootstrap)
+            kafka = KafkaConfig(broker.start())
+        bootstrap = kafka.bootstrap
         prefix = f"demo{uuid.uuid4().hex[:6]}."
         names = TopicNames.with_prefix(prefix)
         common = ["--bootstrap", bootstrap, "--topic-prefix", prefix]

@@ -68,6 +68,10 @@ def test_a_sasl_cluster_is_reached_with_the_environment_s_credentials(tmp_path):
         names = TopicNames.with_prefix(f"sasl{uuid.uuid4().hex[:6]}.")
         assert asyncio.run(_fleet_projected(kafka, names, tmp_path / "views.sqlite", seed=61))
 
+        demo = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "demo", "--sessions", "30", "--bootstrap",
+                               broker.secured_bootstrap, "--workdir", str(tmp_path / "demo")],
+                              env={**os.environ, **_sasl_env("s3cret")}, capture_output=True, text=True, timeout=300)
+        assert demo.returncode == 0 and "everything agrees" in demo.stdout, demo.stdout[-1500:] + demo.stderr[-1500:]
         refused = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--sessions", "1",
                                   "--bootstrap", broker.secured_bootstrap],
                                  env={**os.environ, **_sasl_env("wrong")}, capture_output=True, text=True, timeout=120)
