@@ -1,0 +1,117 @@
+"""The commands that publish: a simulated fleet (``simulate``) and real dsh
+agents through a worker bridge (``worker``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from dsh_core.errors import PipelineError
+from dsh_pipeline.exit_codes import EXIT_OK
+
+__all__ = ["simulate", "worker"]
+
+
+def simulate(args: argparse.Namespace) -> int:
+    from dsh_kafka.topics import TopicNames
+    from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
+    from producers.publisher import Publisher
+    from dsh_core.jsonvalue import encode_json
+    from producers.fleet import fleet, formats_summary, manifest
+    from producers.simulator import FaultPlan, SimulatorConfig
+
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
+    names = TopicNames.with_prefix(args.topic_prefix)
+    faults = FaultPlan(**{kind: getattr(args, f"fault_{kind}") for kind in
+                          ("unlogged", "dropped", "duplicate", "lossless", "unknown")})
+    config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults,
+                             formats=args.format)
+    progress = _Progress(enabled=sys.stderr.isatty())
+
+    async def main() -> dict:
+        await prepare_command_topics(kafka, names, args)
+        async with Publisher(kafka, names) as publisher:
+            truths = await fleet(config, publisher.send, on_batch=progress.add)
+            await publisher.flush()
+        return manifest(config, truths)
+
+    result = asyncio.run(main())
+    progress.done()
+    if args.manifest:
+        Path(args.manifest).write_bytes(encode_json(result) + b"\n")
+    print(f"simulated {result['sessions']} sessions ({formats_summary(result)}), {result['events']} events, "
+          f"{result['attestations']} "
+          f"attestations; injected {result['injected']}" + (f"; manifest {args.manifest}" if args.manifest else ""))
+    return EXIT_OK
+
+
+def worker(args: argparse.Namespace) -> int:
+    from dsh_kafka.config import Secret
+    from dsh_kafka.topics import TopicNames
+    from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
+    from producers.bridge import AgentBridge
+    from producers.publisher import Publisher
+
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
+    names = TopicNames.with_prefix(args.topic_prefix)
+    api_key = os.environ.get("DEEPSEEK_API_KEY")
+    model_url = args.model_url or os.environ.get("DEEPSEEK_BASE_URL")
+    if not api_key or not model_url:
+        raise PipelineError("the dsh runtime needs DEEPSEEK_API_KEY and --model-url (or DEEPSEEK_BASE_URL)")
+    workspace, home = Path(args.workspace).resolve(), Path(args.home).resolve()
+    if args.runtime == "headless":
+        from dsh_pipeline.dsh_runtimes import runtime_executable
+        from producers.headless import HeadlessBridge, HeadlessConfig
+        config = HeadlessConfig(executable=runtime_executable(args.dsh_version), workspace=workspace, home=home,
+                                model_url=model_url, api_key=Secret(api_key))
+
+        def bridge_for(publisher: Publisher) -> AgentBridge:
+            return HeadlessBridge(config, publisher)
+    else:
+        from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
+        if not args.session_id:
+            raise PipelineError("--session-id is required with --runtime jsonrpc (the headless runtime makes one)")
+        executable, cordis = find_runtime()
+        runtime = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=workspace,
+                                session_root=Path(args.session_root).resolve(), home=home, model_url=model_url,
+                                api_key=Secret(api_key), model=args.model)
+
+        def bridge_for(publisher: Publisher) -> AgentBridge:
+            return WorkerBridge(runtime, publisher)
+
+    async def main() -> int:
+        await prepare_command_topics(kafka, names, args)
+        async with Publisher(kafka, names) as publisher, bridge_for(publisher) as bridge:
+            session_id = args.session_id
+            for text in args.prompt:
+                result = await bridge.prompt(session_id, text)
+                session_id = result.session_id
+                print(f"session {result.session_id}: turn ended {result.end_reason}, {result.events} events "
+                      f"published (last seq {result.last_seq})")
+        return EXIT_OK
+
+    return asyncio.run(main())
+
+
+class _Progress:
+    """A one-line progress display on a terminal (nothing otherwise)."""
+
+    def __init__(self, enabled: bool) -> None:
+        import time
+        self.enabled, self.events, self.started, self._time = enabled, 0, time.monotonic(), time.monotonic
+        self._shown = 0.0
+
+    def add(self, events: int) -> None:
+        self.events += events
+        now = self._time()
+        if self.enabled and now - self._shown > 0.2:
+            self._shown = now
+            rate = self.events / max(now - self.started, 1e-9)
+            print(f"\r{self.events:>10,} events  {rate:>10,.0f}/s", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.enabled:
+            print(file=sys.stderr)
