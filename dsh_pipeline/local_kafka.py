@@ -37,7 +37,7 @@ from dsh_pipeline.kafka_jars import KAFKA_VERSION, ensure_kafka_jars, java_major
 from dsh_kafka.clients import make_admin
 from dsh_kafka.config import KafkaConfig
 
-__all__ = ["LocalKafka", "BrokerState", "read_state", "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
+__all__ = ["LocalKafka", "BrokerState", "free_ports", "read_state", "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
 
 _READY_LINE = "Kafka Server started"
 
@@ -53,7 +53,7 @@ logger.r.level=INFO
 """
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Distinct free loopback ports (each probe stays bound until all are
     chosen: probes released one by one may be given the same port)."""
     with contextlib.ExitStack() as stack:
@@ -329,7 +329,7 @@ class LocalKafka:
         if self.port is not None and _ports_if_free([self.port]) is None:
             raise PipelineError(f"127.0.0.1:{self.port} is in use: the broker needs another port")
         for _ in range(3):  # a port taken between probe and bind: try new ports
-            fresh = _free_ports(3)
+            fresh = free_ports(3)
             port, controller = ports or fresh[:2]
             if self.port is not None:
                 port, controller = self.port, fresh[1]

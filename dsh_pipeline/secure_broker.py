@@ -17,6 +17,7 @@ the same folder keeps certificates, users and passwords.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import subprocess
@@ -131,16 +132,10 @@ class SecureBroker:
 
     def client_config(self, service: str) -> str:
         """The ``--config`` file of ``service``: its ``[kafka]`` table."""
-        return (f'[kafka]\nbootstrap = "{self.broker.secured_bootstrap}"\nsecurity_protocol = "SASL_SSL"\n'
-                f'sasl_mechanism = "SCRAM-SHA-512"\nsasl_username = "{USERS[service]}"\n'
-                f'sasl_password_file = "{self.secrets / (USERS[service] + ".password")}"\nssl_cafile = "{self.ca}"\n')
-
-    def client_env(self, service: str) -> dict[str, str]:
-        """The same settings as ``DSH_KAFKA_*`` variables."""
-        return {"DSH_KAFKA_BOOTSTRAP": self.broker.secured_bootstrap, "DSH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-                "DSH_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "DSH_KAFKA_SASL_USERNAME": USERS[service],
-                "DSH_KAFKA_SASL_PASSWORD_FILE": str(self.secrets / f"{USERS[service]}.password"),
-                "DSH_KAFKA_SSL_CAFILE": str(self.ca)}
+        settings = {"bootstrap": self.broker.secured_bootstrap, "security_protocol": "SASL_SSL",
+                    "sasl_mechanism": "SCRAM-SHA-512", "sasl_username": USERS[service],
+                    "sasl_password_file": str(self.secrets / f"{USERS[service]}.password"), "ssl_cafile": str(self.ca)}
+        return "[kafka]\n" + "".join(f"{key} = {json.dumps(value)}\n" for key, value in settings.items())  # TOML strings
 
     def stop(self) -> None:
         self.broker.stop()

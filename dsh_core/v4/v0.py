@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import CorruptionError, DecodeError, DshError
 from ..jsonvalue import decode_json, encode_json
@@ -35,11 +35,11 @@ _HEADER_KEYS = ("version", "id", "createdAt", "cwd", "parentSession", "isSeeded"
                 "agentPreset")
 
 
-class MigratedLog:
-    """The v4 header and events dsh 0.2.1 makes of a v0 log."""
+class MigratedLog(NamedTuple):
+    """The v4 header and events dsh 0.2.1 makes of an older log."""
 
-    def __init__(self, header: SessionHeader, events: list[dict[str, Any]]) -> None:
-        self.header, self.events = header, events
+    header: SessionHeader
+    events: list[dict[str, Any]]
 
 
 class _V0Rows:

@@ -149,7 +149,7 @@ class V1ToV2:
     def _join(self, turn: Any, step: Any) -> _Group:
         """The attempt a chunk of ``turn``/``step`` belongs to (a new one after a finish or another step)."""
         if self.pending is not None:
-            group, waiting = self.pending
+            group = self.pending[0]
             if group.terminal or group.turn != turn or group.step != step:
                 self._finish_attempt()
             else:

@@ -14,7 +14,7 @@ import pytest
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
-from dsh_pipeline.local_kafka import LocalKafka, _free_ports
+from dsh_pipeline.local_kafka import LocalKafka, free_ports
 from dsh_pipeline.ops_server import consumers_health
 from producers.simulator import SimulatorConfig
 from tests.integration.test_projector import publish_fleet, views_match
@@ -71,7 +71,7 @@ def test_a_broker_restart_on_the_same_address_is_ridden_out(tmp_path):
 def test_a_command_started_before_its_broker_waits_for_it(tmp_path):
     """--wait-for-cluster: no broker answers yet, so the command tries again
     with backoff (saying so) until one does, then runs."""
-    port = _free_ports(1)[0]
+    port = free_ports(1)[0]
     log = tmp_path / "simulate.err"
     with open(log, "wb") as err:
         waiting = subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--sessions", "2",

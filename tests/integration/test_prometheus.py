@@ -21,7 +21,7 @@ import pytest
 
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER
-from dsh_pipeline.local_kafka import _free_ports
+from dsh_pipeline.local_kafka import free_ports
 from tests.conftest import ROOT, corpus_logs, expected_of
 from tests.layout_helpers import place
 
@@ -90,7 +90,7 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
     broken = root / "--work--" / "broken-session" / "session.jsonl"
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b'{"type": "session", "version": 0}\n')  # no id: the shipper refuses it (an error series)
-    ports = _free_ports(5)
+    ports = free_ports(5)
     common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "2"]
     commands = {"ship": ["ship", "--root", str(root)],
                 "project": ["project", "--db", str(tmp_path / "views.sqlite")],

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +19,7 @@ from dsh_core.errors import ClusterUnavailableError
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
+from dsh_pipeline.config_file import KAFKA_KEYS
 from dsh_pipeline.local_kafka import stop_detached
 from dsh_pipeline.secure_broker import USERS
 from producers.publisher import Publisher
@@ -59,10 +61,9 @@ def test_each_service_runs_as_its_own_user_with_only_its_acls(tmp_path):
         ship = _cli("--config", str(files["shipper"]), "ship", "--once", "--root", str(root))
         assert ship.returncode == 0, ship.stderr[-2000:]
 
-        def as_user(service: str) -> KafkaConfig:
-            env = dict(line.split(" = ", 1) for line in files[service].read_text().splitlines()[1:])
-            return KafkaConfig.from_env(None, {f"DSH_KAFKA_{key.upper()}": json.loads(value)
-                                               for key, value in env.items()})
+        def as_user(service: str) -> KafkaConfig:  # the file's [kafka] table, as the command line reads it
+            table = tomllib.loads(files[service].read_text())["kafka"]
+            return KafkaConfig.from_env(None, {KAFKA_KEYS[key]: value for key, value in table.items()})
 
         names = TopicNames()
         truths = json.loads((tmp_path / "manifest.json").read_text())["truth"]
