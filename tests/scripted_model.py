@@ -42,6 +42,17 @@ SCRIPTS: dict[str, list[Reply]] = {
     "max-tokens": [Reply(text="This answer is cut off because it ran out of", finish="length")],
     "two-turns": [Reply(text="First answer."), Reply(text="Second answer.")],
     "hang": [Reply(text="Thinking about it", hang=True)],
+    # reasoning and tool calls replayed in later requests, within a turn and across turns
+    "reasoned-tools": [Reply(reasoning="Run it first.", text="Running.", finish="tool_calls",
+                             tool_calls=(("bash", '{"command": "echo REASONED", "description": "Print a word"}'),
+                                         ("bash", '{"command": "true", "description": "Print nothing"}'))),
+                       Reply(reasoning="It printed the word.", text="It printed REASONED."),
+                       Reply(reasoning="A second question.", text="Second answer.")],
+    "chain": [Reply(tool_calls=(("bash", '{"command": "echo FIRST", "description": "Print first"}'),),
+                    finish="tool_calls"),
+              Reply(tool_calls=(("bash", '{"command": "echo SECOND", "description": "Print second"}'),),
+                    finish="tool_calls"),
+              Reply(text="Both steps ran.")],
 }
 
 
