@@ -24,14 +24,16 @@ from dsh_core.storage.records import decode_row, pack_chunk_runs
 
 from .topics import MAX_MESSAGE_BYTES
 
-__all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "SessionRecord", "KafkaRecord", "Attestation",
-           "record_from_line", "records_for_batch", "header_record", "attestation_record", "check_envelope",
+__all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "KIND_WIRE", "SessionRecord", "KafkaRecord",
+           "Attestation", "record_from_line", "records_for_batch", "header_record", "attestation_record",
+           "wire_attestation_record", "check_envelope",
            "check_format", "check_identity", "check_same_header", "decode_kafka_record", "where_of"]
 
 KIND_HEADER = "header"
 KIND_RECORD = "record"
 KIND_ATTESTATION = "attestation"
-_KINDS = frozenset({KIND_HEADER, KIND_RECORD, KIND_ATTESTATION})
+KIND_WIRE = "wire-attestation"
+_KINDS = frozenset({KIND_HEADER, KIND_RECORD, KIND_ATTESTATION, KIND_WIRE})
 
 
 class KafkaRecord(Protocol):
@@ -43,6 +45,7 @@ class KafkaRecord(Protocol):
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
+    timestamp: int  # ms since the epoch (the producer's CreateTime)
 
 
 def where_of(record: KafkaRecord) -> str:
@@ -133,6 +136,12 @@ def header_record(header: SessionHeader) -> SessionRecord:
 
 def attestation_record(session_id: str, attestation: Attestation) -> SessionRecord:
     return SessionRecord(session_id, KIND_ATTESTATION, attestation.boundary_seq, 0, attestation.to_json())
+
+
+def wire_attestation_record(session_id: str, arrival: int, value: bytes) -> SessionRecord:
+    """A gateway's attestation of the ``arrival``-th request of a session it
+    forwarded (``dsh-seq`` = arrival; see :mod:`producers.gateway`)."""
+    return SessionRecord(session_id, KIND_WIRE, arrival, 0, value)
 
 
 def decode_kafka_record(record: KafkaRecord) -> SessionRecord:

@@ -160,6 +160,21 @@ def _view(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8787 or 0.0.0.0:8787)")
+    return host.strip("[]"), int(port)
+
+
+def _upstream(text: str) -> str:
+    from urllib.parse import urlsplit
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
+    return text
+
+
 def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $DSH_KAFKA_BOOTSTRAP or the local broker)")
     parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names")
@@ -275,6 +290,9 @@ def build_parser() -> _Cli:
     worker.add_argument("--home", default="./.dsh-home", help="DSH_HOME for the runtime")
     worker.add_argument("--model-url", help="the model endpoint (default: $DEEPSEEK_BASE_URL)")
     worker.add_argument("--model", default="deepseek-v4-flash")
+    worker.add_argument("--no-gateway", action="store_true",
+                        help="let the runtime call the model directly (by default its requests go through an "
+                             "attesting gateway on loopback, so the auditor verifies each against the log)")
     _add_kafka_options(worker)
     worker.set_defaults(run=producer_commands.worker)
 
@@ -292,8 +310,25 @@ def build_parser() -> _Cli:
                        help="the SQLite state store (committed session state; restarts replay from it)")
     audit.add_argument("--checkpoint-seconds", type=float, default=AuditorConfig.checkpoint_seconds,
                        help="how often every changed session is stored (bounds the replay after a crash)")
+    audit.add_argument("--require-gateway", action="store_true",
+                       help="report every request boundary of the log that no gateway attested (unattested-request)")
+    audit.add_argument("--wire-deadline", type=float, default=AuditorConfig.wire_deadline_seconds, metavar="SECONDS",
+                       help="how long a gateway's attestation and its request boundary may wait for each other "
+                            f"(default {AuditorConfig.wire_deadline_seconds:g}), in record time")
     _add_consumer_options(audit, AuditorConfig)
     audit.set_defaults(run=service_commands.audit)
+
+    gateway = commands.add_parser("gateway", help="a model API proxy for dsh agents that attests every request "
+                                                  "they send (point their DEEPSEEK_BASE_URL at it)")
+    gateway.add_argument("--listen", type=_host_port, default=("127.0.0.1", 8787), metavar="HOST:PORT",
+                         help="where agents reach it (default 127.0.0.1:8787)")
+    gateway.add_argument("--upstream", type=_upstream, required=True, metavar="URL",
+                         help="the model endpoint the fleet used as its DEEPSEEK_BASE_URL (http or https)")
+    gateway.add_argument("--read-timeout", type=float, default=300.0, metavar="SECONDS",
+                         help="the longest silence of an upstream response before it counts as stalled (default 300)")
+    _add_ops_options(gateway)
+    _add_kafka_options(gateway)
+    gateway.set_defaults(run=service_commands.gateway)
 
     archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
     archive.add_argument("--root", required=True, help="the archive root (a dsh sessions root)")

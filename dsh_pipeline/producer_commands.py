@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -53,6 +54,7 @@ def worker(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
     from producers.bridge import AgentBridge
+    from producers.gateway import Gateway, GatewayConfig, GatewayServer
     from producers.publisher import Publisher
 
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
@@ -65,26 +67,31 @@ def worker(args: argparse.Namespace) -> int:
     if args.runtime == "headless":
         from dsh_pipeline.dsh_runtimes import runtime_executable
         from producers.headless import HeadlessBridge, HeadlessConfig
-        config = HeadlessConfig(executable=runtime_executable(args.dsh_version), workspace=workspace, home=home,
-                                model_url=model_url, api_key=Secret(api_key))
+        executable = runtime_executable(args.dsh_version)
 
-        def bridge_for(publisher: Publisher) -> AgentBridge:
-            return HeadlessBridge(config, publisher)
+        def bridge_for(publisher: Publisher, url: str) -> AgentBridge:
+            return HeadlessBridge(HeadlessConfig(executable=executable, workspace=workspace, home=home, model_url=url,
+                                                 api_key=Secret(api_key)), publisher)
     else:
         from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
         if not args.session_id:
             raise PipelineError("--session-id is required with --runtime jsonrpc (the headless runtime makes one)")
         executable, cordis = find_runtime()
-        runtime = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=workspace,
-                                session_root=Path(args.session_root).resolve(), home=home, model_url=model_url,
-                                api_key=Secret(api_key), model=args.model)
+        session_root = Path(args.session_root).resolve()
 
-        def bridge_for(publisher: Publisher) -> AgentBridge:
-            return WorkerBridge(runtime, publisher)
+        def bridge_for(publisher: Publisher, url: str) -> AgentBridge:
+            return WorkerBridge(RuntimeConfig(executable=executable, cordis_config=cordis, workspace=workspace,
+                                              session_root=session_root, home=home, model_url=url,
+                                              api_key=Secret(api_key), model=args.model), publisher)
 
     async def main() -> int:
         await prepare_command_topics(kafka, names, args)
-        async with Publisher(kafka, names) as publisher, bridge_for(publisher) as bridge:
+        async with Publisher(kafka, names) as publisher, contextlib.AsyncExitStack() as stack:
+            url = model_url
+            if not args.no_gateway:  # the runtime's requests go through an attesting gateway on loopback
+                gateway = Gateway(GatewayConfig(upstream=model_url), publisher.send)
+                url = (await stack.enter_async_context(GatewayServer(gateway))).url
+            bridge = await stack.enter_async_context(bridge_for(publisher, url))
             session_id = args.session_id
             for text in args.prompt:
                 result = await bridge.prompt(session_id, text)

@@ -18,7 +18,7 @@ from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
 if TYPE_CHECKING:
     from dsh_pipeline.ops_server import HealthCheck
 
-__all__ = ["archive", "audit", "project", "service_config", "ship"]
+__all__ = ["archive", "audit", "gateway", "project", "service_config", "ship"]
 
 
 def ship(args: argparse.Namespace) -> int:
@@ -55,6 +55,45 @@ def ship(args: argparse.Namespace) -> int:
             finally:
                 shipping = False
         return EXIT_REFUSED if refused else EXIT_OK
+
+    with _ops_server(args, health):
+        return run_until_signal(main)
+
+
+def gateway(args: argparse.Namespace) -> int:
+    from dsh_core.errors import DshError
+    from dsh_kafka.topics import TopicNames
+    from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka, run_until_signal
+    from producers.gateway import Gateway, GatewayConfig, GatewayServer
+    from producers.publisher import Publisher
+
+    host, port = args.listen
+    config = GatewayConfig(upstream=args.upstream, read_timeout=args.read_timeout)
+    kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
+    names = TopicNames.with_prefix(args.topic_prefix)
+    serving = False
+    log = logging.getLogger("dsh_pipeline.gateway")
+
+    def health() -> tuple[bool, str]:
+        return (True, "serving") if serving else (False, "not serving")
+
+    async def main(stop: asyncio.Event) -> int:
+        nonlocal serving
+        await prepare_command_topics(kafka, names, args)
+        async with Publisher(kafka, names) as publisher, \
+                GatewayServer(Gateway(config, publisher.send), host, port) as server:
+            print(f"dsh-pipeline gateway: {server.url} forwards to {config.upstream}; point DEEPSEEK_BASE_URL at it",
+                  file=sys.stderr, flush=True)
+            serving = True
+            while not stop.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)  # attestations are confirmed once a second
+                try:
+                    await publisher.flush()
+                except DshError as error:
+                    log.error("attestations were not acknowledged: %s", error)
+            serving = False
+        return EXIT_OK
 
     with _ops_server(args, health):
         return run_until_signal(main)
@@ -132,7 +171,8 @@ def audit(args: argparse.Namespace) -> int:
     from consumers.auditor import AuditorConfig, auditor_service
     return _consume(args, lambda kafka, names: auditor_service(
         service_config(args, AuditorConfig, kafka, names, state=Path(args.state),
-                        checkpoint_seconds=args.checkpoint_seconds)))
+                        checkpoint_seconds=args.checkpoint_seconds, require_gateway=args.require_gateway,
+                        wire_deadline_seconds=args.wire_deadline)))
 
 
 def archive(args: argparse.Namespace) -> int:

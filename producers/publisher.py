@@ -25,6 +25,7 @@ from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_producer, undelivered
 from dsh_kafka.config import KafkaConfig, ProducerSettings
 from dsh_kafka.records import (
     KIND_ATTESTATION,
+    KIND_WIRE,
     KIND_HEADER,
     KIND_RECORD,
     Attestation,
@@ -45,7 +46,7 @@ EVENTS = Counter("dsh_publisher_events_total", "Session events published (packed
 SEND_SECONDS = Histogram("dsh_publisher_send_seconds", "From send to broker acknowledgement (every 16th record).",
                          buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10))
 ERRORS = Counter("dsh_publisher_errors_total", "Records that failed, by error class.", ["error"])
-_BY_KIND = {kind: (RECORDS.labels(kind), BYTES.labels(kind)) for kind in (KIND_HEADER, KIND_RECORD, KIND_ATTESTATION)}
+_BY_KIND = {kind: (RECORDS.labels(kind), BYTES.labels(kind)) for kind in (KIND_HEADER, KIND_RECORD, KIND_ATTESTATION, KIND_WIRE)}
 _LATENCY_SAMPLE = 16  # the send-latency histogram observes every 16th record
 _SETTLE_EVERY = 8192  # pending deliveries checked (and metrics published) this often
 

@@ -3,7 +3,7 @@ spec §7.1, reported to a session's :class:`~.findings.Report`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from dsh_core.invariants import InvariantChecker
 from dsh_core.request import Boundary, BoundaryTracker
@@ -17,17 +17,21 @@ __all__ = ["BoundaryAudit"]
 _INVARIANT_TYPES = frozenset({"turn/start", "turn/end", "step/start", "step/end", "assistant/chunk",
                               "assistant/message", "tool/call", "tool/result", "todo/write", "request/header",
                               "request/context"})
+_BOUNDARY_TYPES = frozenset({"assistant/chunk", "assistant/message", "assistant/attempt"})
 
 
 class BoundaryAudit:
     """Checks each request boundary that no attestation covers (``attested``,
-    shared with the session) and every invariant."""
+    shared with the session), handing it to ``on_request`` too, and every
+    invariant."""
 
-    watched_types = _INVARIANT_TYPES
+    watched_types = _INVARIANT_TYPES | _BOUNDARY_TYPES
 
     def __init__(self, report: Report, attested: set[int], boundaries: BoundaryTracker | None = None,
-                 invariants: InvariantChecker | None = None) -> None:
+                 invariants: InvariantChecker | None = None,
+                 on_request: Callable[[Boundary, SessionState], None] | None = None) -> None:
         self.report = report
+        self.on_request = on_request
         self.attested = attested
         self.boundaries = boundaries or BoundaryTracker()
         self.invariants = invariants or InvariantChecker()
@@ -41,9 +45,11 @@ class BoundaryAudit:
         elif state.message_count() == 0:
             self.report.finding("empty-history", boundary.seq, "a model request with no derived messages",
                                 boundary.turn, boundary.step)
+        if self.on_request is not None:
+            self.on_request(boundary, state)
 
     def before_event(self, event: dict[str, Any], state: SessionState) -> None:
-        if event["type"] in ("assistant/chunk", "assistant/message") and isinstance(event["data"], dict):
+        if event["type"] in _BOUNDARY_TYPES and isinstance(event["data"], dict):
             self._boundary(self.boundaries.observe(event["type"], event["seq"], event["data"]), state)
 
     def after_event(self, event: dict[str, Any], state: SessionState) -> None:

@@ -48,6 +48,7 @@ class Report:
     session_id: str
     findings: list[Finding] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
+    wire_verdicts: list[tuple[str, str, str]] = field(default_factory=list)  # (wire, kind, verdict)
     events: int = 0
 
     def finding(self, rule: str, seq: Any, detail: str, turn: Any = None, step: Any = None) -> None:
@@ -56,6 +57,7 @@ class Report:
     def clear(self) -> None:
         self.findings.clear()
         self.verdicts.clear()
+        self.wire_verdicts.clear()
         self.events = 0
 
 

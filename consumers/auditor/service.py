@@ -44,7 +44,7 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import ConflictingWriterError, DecodeError, DshError, InternalError
-from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KafkaRecord, SessionRecord, check_format,
+from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KIND_WIRE, KafkaRecord, SessionRecord, check_format,
                                check_same_header, decode_kafka_record, where_of)
 
 from ..runtime.config import ServiceConfig
@@ -61,6 +61,9 @@ __all__ = ["Audit", "AuditorConfig", "auditor_service"]
 
 FINDINGS = Counter("dsh_audit_findings_total", "Audit findings, by rule.", ["rule"])
 REQUESTS = Counter("dsh_audit_requests_total", "Attested requests checked, by verdict.", ["verdict"])
+WIRE_REQUESTS = Counter("dsh_audit_wire_requests_total", "Requests a gateway attested, by wire, kind and verdict "
+                        "(verified, mismatch, unlogged, unattested; titles and compactions: classified).",
+                        ["wire", "kind", "verdict"])
 PENDING = Gauge("dsh_audit_attestations_pending", "Attestations waiting for the events below their boundary.")
 AUDITED = Counter("dsh_audit_events_total", "Session events audited.")
 AUDIT_SESSIONS = Gauge("dsh_audit_sessions", "Sessions held in memory by the auditor.")
@@ -72,6 +75,8 @@ class AuditorConfig(ServiceConfig):
     state: Path | None = None  # the state store (SQLite); None keeps it in memory
     checkpoint_seconds: float = 30.0  # how often every changed session is stored
     group: str = "dsh-auditor"
+    require_gateway: bool = False  # a request boundary no gateway attested is a finding
+    wire_deadline_seconds: float = 60.0  # how long a request and its boundary may wait for each other
 
 
 class Audit(Policy[AuditedSession]):
@@ -88,6 +93,9 @@ class Audit(Policy[AuditedSession]):
         self._next_checkpoint = time.monotonic() + config.checkpoint_seconds
         self._pending_gauge_due = 0.0
         self._committed: dict[TopicPartition, int] = {}
+        self._clocks: dict[int, int] = {}  # partition -> the latest record timestamp seen (ms)
+        self._settled_at: dict[int, int] = {}  # partition -> its clock when last settled
+        self._wire_waiting: dict[int, set[str]] = {}  # partition -> sessions with requests waiting to be matched
 
     def open_store(self) -> AuditStore:
         return AuditStore(self.config.state, self.config.group, self.config.topics.events)
@@ -101,14 +109,16 @@ class Audit(Policy[AuditedSession]):
 
     # -------------------------------------------------------------- records
 
-    def _session(self, decoded: SessionRecord, record: KafkaRecord) -> AuditedSession:
-        session_id = decoded.session_id
+    def _load(self, session_id: str, partition: int) -> AuditedSession:
+        """A session from memory, the commit in flight, the store, or new;
+        marked changed."""
         session = self.sessions.get(session_id)
         if session is None:
             saved = self._staged.get(session_id) or self.store.load(session_id)
             stored = functools.partial(self._stored_digest, session_id)
-            session = (AuditedSession.restore(session_id, saved, stored) if saved is not None
-                       else AuditedSession.new(session_id, record.partition, stored))
+            require = self.config.require_gateway
+            session = (AuditedSession.restore(session_id, saved, stored, require) if saved is not None
+                       else AuditedSession.new(session_id, partition, stored, require))
             self.sessions.put(session_id, session)
         self._changed[session_id] = session
         return session
@@ -119,14 +129,29 @@ class Audit(Policy[AuditedSession]):
         return digest if digest is not None else self.store.digest(session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
-        session = self._session(decoded, record)
+        session = self._load(decoded.session_id, record.partition)
         try:
             self._audit(session, record, decoded)
         finally:
             self._report(session)
+        for settled in self._settle_wire(record.partition):
+            self._report(settled)
 
     def _audit(self, session: AuditedSession, record: KafkaRecord, decoded: SessionRecord) -> None:
         if session.refused:
+            return
+        session.clock = record.timestamp
+        if record.timestamp > self._clocks.get(record.partition, 0):
+            self._clocks[record.partition] = record.timestamp
+        try:
+            self._audit_record(session, record, decoded)
+        finally:
+            if session.wire.waiting:
+                self._wire_waiting.setdefault(record.partition, set()).add(session.session_id)
+
+    def _audit_record(self, session: AuditedSession, record: KafkaRecord, decoded: SessionRecord) -> None:
+        if decoded.kind == KIND_WIRE:
+            session.wire_attestation(decoded.seq, decoded.value, record.timestamp)
             return
         if decoded.kind == KIND_HEADER:
             if session.fold is not None:
@@ -164,6 +189,22 @@ class Audit(Policy[AuditedSession]):
         if not session.held:
             session.gap_reported = None
 
+    def _settle_wire(self, partition: int) -> list[AuditedSession]:
+        """Settle the requests waiting past the deadline on a partition whose
+        clock moved a second or more since it was last settled: a function
+        of the records alone, so a replay settles exactly as the first pass."""
+        clock = self._clocks.get(partition, 0)
+        if clock - self._settled_at.get(partition, 0) < 1000 or not self._wire_waiting.get(partition):
+            return []
+        self._settled_at[partition] = clock
+        settled = []
+        for session_id in sorted(self._wire_waiting[partition]):
+            session = self._load(session_id, partition)
+            session.wire.settle_due(clock, round(self.config.wire_deadline_seconds * 1000))
+            settled.append(session)
+        self._wire_waiting[partition] = {s.session_id for s in settled if s.wire.waiting}
+        return settled
+
     def _report(self, session: AuditedSession) -> None:
         report = session.report
         if report.findings:
@@ -174,6 +215,10 @@ class Audit(Policy[AuditedSession]):
             for verdict in report.verdicts:
                 REQUESTS.labels(verdict).inc()
             report.verdicts.clear()
+        if report.wire_verdicts:
+            for labels in report.wire_verdicts:
+                WIRE_REQUESTS.labels(*labels).inc()
+            report.wire_verdicts.clear()
         if report.events:
             self.tally.add(AUDITED, report.events)
             report.events = 0
@@ -263,12 +308,14 @@ class Audit(Policy[AuditedSession]):
             decoded = decode_kafka_record(record)
         except DshError:
             return  # dead-lettered when it was first consumed
-        session = self._session(decoded, record)
+        session = self._load(decoded.session_id, record.partition)
         try:
             self._audit(session, record, decoded)
         except DshError:
             pass  # dead-lettered when it was first consumed
         session.report.clear()  # reported when it was first consumed
+        for settled in self._settle_wire(record.partition):
+            settled.report.clear()
 
     async def revoked(self, partitions: set[TopicPartition]) -> None:
         self._store_now(partitions)
@@ -276,6 +323,8 @@ class Audit(Policy[AuditedSession]):
             self._changed.pop(session_id, None)
         for partition in partitions:
             self._committed.pop(partition, None)
+            for by_partition in (self._clocks, self._settled_at, self._wire_waiting):
+                by_partition.pop(partition.partition, None)
         AUDIT_SESSIONS.set(len(self.sessions))
 
 

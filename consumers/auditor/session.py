@@ -10,13 +10,14 @@ from dsh_core.errors import DecodeError, DshError, HeldLimitError
 from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.invariants import InvariantChecker
-from dsh_core.jsonvalue import decode_json, dump_json
-from dsh_core.request import BoundaryTracker, MessagesDigest, request_frame
+from dsh_core.jsonvalue import decode_json, dump_json, thaw
+from dsh_core.request import Boundary, BoundaryTracker, MessagesDigest, request_frame
 from dsh_kafka.records import SessionRecord, check_identity
 
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords
 from .checks import BoundaryAudit
 from .findings import Report
+from .wire import WireMatcher, logged_request
 
 __all__ = ["ATTESTATION_BYTES", "AuditedSession", "PENDING_LIMIT", "SavedSession"]
 
@@ -57,11 +58,15 @@ class AuditedSession:
     request_digest: MessagesDigest = field(default_factory=MessagesDigest)
     frame_header: Any = None  # the request header the frame below was built from
     frame: tuple[bytes, bytes] = (b"", b"")
+    wire: WireMatcher = None  # gateway attestations and the boundaries they should match (set by new/restore)
+    clock: int = 0  # ms: the timestamp of the record being applied
 
     @classmethod
-    def new(cls, session_id: str, partition: int, stored: StoredDigest) -> "AuditedSession":
-        return cls(session_id, partition, HeldRecords(session_id), AppliedDigests(session_id, stored),
-                   Report(session_id))
+    def new(cls, session_id: str, partition: int, stored: StoredDigest, require_gateway: bool = False
+            ) -> "AuditedSession":
+        report = Report(session_id)
+        return cls(session_id, partition, HeldRecords(session_id), AppliedDigests(session_id, stored), report,
+                   wire=WireMatcher(report, require_gateway))
 
     # ------------------------------------------------------------ sequenced
 
@@ -91,7 +96,8 @@ class AuditedSession:
         """Take the session header; ``False`` if it is refused. Raises
         :class:`IdentityError` for a header of another session."""
         try:
-            fold = open_fold(header.value, f"session {self.session_id!r}", BoundaryAudit(self.report, self.attested))
+            fold = open_fold(header.value, f"session {self.session_id!r}",
+                             BoundaryAudit(self.report, self.attested, on_request=self._request))
         except DshError as error:
             self.refuse(error, 0)
             return False
@@ -104,6 +110,22 @@ class AuditedSession:
         self.report.finding(error.category, seq, f"{type(error).__name__}: {error.message}")
 
     # --------------------------------------------------------- attestations
+
+    def _request(self, boundary: Boundary, state: Any) -> None:
+        """A boundary no worker attestation covers: for the gateway's."""
+        self.wire.boundary(logged_request(self.fold.header.version, boundary, state, self.clock))
+
+    def wire_attestation(self, arrival: int, value: bytes, timestamp: int) -> None:
+        """A gateway's attestation of the ``arrival``-th request it forwarded
+        for this session (raises :class:`DecodeError` like :meth:`attestation`)."""
+        if len(value) > ATTESTATION_BYTES:
+            raise DecodeError(f"session {self.session_id!r}: the wire attestation of request {arrival} is "
+                              f"{len(value)} bytes, over the {ATTESTATION_BYTES}-byte limit")
+        body = decode_json(value)
+        if not isinstance(body, dict):
+            raise DecodeError(f"session {self.session_id!r}: the wire attestation of request {arrival} is not a "
+                              "JSON object")
+        self.wire.attestation(body, timestamp)
 
     def attestation(self, boundary: int, value: bytes) -> None:
         """An attestation of the request sent at ``boundary``. Its value must
@@ -159,7 +181,8 @@ class AuditedSession:
     def snapshot(self) -> SavedSession:
         """Everything later records need, for the state store."""
         fold = self.fold
-        state: dict[str, Any] = {"refused": self.refused, "gapReported": self.gap_reported}
+        state: dict[str, Any] = {"refused": self.refused, "gapReported": self.gap_reported,
+                                 "wire": self.wire.to_json()}
         if fold is not None:
             self.attested.difference_update([seq for seq in self.attested if seq < fold.count])
             state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
@@ -168,14 +191,18 @@ class AuditedSession:
                             self.held.rows(), dict(self.pending), self.digests.changes())
 
     @classmethod
-    def restore(cls, session_id: str, saved: SavedSession, stored: StoredDigest) -> "AuditedSession":
-        session = cls(session_id, saved.partition, HeldRecords(session_id, saved.held),
-                      AppliedDigests(session_id, stored), Report(session_id), pending=dict(saved.pending))
+    def restore(cls, session_id: str, saved: SavedSession, stored: StoredDigest, require_gateway: bool = False
+                ) -> "AuditedSession":
         state = decode_json(saved.state)
+        report = Report(session_id)
+        session = cls(session_id, saved.partition, HeldRecords(session_id, saved.held),
+                      AppliedDigests(session_id, stored), report, pending=dict(saved.pending),
+                      wire=WireMatcher.from_json(thaw(state["wire"]), report, require_gateway) if "wire" in state
+                      else WireMatcher(report, require_gateway))
         session.refused, session.gap_reported = state["refused"], state["gapReported"]
         if saved.fold is not None:
             session.attested.update(state["attested"])
             observer = BoundaryAudit(session.report, session.attested, BoundaryTracker.from_json(state["boundaries"]),
-                                     InvariantChecker.from_json(state["invariants"]))
+                                     InvariantChecker.from_json(state["invariants"]), session._request)
             session.fold = restore_fold(saved.fold, f"session {session_id!r}", observer)
         return session

@@ -12,6 +12,7 @@ turn in a new process, tool errors, a compaction.
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib.util
 import json
 import os
@@ -31,13 +32,14 @@ from dsh_core.storage.reader import load_session
 from dsh_core.v4.wire import messages_body
 from dsh_kafka.config import Secret
 from dsh_pipeline.dsh_runtimes import runtime_executable
+from producers.gateway import Gateway, GatewayConfig, GatewayServer
 from producers.headless import HeadlessBridge, HeadlessConfig
 from producers.publisher import Publisher
 from tests.conftest import ROOT, canonical
 from tests.integration.test_projector import run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
 from tests.scripted_messages import ScriptedMessages
-from tests.services import archiver, auditor, projector
+from tests.services import archiver, auditor, projector, wire_verdicts
 from tests.unit.test_fold_snapshot_v4 import stored_lines
 
 pytestmark = [pytest.mark.kafka, pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
@@ -74,9 +76,10 @@ def test_headless_agents_are_published_live_as_dsh_wrote_them(kafka, topics, gro
     ended: dict[str, list] = {}
 
     async def run(model: ScriptedMessages) -> tuple[list, list, int]:
-        config = HeadlessConfig(executable=runtime_executable("0.2.1rc2"), workspace=tmp_path / "work", home=home,
-                                model_url=model.url, api_key=Secret("scripted-key"))
-        async with Publisher(kafka, names) as publisher:
+        async with Publisher(kafka, names) as publisher, \
+                GatewayServer(Gateway(GatewayConfig(upstream=model.url), publisher.send)) as gateway:
+            config = HeadlessConfig(executable=runtime_executable("0.2.1rc2"), workspace=tmp_path / "work",
+                                    home=home, model_url=gateway.url, api_key=Secret("scripted-key"))
             watched = _Watched(publisher)
             async with HeadlessBridge(config, watched) as bridge:
                 watched.bridge = bridge
@@ -89,27 +92,37 @@ def test_headless_agents_are_published_live_as_dsh_wrote_them(kafka, topics, gro
                         ended.setdefault(session_id, []).append(result.end_reason["kind"])
         ends = await end_offsets(kafka, names.events)
         services = [projector(kafka, names, group_id("projector"), tmp_path / "views.sqlite", hot_sessions=2),
-                    auditor(kafka, names, group_id("auditor"), hot_sessions=2),
+                    auditor(kafka, names, group_id("auditor"), hot_sessions=2, require_gateway=True),
                     archiver(kafka, names, group_id("archiver"), archive, hot_sessions=2)]
         await asyncio.gather(*(run_until(service, lambda s=service: caught_up(s, ends)) for service in services))
         events = await consume_all(kafka, names.events, sum(ends.values()), timeout=10)
         findings = await consume_all(kafka, names.findings, 10_000, timeout=3, committed_only=True)
         return events, findings, watched.live
 
+    verdicts_before = wire_verdicts()
     with ScriptedMessages() as model:
         events, findings, live = asyncio.run(run(model))
         requests = {session_id: [r.body for r in model.requests_of(session_id) if r.kind == "agent"]
                     for session_id in ended}
+        served = collections.Counter(request.kind for request in model.requests)
+    verdicts = wire_verdicts() - verdicts_before
 
     assert len(ended) == len(scenarios)
     assert sorted(map(tuple, ended.values())) == sorted(
         ("max-tokens",) if s.name == "max-tokens" else ("completed",) * len(s.tasks) for s in scenarios)
-    assert [json.loads(r.value)["rule"] for r in findings] == []
+    assert [json.loads(r.value)["rule"] for r in findings] == [], [json.loads(r.value)["detail"] for r in findings]
+    # every request went through the gateway: each agent step verified against its boundary in the log, titles
+    # and compactions classified (a test of the gateway's own matching needs the counts to be exact)
+    assert verdicts == {("messages", "agent", "verified"): served["agent"],
+                        ("messages", "title", "classified"): served["title"],
+                        ("messages", "compaction", "classified"): served["compaction"]}, (verdicts, served)
+    assert served["agent"] >= 17 and served["title"] >= 8 and served["compaction"] >= 1
     assert live > 0, "no record was published while its runtime ran"
     published = defaultdict(list)
     for record in events:
-        assert dict(record.headers)["dsh-format"] == b"4"
-        published[record.key.decode()].append(record.value)
+        if dict(record.headers)["dsh-kind"] != b"wire-attestation":
+            assert dict(record.headers)["dsh-format"] == b"4"
+            published[record.key.decode()].append(record.value)
     store = ViewStore(tmp_path / "views.sqlite")
     try:
         compared = 0
@@ -170,5 +183,8 @@ def test_the_worker_command_runs_headless_turns_of_one_session(kafka, topics, tm
     assert said[1].startswith(f"session {session_id}:")
     [log] = (tmp_path / "home").glob(f"sessions/*/{session_id}/session.v4.jsonl.zstd")
     lines = stored_lines(log)
-    published = asyncio.run(consume_all(kafka, names.events, len(lines), timeout=30))
-    assert [record.value for record in published] == lines
+    agent_requests = sum(1 for request in model.requests if request.kind == "agent")
+    published = asyncio.run(consume_all(kafka, names.events, len(lines) + len(model.requests), timeout=30))
+    assert [r.value for r in published if dict(r.headers)["dsh-kind"] != b"wire-attestation"] == lines
+    attested = [json.loads(r.value) for r in published if dict(r.headers)["dsh-kind"] == b"wire-attestation"]
+    assert len(attested) == len(model.requests) and sum(a["kind"] == "agent" for a in attested) == agent_requests

@@ -17,7 +17,8 @@ ALLOWED = {
     "dsh_core": {"msgspec", "zstandard"},
     "dsh_kafka": {"dsh_core", "msgspec", "aiokafka", "tenacity"},
     "producers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
-                  "deepseek_harness_runtime"},  # the bridge finds the installed dsh runtime
+                  "deepseek_harness_runtime",  # the bridge finds the installed dsh runtime
+                  "httpx", "uvicorn"},  # the gateway's upstream client and its ASGI server
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard"},
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard"},
 }

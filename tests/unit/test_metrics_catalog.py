@@ -10,6 +10,7 @@ import consumers.archiver  # noqa: F401  (registers its metrics)
 import consumers.auditor  # noqa: F401
 import consumers.projector  # noqa: F401
 import producers.bridge  # noqa: F401
+import producers.gateway  # noqa: F401
 import producers.publisher  # noqa: F401
 import producers.shipper  # noqa: F401
 from prometheus_client import REGISTRY

@@ -1,0 +1,150 @@
+"""The gateway on the wire: uvicorn serving it on a real port, in front of
+a real upstream socket (:mod:`tests.wire_upstream`). Responses arrive byte
+for byte as the upstream wrote them, errors included; a client that goes
+away, an upstream that stalls or resets, and an upstream that is not there
+leave the gateway serving and are attested as what happened; secrets reach
+the upstream and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY, generate_latest
+
+from dsh_core.wire_request import normalize, wire_digest
+from producers.gateway import Gateway, GatewayConfig, GatewayServer
+from tests.waiting import until
+from tests.wire_upstream import WireUpstream, sse_bytes
+
+SECRET = "sk-test-4c1d2e9f0a7b"
+BODY = {"model": "deepseek-v4-flash", "max_tokens": 64, "stream": True, "system": "Be brief.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]}
+
+
+def _headers(session: str) -> dict[str, str]:
+    return {"x-deepseek-harness-session-id": session, "authorization": f"Bearer {SECRET}", "x-api-key": SECRET}
+
+
+async def _gateway(upstream: str, **config):
+    records = []
+
+    async def attest(record) -> None:
+        records.append(record)
+
+    server = GatewayServer(Gateway(GatewayConfig(upstream=upstream, **config), attest))
+    return server, records
+
+
+def _attested(records) -> list[dict]:
+    return [json.loads(record.value) for record in records]
+
+
+def test_responses_arrive_as_the_upstream_wrote_them_under_many_streams():
+    async def scenario(upstream: WireUpstream):
+        server, records = await _gateway(upstream.url)
+        async with server, httpx.AsyncClient(timeout=30) as client:
+            async def fetch(base: str, index: int, scenario: str) -> tuple[int, str, bytes]:
+                body = {**BODY, "scenario": scenario}
+                async with client.stream("POST", f"{base}/v1/messages", json=body,
+                                         headers=_headers(f"s-{index % 7}")) as response:
+                    return (response.status_code, response.headers.get("content-type"),
+                            b"".join([chunk async for chunk in response.aiter_raw()]))
+            direct = [await fetch(upstream.url, 0, s) for s in ("sse", "error", "gzip")]
+            through = await asyncio.gather(*(fetch(server.url, i, ("sse", "error", "gzip")[i % 3]) for i in range(60)))
+            await until(lambda: len(records) == 60, 10, "60 attestations")
+        return direct, through, records
+
+    with WireUpstream() as upstream:
+        direct, through, records = asyncio.run(scenario(upstream))
+    assert direct[0][2] == sse_bytes() and direct[1][0] == 500 and direct[2][2][:2] == b"\x1f\x8b"
+    for index, answer in enumerate(through):
+        assert answer == direct[index % 3], index
+    attested = _attested(records)
+    assert {(a["status"], a["outcome"]) for a in attested} == {(200, "completed"), (500, "completed")}
+    assert all(a["digest"] == wire_digest(normalize("messages", BODY)) and a["kind"] == "agent" for a in attested)
+    by_session = {}
+    for record in records:
+        by_session.setdefault(record.session_id, []).append(record.seq)
+    assert all(sorted(arrivals) == list(range(1, len(arrivals) + 1)) for arrivals in by_session.values())
+
+
+def test_a_client_that_goes_away_and_a_stalled_or_reset_upstream_leave_the_gateway_serving():
+    async def scenario(upstream: WireUpstream):
+        server, records = await _gateway(upstream.url, read_timeout=1.0)
+        async with server, httpx.AsyncClient(timeout=30) as client:
+            async with client.stream("POST", f"{server.url}/v1/messages", json={**BODY, "scenario": "stall"},
+                                     headers=_headers("gone")) as response:
+                async for _ in response.aiter_raw():
+                    break  # the first bytes arrived; the client leaves
+            await until(lambda: len(records) == 1, 10, "the abandoned exchange's attestation")
+            broken = []
+            for case in ("stall", "reset"):
+                with pytest.raises(httpx.HTTPError) as raised:
+                    async with client.stream("POST", f"{server.url}/v1/messages", json={**BODY, "scenario": case},
+                                             headers=_headers(case)) as response:
+                        async for _ in response.aiter_raw():
+                            pass
+                broken.append(type(raised.value).__name__)
+            after = await client.post(f"{server.url}/v1/messages", json=BODY, headers=_headers("after"))
+            await until(lambda: len(records) == 4, 10, "four attestations")
+        return records, broken, after
+
+    with WireUpstream() as upstream:
+        records, broken, after = asyncio.run(scenario(upstream))
+    assert after.status_code == 200 and after.content == sse_bytes()
+    outcomes = {record.session_id: json.loads(record.value)["outcome"] for record in records}
+    assert outcomes == {"gone": "client-disconnected", "stall": "upstream-stalled", "reset": "upstream-reset",
+                        "after": "completed"}, outcomes
+    assert broken == ["RemoteProtocolError", "RemoteProtocolError"]  # the stream breaks off, as upstream's did
+
+
+def test_an_unreachable_upstream_is_answered_and_attested():
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+    async def scenario():
+        server, records = await _gateway(closed)
+        async with server, httpx.AsyncClient(timeout=30) as client:
+            answer = await client.post(f"{server.url}/chat/completions",
+                                       json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                                       headers=_headers("lonely"))
+            await until(lambda: records, 10, "the attestation")
+        return answer, records
+
+    answer, records = asyncio.run(scenario())
+    assert answer.status_code == 502 and "unreachable" in answer.json()["error"]["message"]
+    [attested] = _attested(records)
+    assert (attested["wire"], attested["status"], attested["outcome"]) == ("chat-completions", None,
+                                                                          "upstream-unreachable")
+
+
+def test_secrets_reach_the_upstream_and_no_record_log_line_or_metric(caplog):
+    caplog.set_level(logging.DEBUG)
+
+    async def scenario(upstream: WireUpstream):
+        server, records = await _gateway(upstream.url, read_timeout=1.0)
+        async with server, httpx.AsyncClient(timeout=30) as client:
+            for case in ("sse", "error", "reset"):
+                try:
+                    await client.post(f"{server.url}/v1/messages", json={**BODY, "scenario": case},
+                                      headers=_headers("secret-" + case))
+                except httpx.HTTPError:
+                    pass
+            await client.post(f"{server.url}/v1/messages", json=BODY, headers={"authorization": f"Bearer {SECRET}"})
+            await until(lambda: len(records) == 3, 10, "three attestations")
+        return records
+
+    with WireUpstream() as upstream:
+        records = asyncio.run(scenario(upstream))
+        assert all(headers["authorization"] == f"Bearer {SECRET}" and headers["x-api-key"] == SECRET
+                   for headers, _ in upstream.received[:3])
+    everything = b"".join(r.key + r.value + b"".join(k.encode() + v for k, v in r.headers) for r in records)
+    assert SECRET.encode() not in everything
+    assert caplog.records and SECRET not in caplog.text
+    assert SECRET.encode() not in generate_latest(REGISTRY)
