@@ -180,7 +180,11 @@ class Gateway:
         if self.rewrite is not None:
             parsed = self.rewrite(exchange.wire, parsed)
             body = json.dumps(parsed).encode()
-        exchange.normalized = normalize(exchange.wire, parsed)
+        try:
+            exchange.normalized = normalize(exchange.wire, parsed)
+        except (AttributeError, KeyError, TypeError, ValueError) as error:  # forwarded all the same: the upstream judges
+            exchange.problem = f"the request body is not a {exchange.wire} request ({type(error).__name__}: {error})"
+            return body
         exchange.kind = classify(exchange.normalized, compact_header)
         return body
 

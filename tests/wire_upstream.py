@@ -48,7 +48,11 @@ class WireUpstream(LocalEndpoint):
         while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
             key, _, value = line.decode().partition(":")
             headers[key.strip().lower()] = value.strip()
-        body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))) or b"{}")
+        raw = await reader.readexactly(int(headers.get("content-length", "0")))
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {"unparsed": raw.decode(errors="replace")}
         self.received.append((headers, body))
         scenario = body.get("scenario", "sse")
         if scenario == "error":

@@ -101,6 +101,8 @@ def logged_request(version: int, boundary: Boundary, state: Any, timestamp: int)
                           request_parts(normalized))
         except ValidationError as error:
             problem = error.message
+        except (AttributeError, KeyError, TypeError, ValueError) as error:  # a shape dsh's serializer would not take
+            problem = f"the prefix does not serialize ({type(error).__name__}: {error})"
     return Logged(boundary.seq, boundary.turn, boundary.step, timestamp, wire, None, None, problem)
 
 

@@ -33,6 +33,7 @@ HONEST = {"plain": 1, "tools": 1, "parallel": 1, "retry": 1, "max-tokens": 1, "t
           "chain": 1}
 #: script -> what the tampering hook does to one of its session's requests
 TAMPERED = {"tools": "system", "parallel": "extra-message", "chain": "tool-result"}
+API_KEY = "sk-agents-5e1f0c3b9d"  # reaches the model, and no Kafka record
 
 
 def _tag(body: dict[str, Any]) -> str:
@@ -64,7 +65,7 @@ async def _fleet(kafka, names, tmp_path, model_url: str, scenarios: dict[str, in
         async def agent(name: str, turns: int) -> None:
             config = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=tmp_path / f"ws-{name}",
                                    session_root=tmp_path / "sessions", home=tmp_path / f"home-{name}-{instance}",
-                                   model_url=gateway.url, api_key=Secret("test-key"))
+                                   model_url=gateway.url, api_key=Secret(API_KEY))
             async with WorkerBridge(config, publisher) as bridge:
                 session_id = f"{instance}-{name}"
                 for turn in range(turns):
@@ -96,6 +97,10 @@ def test_every_request_of_honest_agents_is_verified_against_its_log(kafka, topic
     assert findings == []
     assert wire_verdicts() - before == {("chat-completions", "agent", "verified"): served}
     assert served == 16  # one per step, the retried 500 included; 0.1.1rc1 asks for no title
+    records = asyncio.run(consume_all(kafka, names.events, 100_000, timeout=3))
+    attested = [r for r in records if dict(r.headers)["dsh-kind"] == b"wire-attestation"]
+    assert len(attested) == served
+    assert not [r for r in records if API_KEY.encode() in r.value + b"".join(v for _, v in r.headers)]
 
 
 def test_tampered_and_unlogged_requests_are_named(kafka, topics, group_id, tmp_path):

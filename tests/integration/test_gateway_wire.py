@@ -124,6 +124,24 @@ def test_an_unreachable_upstream_is_answered_and_attested():
                                                                           "upstream-unreachable")
 
 
+def test_a_body_that_is_no_model_request_is_forwarded_and_attested_with_its_problem():
+    async def scenario(upstream: WireUpstream):
+        server, records = await _gateway(upstream.url)
+        async with server, httpx.AsyncClient(timeout=30) as client:
+            answers = [await client.post(f"{server.url}/v1/messages", content=body, headers=_headers(f"odd-{index}"))
+                       for index, body in enumerate((b'{"messages": [1, "two"]}', b"not json"))]
+            await until(lambda: len(records) == 2, 10, "two attestations")
+        return answers, records
+
+    with WireUpstream() as upstream:
+        answers, records = asyncio.run(scenario(upstream))
+    assert [answer.status_code for answer in answers] == [200, 200]  # the upstream judges, not the gateway
+    problems = {record.session_id: json.loads(record.value)["problem"] for record in records}
+    assert problems["odd-0"].startswith("the request body is not a messages request (AttributeError")
+    assert problems["odd-1"].startswith("the request body is not a JSON object")
+    assert all(json.loads(record.value)["digest"] is None for record in records)
+
+
 def test_secrets_reach_the_upstream_and_no_record_log_line_or_metric(caplog):
     caplog.set_level(logging.DEBUG)
 
