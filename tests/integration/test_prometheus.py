@@ -1,7 +1,7 @@
 """Real Prometheus (Debian's package, which ``make test`` installs) over the
 project's own configuration, rules and dashboard: promtool accepts them,
-Prometheus scrapes the shipper, projector, auditor and archiver on the real
-broker, every dashboard query returns series, and an alert fires when its
+Prometheus scrapes the shipper, projector, auditor, archiver and gateway on
+the real broker, every dashboard query returns series, and an alert fires when its
 condition is made true (records dead-lettered)."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dsh_kafka.config import SERVICE_PRODUCER
 from dsh_pipeline.local_kafka import free_ports
 from tests.conftest import ROOT, corpus_logs, expected_of
 from tests.layout_helpers import place
+from tests.wire_upstream import WireUpstream
 
 pytestmark = pytest.mark.kafka
 
@@ -45,7 +46,8 @@ def _config(folder: Path, targets: list[str]) -> Path:
     """deploy/prometheus.yml with the repository's rules, these targets and a 1 s rhythm."""
     text = (DEPLOY / "prometheus.yml").read_text()
     for old, new in (("/etc/prometheus/rules.yml", str(DEPLOY / "prometheus-rules.yml")),
-                     ('["shipper:9100", "projector:9100", "auditor:9100", "archiver:9100"]', json.dumps(targets)),
+                     ('["shipper:9100", "projector:9100", "auditor:9100", "archiver:9100", "gateway:9100"]',
+                      json.dumps(targets)),
                      ("scrape_interval: 5s", "scrape_interval: 1s"), ("evaluation_interval: 15s", "evaluation_interval: 1s")):
         assert old in text, f"deploy/prometheus.yml no longer holds {old!r}"
         text = text.replace(old, new)
@@ -90,27 +92,29 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
     broken = root / "--work--" / "broken-session" / "session.jsonl"
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b'{"type": "session", "version": 0}\n')  # no id: the shipper refuses it (an error series)
-    ports = free_ports(5)
+    ports = free_ports(7)
+    upstream = WireUpstream().__enter__()  # a model endpoint for the gateway
     common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "2"]
     commands = {"ship": ["ship", "--root", str(root)],
                 "project": ["project", "--db", str(tmp_path / "views.sqlite")],
                 "audit": ["audit", "--state", str(tmp_path / "audit.sqlite")],
-                "archive": ["archive", "--root", str(tmp_path / "archive")]}
+                "archive": ["archive", "--root", str(tmp_path / "archive")],
+                "gateway": ["gateway", "--listen", f"127.0.0.1:{ports[6]}", "--upstream", upstream.url]}
     def start(name: str, argv: list[str]) -> subprocess.Popen:
         with open(tmp_path / f"{name}.log", "wb") as log:
             return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
 
     processes = [start(name, [sys.executable, "-m", "dsh_pipeline.cli", *args, *common, "--metrics-port", str(port)])
                  for (name, args), port in zip(commands.items(), ports)]
-    targets = [f"127.0.0.1:{port}" for port in ports[:4]]
+    targets = [f"127.0.0.1:{port}" for port in ports[:5]]
     processes.append(start("prometheus", [prometheus, f"--config.file={_config(tmp_path, targets)}",
                                           f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                          f"--web.listen-address=127.0.0.1:{ports[4]}"]))
+                                          f"--web.listen-address=127.0.0.1:{ports[5]}"]))
     try:
         deadline = time.monotonic() + 180
         dead_letters, scraped_at_send = 0, -1
         queries = _dashboard_queries()
-        while not _ready(ports[4]):
+        while not _ready(ports[5]):
             assert time.monotonic() < deadline and processes[-1].poll() is None, \
                 (tmp_path / "prometheus.log").read_text()[-1500:]
             time.sleep(0.2)  # wait-ok: Prometheus starting, with a deadline
@@ -118,19 +122,21 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
                                     "--format", "0,3,4", "--fault-unknown", "1", *common], capture_output=True,
                                    text=True, timeout=120, check=False)  # attested requests, a refused session
         assert simulated.returncode == 0, simulated.stderr[-1500:]
+        for system in ("Be brief.", "Create a concise title for this conversation."):  # an agent step, a title
+            _through_gateway(ports[6], system, deadline)
         while True:
             assert time.monotonic() < deadline, (f"not every query has series, or no alert fired: "
-                                                 f"{[q for q in queries if not _series(ports[4], q)]} "
-                                                 f"{_api(ports[4], 'alerts')['data']['alerts']}")
+                                                 f"{[q for q in queries if not _series(ports[5], q)]} "
+                                                 f"{_api(ports[5], 'alerts')['data']['alerts']}")
             assert all(process.poll() is None for process in processes), "a process of the run stopped"
-            scraped = _scraped_dead_letters(ports[4])
-            if _up(ports[4]) == 4 and dead_letters < 2 and scraped > scraped_at_send:
+            scraped = _scraped_dead_letters(ports[5])
+            if _up(ports[5]) == 5 and dead_letters < 2 and scraped > scraped_at_send:
                 dead_letters += 1  # one after another is seen: increase() needs the counter seen before it grows
                 scraped_at_send = scraped
                 asyncio.run(_dead_letter(kafka, names.events, dead_letters))
-            firing = [alert["labels"]["alertname"] for alert in _api(ports[4], "alerts")["data"]["alerts"]
+            firing = [alert["labels"]["alertname"] for alert in _api(ports[5], "alerts")["data"]["alerts"]
                       if alert["state"] == "firing"]
-            empty = [q for q in queries if q not in EMPTY_WITHOUT_FAILURES and not _series(ports[4], q)]
+            empty = [q for q in queries if q not in EMPTY_WITHOUT_FAILURES and not _series(ports[5], q)]
             if "DshRecordsDeadLettered" in firing and not empty:
                 break
             time.sleep(0.5)  # wait-ok: polling Prometheus with a deadline
@@ -139,6 +145,22 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
             process.terminate()
         for process in processes:
             process.wait(30)
+        upstream.__exit__(None, None, None)
+
+
+def _through_gateway(port: int, system: str, deadline: float) -> None:
+    """One Messages request through the gateway, once it listens."""
+    body = json.dumps({"model": "m", "system": system, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    while True:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/messages", data=body, headers={
+            "content-type": "application/json", "x-deepseek-harness-session-id": "scraped-session"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+                return
+        except (urllib.error.URLError, ConnectionError):
+            assert time.monotonic() < deadline, "the gateway never answered"
+            time.sleep(0.2)  # wait-ok: the gateway starting, with a deadline
 
 
 def _ready(port: int) -> bool:
