@@ -53,6 +53,7 @@ bench: setup reference kafka-jars
 	$(VPY) -m benchmarks.produce
 	$(VPY) -m benchmarks.pipeline
 	$(VPY) -m benchmarks.limits
+	$(VPY) -m benchmarks.gateway
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -54,7 +54,8 @@ def worker(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
     from producers.bridge import AgentBridge
-    from producers.gateway import Gateway, GatewayConfig, GatewayServer
+    from producers.asgi_server import AsgiServer
+    from producers.gateway import Gateway, GatewayConfig
     from producers.publisher import Publisher
 
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
@@ -90,7 +91,7 @@ def worker(args: argparse.Namespace) -> int:
             url = model_url
             if not args.no_gateway:  # the runtime's requests go through an attesting gateway on loopback
                 gateway = Gateway(GatewayConfig(upstream=model_url), publisher.send)
-                url = (await stack.enter_async_context(GatewayServer(gateway))).url
+                url = (await stack.enter_async_context(AsgiServer(gateway, "the gateway"))).url
             bridge = await stack.enter_async_context(bridge_for(publisher, url))
             session_id = args.session_id
             for text in args.prompt:

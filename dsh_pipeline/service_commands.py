@@ -64,7 +64,8 @@ def gateway(args: argparse.Namespace) -> int:
     from dsh_core.errors import DshError
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka, run_until_signal
-    from producers.gateway import Gateway, GatewayConfig, GatewayServer
+    from producers.asgi_server import AsgiServer
+    from producers.gateway import Gateway, GatewayConfig
     from producers.publisher import Publisher
 
     host, port = args.listen
@@ -81,7 +82,7 @@ def gateway(args: argparse.Namespace) -> int:
         nonlocal serving
         await prepare_command_topics(kafka, names, args)
         async with Publisher(kafka, names) as publisher, \
-                GatewayServer(Gateway(config, publisher.send), host, port) as server:
+                AsgiServer(Gateway(config, publisher.send), "the gateway", host, port) as server:
             print(f"dsh-pipeline gateway: {server.url} forwards to {config.upstream}; point DEEPSEEK_BASE_URL at it",
                   file=sys.stderr, flush=True)
             serving = True

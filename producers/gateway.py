@@ -16,7 +16,8 @@ the digest and parts of the request's ``dsh-request/1`` form
 (:mod:`dsh_core.wire_request`). The auditor matches it to the request
 boundary of the log.
 
-The ASGI app is served by uvicorn; httpx is the upstream client.
+The ASGI app is served by uvicorn (:class:`~producers.asgi_server.AsgiServer`);
+aiohttp is the upstream client.
 """
 
 from __future__ import annotations
@@ -31,16 +32,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-import httpx
-import uvicorn
+import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
-from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import encode_json
 from dsh_core.wire_request import ALGORITHM, Wire, classify, normalize, request_parts, wire_digest
 from dsh_kafka.records import SessionRecord, wire_attestation_record
 
-__all__ = ["Gateway", "GatewayConfig", "GatewayServer", "SESSION_HEADER", "wire_of"]
+__all__ = ["Gateway", "GatewayConfig", "SESSION_HEADER", "wire_of"]
 
 log = logging.getLogger("dsh_pipeline.gateway")
 
@@ -49,6 +48,7 @@ COMPACT_HEADER = "x-deepseek-harness-compact"
 #: Hop-by-hop headers (RFC 9110 §7.6.1) and those the client library sets itself.
 _NOT_FORWARDED = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                             "transfer-encoding", "upgrade", "host", "content-length"})
+_RESPONSE_NOT_FORWARDED = _NOT_FORWARDED - {"content-length"}
 #: Parts are dropped from an attestation larger than this (the digest stays).
 _PARTS_LIMIT = 48 * 1024
 
@@ -111,20 +111,28 @@ class _Exchange:
 class Gateway:
     """The ASGI app. ``attest`` publishes a finished exchange's record."""
 
-    def __init__(self, config: GatewayConfig, attest: Attest, rewrite: Rewrite | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, config: GatewayConfig, attest: Attest, rewrite: Rewrite | None = None) -> None:
         self.config = config
         self.attest = attest
         self.rewrite = rewrite
         self.instance = config.instance or f"{socket.gethostname()}:{os.getpid()}"
         self.upstream = config.upstream.rstrip("/")
         self._arrivals: dict[str, itertools.count] = {}
-        self.client = httpx.AsyncClient(
-            transport=transport, timeout=httpx.Timeout(config.read_timeout, connect=config.connect_timeout),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+        self._client: aiohttp.ClientSession | None = None
+
+    def _upstream_client(self) -> aiohttp.ClientSession:
+        """The upstream client, opened at the first request (in the loop that serves the app)."""
+        if self._client is None:
+            self._client = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0), auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout,
+                                              sock_read=self.config.read_timeout),
+                skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"))
+        return self._client
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._client is not None:
+            await self._client.close()
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":  # served with lifespan="off": nothing else arrives
@@ -191,39 +199,39 @@ class Gateway:
     async def _forward(self, scope: dict[str, Any], headers: list[tuple[str, str]], body: bytes, receive: Callable,
                        send: Callable, exchange: _Exchange | None) -> None:
         forwarded = [(k, v) for k, v in headers if k not in _NOT_FORWARDED]
-        if "accept-encoding" not in dict(forwarded):  # else httpx asks for gzip, and the client gets bytes it cannot read
+        if "accept-encoding" not in dict(forwarded):  # no upstream may pick an encoding the client did not ask for
             forwarded.append(("accept-encoding", "identity"))
         url = self.upstream + scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
         started = time.perf_counter()
         try:
-            response = await self.client.send(self.client.build_request(scope["method"], url, headers=forwarded,
-                                                                       content=body), stream=True)
-        except httpx.TimeoutException as error:
+            response = await self._upstream_client().request(scope["method"], url, headers=forwarded, data=body,
+                                                             allow_redirects=False)
+        except TimeoutError as error:
             _outcome(exchange, "upstream-stalled", error)
             await _error(send, 504, f"the model endpoint did not answer in time ({type(error).__name__})")
             return
-        except httpx.HTTPError as error:
+        except aiohttp.ClientError as error:
             _outcome(exchange, "upstream-unreachable", error)
             await _error(send, 502, f"the model endpoint is unreachable ({type(error).__name__})")
             return
         FIRST_BYTE.observe(time.perf_counter() - started)
         if exchange is not None:
-            exchange.status = response.status_code
+            exchange.status = response.status
         STREAMS.inc()
         try:
             await self._stream(response, receive, send, exchange)
         finally:
             STREAMS.dec()
-            await response.aclose()
+            response.close()
 
-    async def _stream(self, response: httpx.Response, receive: Callable, send: Callable,
+    async def _stream(self, response: aiohttp.ClientResponse, receive: Callable, send: Callable,
                       exchange: _Exchange | None) -> None:
         """Relay the response; stop when the client goes away."""
         async def relay() -> None:
-            await send({"type": "http.response.start", "status": response.status_code,
-                        "headers": [(k, v) for k, v in response.headers.raw
-                                    if k.decode("latin-1").lower() not in _NOT_FORWARDED - {"content-length"}]})
-            async for chunk in response.aiter_raw():
+            await send({"type": "http.response.start", "status": response.status,
+                        "headers": [(k, v) for k, v in response.raw_headers
+                                    if k.decode("latin-1").lower() not in _RESPONSE_NOT_FORWARDED]})
+            async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -244,7 +252,7 @@ class Gateway:
             _outcome(exchange, "client-disconnected", None)
             return
         error = relaying.exception()
-        _outcome(exchange, "upstream-stalled" if isinstance(error, httpx.TimeoutException) else "upstream-reset",
+        _outcome(exchange, "upstream-stalled" if isinstance(error, TimeoutError) else "upstream-reset",
                  error)
         raise error  # the server drops the connection: the client sees the stream break off, as it did
 
@@ -276,43 +284,3 @@ async def _error(send: Callable, status: int, message: str) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
     await send({"type": "http.response.body", "body": payload})
-
-
-class GatewayServer:
-    """Serves a :class:`Gateway` with uvicorn on ``host:port`` (0: a free
-    port) while in ``async with``; ``url`` once entered. The socket is bound
-    and listening on entry, so clients may connect at once; a port that
-    cannot be bound is a :class:`PipelineError` naming it."""
-
-    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.gateway, self.host, self.port = gateway, host, port
-        self.url = ""
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task | None = None
-
-    async def __aenter__(self) -> "GatewayServer":
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-            sock.listen(1024)
-        except OSError as error:
-            sock.close()
-            raise PipelineError(f"the gateway cannot listen on {self.host}:{self.port}: {error.strerror or error}") \
-                from error
-        port = sock.getsockname()[1]
-        self.url = f"http://{'[' + self.host + ']' if family == socket.AF_INET6 else self.host}:{port}"
-        config = uvicorn.Config(self.gateway, lifespan="off", log_config=None, access_log=False,
-                                timeout_keep_alive=75, timeout_graceful_shutdown=5, backlog=1024)
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None and self._task is not None
-        self._server.should_exit = True
-        try:
-            await self._task
-        finally:
-            await self.gateway.aclose()

@@ -19,7 +19,8 @@ import pytest
 
 from dsh_kafka.config import Secret
 from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
-from producers.gateway import SESSION_HEADER, Gateway, GatewayConfig, GatewayServer
+from producers.asgi_server import AsgiServer
+from producers.gateway import SESSION_HEADER, Gateway, GatewayConfig
 from producers.publisher import Publisher
 from tests.integration.test_projector import run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
@@ -61,7 +62,7 @@ async def _fleet(kafka, names, tmp_path, model_url: str, scenarios: dict[str, in
     a session that gets a request sent around its log between its turns."""
     executable, cordis = find_runtime()
     async with Publisher(kafka, names) as publisher, \
-            GatewayServer(Gateway(GatewayConfig(upstream=model_url), publisher.send, rewrite)) as gateway:
+            AsgiServer(Gateway(GatewayConfig(upstream=model_url), publisher.send, rewrite), "the gateway") as gateway:
         async def agent(name: str, turns: int) -> None:
             config = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=tmp_path / f"ws-{name}",
                                    session_root=tmp_path / "sessions", home=tmp_path / f"home-{name}-{instance}",

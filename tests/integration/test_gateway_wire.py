@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from dsh_core.wire_request import normalize, wire_digest
-from producers.gateway import Gateway, GatewayConfig, GatewayServer
+from producers.asgi_server import AsgiServer
+from producers.gateway import Gateway, GatewayConfig
 from tests.waiting import until
 from tests.wire_upstream import WireUpstream, sse_bytes
 
@@ -36,7 +37,7 @@ async def _gateway(upstream: str, **config):
     async def attest(record) -> None:
         records.append(record)
 
-    server = GatewayServer(Gateway(GatewayConfig(upstream=upstream, **config), attest))
+    server = AsgiServer(Gateway(GatewayConfig(upstream=upstream, **config), attest), "the gateway")
     return server, records
 
 

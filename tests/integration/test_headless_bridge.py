@@ -20,7 +20,6 @@ import platform
 import subprocess
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
@@ -32,7 +31,8 @@ from dsh_core.storage.reader import load_session
 from dsh_core.v4.wire import messages_body
 from dsh_kafka.config import Secret
 from dsh_pipeline.dsh_runtimes import runtime_executable
-from producers.gateway import Gateway, GatewayConfig, GatewayServer
+from producers.asgi_server import AsgiServer
+from producers.gateway import Gateway, GatewayConfig
 from producers.headless import HeadlessBridge, HeadlessConfig
 from producers.publisher import Publisher
 from tests.conftest import ROOT, canonical
@@ -77,7 +77,7 @@ def test_headless_agents_are_published_live_as_dsh_wrote_them(kafka, topics, gro
 
     async def run(model: ScriptedMessages) -> tuple[list, list, int]:
         async with Publisher(kafka, names) as publisher, \
-                GatewayServer(Gateway(GatewayConfig(upstream=model.url), publisher.send)) as gateway:
+                AsgiServer(Gateway(GatewayConfig(upstream=model.url), publisher.send), "the gateway") as gateway:
             config = HeadlessConfig(executable=runtime_executable("0.2.1rc2"), workspace=tmp_path / "work",
                                     home=home, model_url=gateway.url, api_key=Secret("scripted-key"))
             watched = _Watched(publisher)

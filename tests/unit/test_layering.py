@@ -18,7 +18,7 @@ ALLOWED = {
     "dsh_kafka": {"dsh_core", "msgspec", "aiokafka", "tenacity"},
     "producers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "deepseek_harness_runtime",  # the bridge finds the installed dsh runtime
-                  "httpx", "uvicorn"},  # the gateway's upstream client and its ASGI server
+                  "aiohttp", "uvicorn"},  # the gateway's upstream client and its ASGI server
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard"},
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard"},
 }

@@ -1,0 +1,137 @@
+"""What the attesting gateway adds to a streaming model request.
+
+    python -m benchmarks.gateway [--rounds N] [--interval-ms MS] [--bootstrap HOST:PORT]
+
+A scripted upstream answers every request with a Messages event stream of
+24 events, the first at once and the rest ``--interval-ms`` apart (default
+10: a model's token pace). The gateway runs as ``dsh-pipeline gateway`` (its
+own process), publishing its attestations to Kafka (the local broker unless
+``--bootstrap``). A load generator sends the same streaming requests at 1,
+50 and 200 at a time (``--rounds`` times as many requests, 100 at least),
+to the upstream directly (the baseline) and through the gateway,
+alternating, in the same run; it measures time to first byte and to last
+byte per request and the requests completed per second. Upstream and load
+generator are one small Go program (``benchmarks/loadgen``, built once
+into the cache) so that on a 2-core machine their own CPU leaves the
+gateway room. Printed: p50 and p99 of both, their added milliseconds and
+the throughput ratio; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+CONCURRENCY = (1, 50, 200)
+SOURCE = Path(__file__).parent / "loadgen"
+
+
+def _loadgen() -> Path:
+    """The load generator, built from source when it changed."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dsh-pipeline" / "loadgen"
+    stamp = str(max(path.stat().st_mtime_ns for path in SOURCE.iterdir()))
+    binary = cache / f"loadgen-{stamp}"
+    if not binary.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=SOURCE, check=True)
+    return binary
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_listening(port: int, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"a benchmark process exited {process.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)  # wait-ok: polling a port with a deadline
+    raise SystemExit(f"nothing listens on port {port} after {timeout} s")
+
+
+def _load(loadgen: Path, url: str, concurrency: int, count: int) -> dict:
+    done = subprocess.run([str(loadgen), "load", url + "/v1/messages", str(concurrency), str(count)],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"the load generator failed on {url}: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def _measure(loadgen: Path, direct: str, gateway: str, rounds: int) -> dict[int, dict[str, dict]]:
+    results = {}
+    for concurrency in CONCURRENCY:
+        count = max(100, concurrency * rounds) // 2
+        runs: dict[str, list[dict]] = {"direct": [], "gateway": []}
+        for order in (("direct", "gateway"), ("gateway", "direct")):  # alternate, so neither always goes first
+            for name in order:
+                runs[name].append(_load(loadgen, direct if name == "direct" else gateway, concurrency, count))
+        results[concurrency] = {name: {key: sum(r[key] for r in measured) / len(measured) for key in measured[0]}
+                                for name, measured in runs.items()}
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=20,
+                        help="requests per concurrency level and target: this many times the concurrency (100 at least)")
+    parser.add_argument("--interval-ms", type=int, default=10, help="milliseconds between the upstream's events")
+    parser.add_argument("--bootstrap", help="a Kafka cluster for the attestations (default: the local broker)")
+    args = parser.parse_args()
+    from dsh_pipeline.local_kafka import LocalKafka
+    loadgen = _loadgen()
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        upstream_port, gateway_port = _free_port(), _free_port()
+        upstream = subprocess.Popen([str(loadgen), "upstream", str(upstream_port), str(args.interval_ms)])
+        stack.callback(_stop, upstream)
+        gateway = subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "gateway", "--listen",
+                                    f"127.0.0.1:{gateway_port}", "--upstream", f"http://127.0.0.1:{upstream_port}",
+                                    "--bootstrap", bootstrap, "--topic-prefix", f"bench{uuid.uuid4().hex[:6]}.",
+                                    "--partitions", "12", "--log-level", "WARNING"])
+        stack.callback(_stop, gateway)
+        _wait_listening(upstream_port, upstream)
+        _wait_listening(gateway_port, gateway)
+        results = _measure(loadgen, f"http://127.0.0.1:{upstream_port}", f"http://127.0.0.1:{gateway_port}",
+                           args.rounds)
+    summary = {}
+    for concurrency, measured in results.items():
+        direct, through = measured["direct"], measured["gateway"]
+        added = {key: round(through[key] - direct[key], 2) for key in ("ttfb_p50", "ttfb_p99", "last_p50", "last_p99")}
+        ratio = through["rps"] / direct["rps"]
+        print(f"c={concurrency:>3}: direct  {direct['rps']:7.0f} req/s, ttfb p50/p99 {direct['ttfb_p50']:.2f}/"
+              f"{direct['ttfb_p99']:.2f} ms, last byte {direct['last_p50']:.2f}/{direct['last_p99']:.2f} ms")
+        print(f"       gateway {through['rps']:7.0f} req/s ({ratio:.2f}x), ttfb p50/p99 {through['ttfb_p50']:.2f}/"
+              f"{through['ttfb_p99']:.2f} ms (+{added['ttfb_p50']:.2f}/+{added['ttfb_p99']:.2f}), last byte "
+              f"{through['last_p50']:.2f}/{through['last_p99']:.2f} ms (+{added['last_p50']:.2f}/"
+              f"+{added['last_p99']:.2f})")
+        summary[f"ttfb_p50_added_ms_c{concurrency}"] = added["ttfb_p50"]
+        summary[f"ttfb_p99_added_ms_c{concurrency}"] = added["ttfb_p99"]
+        summary[f"last_byte_p99_added_ms_c{concurrency}"] = added["last_p99"]
+        summary[f"throughput_ratio_c{concurrency}"] = round(ratio, 3)
+    print(json.dumps(summary))
+
+
+def _stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+module dsh-pipeline/loadgen
+
+go 1.21

@@ -1,0 +1,59 @@
+"""Serving an ASGI app (the gateway, the demo's scripted model) with uvicorn
+on a socket bound before the server starts."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import uvicorn
+
+from dsh_core.errors import PipelineError
+
+__all__ = ["AsgiServer"]
+
+
+class AsgiServer:
+    """Serves an ASGI app with uvicorn on ``host:port`` (0: a free port)
+    while in ``async with``; ``url`` once entered. The socket is bound and
+    listening on entry, so clients may connect at once; a port that cannot
+    be bound is a :class:`PipelineError` naming ``name`` and the port. On
+    exit the app's ``aclose()``, if it has one, is awaited."""
+
+    def __init__(self, app: Any, name: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app, self.name, self.host, self.port = app, name, host, port
+        self.url = ""
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> "AsgiServer":
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # asyncio sets TCP_NODELAY only on sockets made with proto IPPROTO_TCP; without it every
+        # response waited on the client's delayed ACK (+40 ms time to first byte)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.bind((self.host, self.port))
+            sock.listen(1024)
+        except OSError as error:
+            sock.close()
+            raise PipelineError(f"{self.name} cannot listen on {self.host}:{self.port}: {error.strerror or error}") \
+                from error
+        port = sock.getsockname()[1]
+        self.url = f"http://{'[' + self.host + ']' if family == socket.AF_INET6 else self.host}:{port}"
+        config = uvicorn.Config(self.app, lifespan="off", log_config=None, access_log=False,
+                                timeout_keep_alive=75, timeout_graceful_shutdown=5, backlog=1024)
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None and self._task is not None
+        self._server.should_exit = True
+        try:
+            await self._task
+        finally:
+            if hasattr(self.app, "aclose"):
+                await self.app.aclose()
