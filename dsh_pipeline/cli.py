@@ -122,8 +122,11 @@ def _retention(text: str) -> dict[str, int]:
 
 def _demo(args: argparse.Namespace) -> int:
     from dsh_pipeline.demo import DemoConfig, run_demo
+    from dsh_pipeline.demo_agents import default_real_agents
+    real_agents = default_real_agents() if args.real_agents is None else args.real_agents
     return run_demo(DemoConfig(sessions=args.sessions, seed=args.seed, formats=args.format, bootstrap=args.bootstrap,
-                               workdir=Path(args.workdir) if args.workdir else None, keep=args.keep))
+                               workdir=Path(args.workdir) if args.workdir else None, keep=args.keep,
+                               real_agents=real_agents))
 
 
 def _acls(args: argparse.Namespace) -> int:
@@ -343,6 +346,10 @@ def build_parser() -> _Cli:
     demo.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
     demo.add_argument("--keep", action="store_true", help="keep the work folder")
+    demo.add_argument("--real-agents", type=int, metavar="N",
+                      help="also run N real dsh 0.1.1rc1 agents (JSON-RPC runtime) through a gateway in front of a "
+                           "scripted model, their requests verified by the auditor (default 8 where the runtime "
+                           "wheel is installed, else none; 0: none)")
     demo.set_defaults(run=_demo)
 
     acls = commands.add_parser("acls", help="print the kafka-acls.sh commands granting a principal what the "

@@ -4,12 +4,14 @@
 2. Start the projector, the auditor and the archiver as separate processes.
 3. Run the simulator (its own process): a fleet of v0, v3 and v4 sessions
    side by side with a few injected faults, writing the ground-truth
-   manifest.
+   manifest; beside it, ``real_agents`` real dsh 0.1.1rc1 agents behind a
+   gateway, in front of a scripted model (:mod:`demo_agents`).
 4. Show progress (events/s, consumer lag, sessions, findings) until every
    service has caught up with the events topic.
 5. Compare the views with the ground truth, the findings with the injected
-   defects and the archive with the shipped logs (:mod:`ground_truth`);
-   print a report.
+   defects and the archive with the shipped logs (:mod:`ground_truth`; the
+   real agents' with their own session files, and the auditor's verdicts on
+   their requests from its ``/metrics``); print a report.
 6. Stop everything it started. The exit code is 0 only if all agrees.
 """
 
@@ -21,6 +23,7 @@ import json
 import logging
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +35,9 @@ from pathlib import Path
 from consumers.archiver import ArchiverConfig
 from consumers.auditor import AuditorConfig
 from consumers.projector import ProjectorConfig
+from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import decode_json
+from dsh_pipeline.demo_agents import RUNTIME_VERSION, RealAgents, runtime_problem
 from dsh_pipeline.ground_truth import compare
 from dsh_pipeline.local_kafka import LocalKafka
 from producers.fleet import formats_summary
@@ -54,10 +59,17 @@ class DemoConfig:
     bootstrap: str | None = None
     workdir: Path | None = None
     keep: bool = False
+    real_agents: int = 0  # real dsh agents beside the simulated fleet (the command's default: 8 where installed)
 
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "dsh_pipeline.cli", *args]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 #: How the demo reads topics: from the start, committed records only, in no group.
@@ -115,10 +127,11 @@ class _Monitor:
                     self.findings += len(records)
 
 
-async def _follow(kafka: KafkaConfig, names: TopicNames, simulator: subprocess.Popen,
-                  services: list[subprocess.Popen], logs: Path) -> None:
-    """Print progress each second until the simulator is done and every
-    service has caught up; raise if a service dies or all stall for 60 s."""
+async def _follow(kafka: KafkaConfig, names: TopicNames, producers: list, services: list[subprocess.Popen],
+                  logs: Path) -> None:
+    """Print progress each second until every producer (the simulator, the
+    real agents: anything with ``poll()`` and ``returncode``) is done and
+    every service has caught up; raise if a service dies or all stall for 60 s."""
     deadline = time.monotonic() + 600
     last_events, last_time = None, time.monotonic()
     last_lags, moved = None, time.monotonic()  # when any lag last changed
@@ -127,7 +140,7 @@ async def _follow(kafka: KafkaConfig, names: TopicNames, simulator: subprocess.P
             for service in services:
                 if service.poll() is not None:
                     raise RuntimeError(f"a service exited early (code {service.returncode}); see {logs}")
-            simulating = simulator.poll() is None
+            producing = [p for p in producers if p.poll() is None]
             lags = await monitor.lags()
             await monitor.read_outputs()
             now = time.monotonic()
@@ -137,9 +150,9 @@ async def _follow(kafka: KafkaConfig, names: TopicNames, simulator: subprocess.P
             print(f"  {events:>8,} events in views ({rate:>7} events/s)  sessions {len(monitor.heads):>5,}  findings "
                   f"{monitor.findings:>3,}  lag (records): projector {lags['projector']:,}, auditor "
                   f"{lags['auditor']:,}, archiver {lags['archiver']:,}", flush=True)
-            if not simulating and (simulator.returncode != 0 or not any(lags.values())):
+            if not producing and (any(p.returncode for p in producers) or not any(lags.values())):
                 return
-            if lags != last_lags or simulating:
+            if lags != last_lags or producing:
                 last_lags, moved = lags, now
             elif now - moved > 60:
                 stalled = ", ".join(name for name, lag in lags.items() if lag)
@@ -167,10 +180,15 @@ def run_demo(config: DemoConfig) -> int:
     # The progress monitor's clients retry the leadership errors of topics
     # just created; aiokafka would log each retry over the progress lines.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    if config.real_agents < 0:
+        raise PipelineError(f"--real-agents takes 0 or more agents, not {config.real_agents}")
+    if config.real_agents and (problem := runtime_problem()):
+        raise PipelineError(f"--real-agents {config.real_agents}: {problem} (--real-agents 0 runs without them)")
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="dsh-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     broker = None
     children: list[subprocess.Popen] = []
+    agents: RealAgents | None = None
     started = time.monotonic()
     try:
         if config.bootstrap:  # a cluster of the user's: its security settings come from DSH_KAFKA_*, for every process
@@ -191,8 +209,10 @@ def run_demo(config: DemoConfig) -> int:
         asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
         logs = run / "logs"
         logs.mkdir()
+        metrics = f"http://127.0.0.1:{(metrics_port := _free_port())}/metrics"  # the auditor's wire verdicts
         for name, args in (("projector", ["project", "--db", str(db)]),
-                           ("auditor", ["audit", "--state", str(run / "auditor-state.sqlite")]),
+                           ("auditor", ["audit", "--state", str(run / "auditor-state.sqlite"),
+                                        "--metrics-port", str(metrics_port)]),
                            ("archiver", ["archive", "--root", str(archive)])):
             children.append(subprocess.Popen(_cli(*args, *common), stdout=open(logs / f"{name}.log", "wb"),
                                               stderr=subprocess.STDOUT))
@@ -208,33 +228,48 @@ def run_demo(config: DemoConfig) -> int:
         sim = subprocess.Popen(simulate, stdout=open(sim_log, "wb"), stderr=subprocess.STDOUT)
         services = list(children)
         children.append(sim)
-        asyncio.run(_follow(kafka, names, sim, services, logs))
+        producers: list = [sim]
+        if config.real_agents:
+            agents = RealAgents(config.real_agents, run, _cli, common)
+            print(f"running {config.real_agents} real dsh {RUNTIME_VERSION} agents (JSON-RPC) beside them, through a "
+                  f"gateway in front of a scripted model ...", flush=True)
+            agents.start()
+            producers.append(agents)
+        asyncio.run(_follow(kafka, names, producers, services, logs))
         if sim.returncode != 0:
             print(sim_log.read_text(), file=sys.stderr)
             return 1
         print(sim_log.read_text().strip(), flush=True)
         manifest = decode_json(manifest_path.read_bytes())
         findings = asyncio.run(_findings(kafka, names))
+        real_line = agents.report(metrics) if agents else None  # while the auditor serves its metrics
         for child in children:
             child.send_signal(signal.SIGTERM)
         for child in children:
             child.wait(60)
-        problems = compare(manifest, db, archive, findings)
+        real = agents.session_files() if agents else {}
+        problems = compare(manifest, db, archive, findings, real) + (agents.problems if agents else [])
         rules = collections.Counter(f["rule"] for f in findings)
         print(f"\nreport after {time.monotonic() - started:.0f} s")
         print(f"  sessions {manifest['sessions']} ({formats_summary(manifest)}), events {manifest['events']}, attestations "
               f"{manifest['attestations']}")
         print(f"  injected {manifest['injected']}")
         print(f"  findings {dict(sorted(rules.items()))}")
-        print("  views checked against ground truth, archive checked against shipped logs")
+        if real_line:
+            print(real_line)
+        print("  views checked against ground truth, archive checked against shipped logs" +
+              (", real agents' views and archive against their session files" if agents else ""))
         if problems:
             print(f"  DISAGREEMENTS ({len(problems)}):")
             for problem in problems[:50]:
                 print(f"    {problem}")
             return 1
-        print("  everything agrees: views = ground truth, findings = injected defects, archive = shipped logs")
+        print("  everything agrees: views = ground truth, findings = injected defects, archive = shipped logs" +
+              ("; every real agent's request verified" if agents else ""))
         return 0
     finally:
+        if agents is not None:
+            agents.close()
         for child in children:
             if child.poll() is None:
                 child.kill()

@@ -17,6 +17,14 @@ added and changed nothing. Three outputs are checked:
   as ``(session, rule, seq)`` with multiplicity — one missed or one extra is
   a disagreement. Duplicates are no finding: consumers drop exact repeats.
 
+Real dsh agents may share the topics (the demo's ``--real-agents``). They
+are not in the manifest: their truth is the session file dsh itself wrote
+(``real``: session id -> that file), which never passed through Kafka. Their
+view must be idle with the file's next seq and messages, their archive must
+hold exactly the file's header and events, and no finding may name them.
+A session neither simulated nor real is a disagreement where it shows:
+in the archive, or in a finding (its view is not looked for).
+
 Each check returns the disagreements as lines; none means all agree.
 """
 
@@ -26,11 +34,11 @@ import collections
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from dsh_core.storage.layout import find_session_files
+from dsh_core.storage.layout import encode_segment, find_session_files
 from dsh_core.storage.reader import load_session, read_events
 from producers.simulator import messages_digest
 
-__all__ = ["EXPECTED_RULE", "compare", "compare_findings", "compare_sessions"]
+__all__ = ["EXPECTED_RULE", "compare", "compare_findings", "compare_real_sessions", "compare_sessions"]
 
 #: The auditor rule each injected defect kind must raise, at the defect's seq.
 EXPECTED_RULE = {"unlogged": "request-mismatch", "dropped": "sequence-gap", "lossless": "lossless",
@@ -40,18 +48,23 @@ EXPECTED_RULE = {"unlogged": "request-mismatch", "dropped": "sequence-gap", "los
 Truth = Mapping[str, Any]
 
 
-def compare(manifest: Mapping[str, Any], views: Path, archive: Path, findings: Iterable[Mapping[str, Any]]) -> list[str]:
+def compare(manifest: Mapping[str, Any], views: Path, archive: Path, findings: Iterable[Mapping[str, Any]],
+            real: Mapping[str, Path] | None = None) -> list[str]:
     """Every disagreement of the view store at ``views``, the archive root
-    ``archive`` and the auditor's ``findings`` with ``manifest``."""
+    ``archive`` and the auditor's ``findings`` with ``manifest`` and the
+    ``real`` agents' session files."""
     from consumers.projector import ViewStore  # only here: the checks below need no consumer code
-    truths = manifest["truth"]
+    truths, real = manifest["truth"], real or {}
     archived = {p.parent.name: p for p in find_session_files(archive)}
+    known = {encode_segment(session_id) for session_id in (*truths, *real)}
     store = ViewStore(views)
     try:
-        problems = compare_sessions(truths, store.view, archived)
+        problems = compare_sessions(truths, store.view, archived) + compare_real_sessions(real, store.view, archived)
     finally:
         store.close()
-    return problems + compare_findings(truths, findings)
+    problems += [f"{name}: archived, but neither simulated nor a real agent's" for name in sorted(archived)
+                 if name not in known]
+    return problems + compare_findings(truths, findings, real)
 
 
 def compare_sessions(truths: Mapping[str, Truth], view_of: Callable[[str], Mapping[str, Any] | None],
@@ -85,11 +98,41 @@ def compare_sessions(truths: Mapping[str, Truth], view_of: Callable[[str], Mappi
     return problems
 
 
-def compare_findings(truths: Mapping[str, Truth], findings: Iterable[Mapping[str, Any]]) -> list[str]:
+def compare_real_sessions(real: Mapping[str, Path], view_of: Callable[[str], Mapping[str, Any] | None],
+                          archived: Mapping[str, Path]) -> list[str]:
+    """Each real agent's view and archive file against the session file its
+    dsh runtime wrote (``real``: session id -> that file)."""
+    problems = []
+    for session_id, source in sorted(real.items()):
+        header, events = read_events(source)
+        loaded = load_session(source)
+        view = view_of(session_id)
+        if view is None:
+            problems.append(f"{session_id}: missing view (a real agent's session)")
+        elif view["status"] != "idle":
+            problems.append(f"{session_id}: expected an idle view of the real agent's session, got {view['status']}")
+        elif view["nextSeq"] != len(events) or not loaded.accepted or \
+                view.get("messagesDigest") != messages_digest(loaded.state.messages()):
+            problems.append(f"{session_id}: view differs from the real agent's session file {source}")
+        path = archived.get(encode_segment(session_id))
+        if path is None:
+            problems.append(f"{session_id}: missing archive (a real agent's session)")
+        elif read_events(path) != (header, events):
+            problems.append(f"{session_id}: archive differs from the real agent's session file {source}")
+    return problems
+
+
+def compare_findings(truths: Mapping[str, Truth], findings: Iterable[Mapping[str, Any]],
+                     real: Iterable[str] = ()) -> list[str]:
     """The findings (``session``, ``rule``, ``seq`` of each) against the
-    injected defects: the missed ones, then the unexpected ones, sorted."""
+    injected defects: the missed ones, then the unexpected ones, sorted;
+    then every finding naming a ``real`` agent's session (none is expected)."""
+    real = set(real)
+    findings = list(findings)
     expected = collections.Counter((sid, EXPECTED_RULE[d["kind"]], d["seq"]) for sid, t in truths.items()
                                    for d in t["defects"] if d["kind"] in EXPECTED_RULE)
-    got = collections.Counter((f["session"], f["rule"], f["seq"]) for f in findings)
+    got = collections.Counter((f["session"], f["rule"], f["seq"]) for f in findings if f["session"] not in real)
     return [f"missed finding {item}" for item in sorted(expected - got)] + \
-           [f"unexpected finding {item}" for item in sorted(got - expected)]
+           [f"unexpected finding {item}" for item in sorted(got - expected)] + \
+           [f"finding for the real agent's session {f['session']}: {f['rule']} at seq {f['seq']}: {f.get('detail')}"
+            for f in findings if f["session"] in real]

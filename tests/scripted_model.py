@@ -1,59 +1,24 @@
 """A scripted, local OpenAI-style chat-completions endpoint for real dsh agents.
 
-Each agent's first user message names its script (``[script:NAME]``); the
+Each agent's first user message names its script (``[script:NAME#ID]``); the
 endpoint answers that session's requests in order from the script. Every
 request body is kept, so a test can compare what dsh sent the model with
-the requests rebuilt from the log.
+the requests rebuilt from the log. The replies, scripts and chunk streams
+are :mod:`dsh_pipeline.scripted_chat`'s (the demo's packaged ASGI model);
+this endpoint's HTTP is hand-written so tests can tap and replay its bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsh_pipeline.scripted_chat import SCRIPTS, Reply, _pieces, _stream, script_tag
 from tests.local_endpoint import LocalEndpoint
 
-__all__ = ["Reply", "SCRIPTS", "ScriptedModel"]
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One model answer: text, reasoning, tool calls, or an HTTP error."""
-
-    text: str = ""
-    reasoning: str = ""
-    tool_calls: tuple[tuple[str, str], ...] = ()  # (name, arguments JSON text)
-    finish: str = "stop"  # stop | tool_calls | length
-    status: int = 200
-    hang: bool = False  # stream the text, then hold the response open until the client goes away
-
-
-SCRIPTS: dict[str, list[Reply]] = {
-    "plain": [Reply(text="Hello from the scripted model.", reasoning="The user says hello.")],
-    "tools": [Reply(text="Let me look.", tool_calls=(("bash", '{"command": "echo TOOL_OK"}'),), finish="tool_calls"),
-              Reply(text="The command printed TOOL_OK.")],
-    "parallel": [Reply(tool_calls=(("bash", '{"command": "echo ONE"}'), ("bash", '{"command": "echo TWO"}')),
-                       finish="tool_calls"),
-                 Reply(text="Both commands ran.")],
-    "retry": [Reply(status=500), Reply(text="Answered on the second attempt.")],
-    "max-tokens": [Reply(text="This answer is cut off because it ran out of", finish="length")],
-    "two-turns": [Reply(text="First answer."), Reply(text="Second answer.")],
-    "hang": [Reply(text="Thinking about it", hang=True)],
-    # reasoning and tool calls replayed in later requests, within a turn and across turns
-    "reasoned-tools": [Reply(reasoning="Run it first.", text="Running.", finish="tool_calls",
-                             tool_calls=(("bash", '{"command": "echo REASONED", "description": "Print a word"}'),
-                                         ("bash", '{"command": "true", "description": "Print nothing"}'))),
-                       Reply(reasoning="It printed the word.", text="It printed REASONED."),
-                       Reply(reasoning="A second question.", text="Second answer.")],
-    "chain": [Reply(tool_calls=(("bash", '{"command": "echo FIRST", "description": "Print first"}'),),
-                    finish="tool_calls"),
-              Reply(tool_calls=(("bash", '{"command": "echo SECOND", "description": "Print second"}'),),
-                    finish="tool_calls"),
-              Reply(text="Both steps ran.")],
-}
+__all__ = ["Reply", "SCRIPTS", "ScriptedModel", "_pieces", "_stream"]
 
 
 @dataclass
@@ -71,13 +36,7 @@ class ScriptedModel(LocalEndpoint):
 
 
     def _script_of(self, body: dict[str, Any]) -> _Session:
-        first_user = next((m for m in body.get("messages", []) if m.get("role") == "user"), {})
-        content = first_user.get("content")
-        text = content if isinstance(content, str) else json.dumps(content)
-        match = re.search(r"\[script:([a-z0-9-]+)#([0-9a-z-]+)\]", text)
-        if not match:
-            raise ValueError(f"no [script:NAME#ID] tag in the first user message: {text[:200]}")
-        name, instance = match.groups()
+        name, instance = script_tag(body)
         return self._sessions.setdefault(f"{name}#{instance}", _Session(SCRIPTS[name]))
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -132,29 +91,3 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
             await reader.readline()
     return await reader.readexactly(int(headers.get("content-length", "0")))
 
-
-def _stream(reply: Reply, model: str) -> list[dict[str, Any]]:
-    base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1767225600, "model": model}
-
-    def delta(body: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": body, "finish_reason": finish}]}
-
-    chunks = [delta({"role": "assistant", "content": ""})]
-    for piece in _pieces(reply.reasoning):
-        chunks.append(delta({"reasoning_content": piece}))
-    for piece in _pieces(reply.text):
-        chunks.append(delta({"content": piece}))
-    for index, (name, arguments) in enumerate(reply.tool_calls):
-        call_id = f"call_{index}_{abs(hash((name, arguments))) % 10**8}"
-        chunks.append(delta({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                             "function": {"name": name, "arguments": ""}}]}))
-        for piece in _pieces(arguments, 6):
-            chunks.append(delta({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
-    chunks.append(delta({}, reply.finish))
-    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 20,
-                                                    "total_tokens": 120}})
-    return chunks
-
-
-def _pieces(text: str, size: int = 4) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)]
