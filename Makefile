@@ -7,13 +7,13 @@ CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
 
-.PHONY: demo test setup reference kafka-jars prometheus bench clean
+.PHONY: demo test setup reference kafka-jars prometheus postgres bench clean
 
 # The main job: the whole pipeline on a local broker, checked end to end.
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
-test: setup reference kafka-jars prometheus
+test: setup reference kafka-jars prometheus postgres
 	$(VPY) -m pytest
 
 setup: $(VENV)/.installed
@@ -42,6 +42,17 @@ prometheus:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) \
 	      >/dev/null 2>&1 || echo "apt-get could not install prometheus: the real-Prometheus test will be skipped"; \
 	  else echo "prometheus is not installed and apt-get needs root here: the real-Prometheus test will be skipped"; fi; \
+	fi
+
+# PostgreSQL's server, Debian's package, for the PostgreSQL tests (which say
+# why they are skipped where it cannot be installed). The check looks for
+# Debian's binaries, not PATH: Debian keeps initdb off PATH.
+postgres:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql) \
+	      >/dev/null 2>&1 || echo "apt-get could not install postgresql: the PostgreSQL tests will be skipped"; \
+	  else echo "postgresql is not installed and apt-get needs root here: the PostgreSQL tests will be skipped"; fi; \
 	fi
 
 # Apache Kafka broker jars from Maven Central into the user cache (once).
