@@ -222,7 +222,7 @@ class Gateway:
             await self._stream(response, receive, send, exchange)
         finally:
             STREAMS.dec()
-            response.close()
+            response.release()  # back to the pool when read to its end, else closed
 
     async def _stream(self, response: aiohttp.ClientResponse, receive: Callable, send: Callable,
                       exchange: _Exchange | None) -> None:
