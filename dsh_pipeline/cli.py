@@ -14,6 +14,7 @@ from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.v4.migrate import migrate
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import producer_commands, service_commands
+from dsh_pipeline.reader_commands import add_reader_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
 from dsh_pipeline.exit_codes import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE
 
@@ -136,30 +137,6 @@ def _acls(args: argparse.Namespace) -> int:
     acls = (service_acls(args.principal, args.service, names, args.group) if args.service
             else pipeline_acls(args.principal, names, args.group_prefix))
     print("\n".join(kafka_acls_commands(acls, args.bootstrap_server)))
-    return EXIT_OK
-
-
-def _view(args: argparse.Namespace) -> int:
-    from consumers.projector import ViewStore
-    from dsh_core.jsonvalue import encode_json, thaw
-    from dsh_pipeline.transcript import transcript_lines
-    store = ViewStore(Path(args.db))
-    try:
-        view = store.view(args.session_id)
-        if view is None:
-            print(f"dsh-pipeline view: no session {args.session_id!r} in {args.db}", file=sys.stderr)
-            return EXIT_REFUSED
-        fold = store.fold(args.session_id)
-        messages = thaw(fold.state.messages()) if fold is not None else []
-    finally:
-        store.close()
-    if args.json:
-        sys.stdout.buffer.write(encode_json(messages) + b"\n")
-        return EXIT_OK
-    print(f"session {args.session_id}: {view['status']}, next seq {view['nextSeq']}, {len(view['turns'])} turns, "
-          f"{len(messages)} messages" + (f", {view['error']}" if view.get("error") else ""))
-    for line in transcript_lines(messages):
-        print(line)
     return EXIT_OK
 
 
@@ -303,8 +280,10 @@ def build_parser() -> _Cli:
     from consumers.auditor import AuditorConfig
     from consumers.projector import ProjectorConfig
 
-    project = commands.add_parser("project", help="keep every session's derived conversation (SQLite views)")
-    project.add_argument("--db", default="views.sqlite", help="the SQLite view store")
+    project = commands.add_parser("project", help="keep every session's derived conversation (the view store)")
+    project.add_argument("--store", default="views.sqlite",
+                         help="the view store: a SQLite file (one host) or a postgresql:// URI (projectors on many "
+                              "hosts); created or migrated on start")
     _add_consumer_options(project, ProjectorConfig)
     project.set_defaults(run=service_commands.project)
 
@@ -364,11 +343,7 @@ def build_parser() -> _Cli:
     acls.add_argument("--group", help="with --service: its consumer group (default: the service's own)")
     acls.set_defaults(run=_acls)
 
-    view = commands.add_parser("view", help="print a session's conversation from the view store")
-    view.add_argument("session_id")
-    view.add_argument("--db", default="views.sqlite")
-    view.add_argument("--json", action="store_true", help="the derived messages as JSON (identical to dsh's)")
-    view.set_defaults(run=_view)
+    add_reader_commands(commands)
 
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)

@@ -11,7 +11,7 @@ One table for the cluster, one per command::
     ssl_cafile = "/etc/ssl/kafka-ca.pem"
 
     [project]                # the command's long options, "-" written "_"
-    db = "/data/views.sqlite"
+    store = "/data/views.sqlite"
     metrics_port = 9100
     session_timeout = 30
 

@@ -210,7 +210,7 @@ def run_demo(config: DemoConfig) -> int:
         logs = run / "logs"
         logs.mkdir()
         metrics = f"http://127.0.0.1:{(metrics_port := _free_port())}/metrics"  # the auditor's wire verdicts
-        for name, args in (("projector", ["project", "--db", str(db)]),
+        for name, args in (("projector", ["project", "--store", str(db)]),
                            ("auditor", ["audit", "--state", str(run / "auditor-state.sqlite"),
                                         "--metrics-port", str(metrics_port)]),
                            ("archiver", ["archive", "--root", str(archive)])):

@@ -165,7 +165,12 @@ def service_config(args: argparse.Namespace, config_class: type, kafka, names, *
 def project(args: argparse.Namespace) -> int:
     from consumers.projector import ProjectorConfig, projector_service
     return _consume(args, lambda kafka, names: projector_service(
-        service_config(args, ProjectorConfig, kafka, names, store=Path(args.db))))
+        service_config(args, ProjectorConfig, kafka, names, store=_store_location(args.store))))
+
+
+def _store_location(given: str) -> Path | str:
+    from consumers.runtime.postgres import is_postgres_location
+    return given if is_postgres_location(given) else Path(given)
 
 
 def audit(args: argparse.Namespace) -> int:

@@ -9,8 +9,10 @@ installs Debian's package as root).
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -35,3 +37,12 @@ def postgres_dsn() -> Iterator[str]:
     with local_postgres_or_skip() as server:
         assert server.dsn is not None
         yield server.dsn
+
+
+def fresh_database(server_dsn: str) -> str:
+    """A new, empty database on the server: its ``postgresql://`` URI."""
+    import psycopg
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(server_dsn, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return urlunsplit(urlsplit(server_dsn)._replace(path=f"/{name}"))

@@ -84,7 +84,7 @@ def _analysis() -> LogAnalysis:
 
 @dataclass(frozen=True, kw_only=True)
 class ProjectorConfig(ServiceConfig):
-    store: Path  # the view store (SQLite)
+    store: Path | str  # the view store: a SQLite file, or a postgresql:// URI
     group: str = "dsh-projector"
 
 
@@ -103,6 +103,7 @@ class ProjectedSession:
     digest: MessagesDigest = field(default_factory=MessagesDigest)
     stored_surface: set[int] = field(default_factory=set)  # seqs with a row in the surface table
     applied: int = 0  # events folded since the policy last counted them
+    last_activity: int | None = None  # ms: the newest record timestamp this process applied
 
     def next_seq(self) -> int | None:
         return self.fold.count if self.fold is not None else None
@@ -163,7 +164,7 @@ class ProjectedSession:
         held = self.held if self.held.dirty else None
         snapshot = snapshot_fold(self.fold, with_surface_events=False) if self.fold is not None else None
         return SessionChange(self.session_id, self.partition, self.view(), snapshot, self.error, gone, new, held,
-                             self.digests.changes())
+                             self.digests.changes(), self.last_activity)
 
 
 class Projection(Policy[ProjectedSession]):
@@ -212,6 +213,8 @@ class Projection(Policy[ProjectedSession]):
                 self._header(session, decoded)
             else:
                 self._record(session, decoded)
+            if session.applied or decoded.kind == KIND_HEADER:
+                session.last_activity = max(session.last_activity or 0, record.timestamp)
         finally:
             if session.applied:
                 self.tally.add(APPLIED, session.applied)

@@ -1,12 +1,18 @@
-"""The projector's view store: one SQLite file (WAL), one writer, readers
-any time. Every statement on it is here.
+"""The projector's view store, on SQLite (one file, WAL: the embedded
+default) or PostgreSQL (projectors on many hosts in one group). Every
+statement that writes it is here; the schema is documented in
+docs/view-store.md (layout 3).
 
-``sessions`` holds each session's view (JSON), fold snapshot and status;
-``surface`` its current surface events (changed by difference, never
-rewritten); ``held`` the records it holds at a gap; ``applied`` the
-digest of every record applied (a copy is checked against it); ``unacknowledged_heads``
-the sessions whose view head is committed here but not yet acknowledged
-by the cluster.
+``sessions`` holds each session's view (JSON), fold snapshot and status,
+and the columns sessions are listed and filtered by (cwd, creation, last
+activity, turn and message counts); ``usage`` its token totals
+by provider and model; ``surface`` its current surface events (changed
+by difference, never rewritten); ``held`` the records it holds at a gap;
+``applied`` the digest of every record applied (a copy is checked
+against it); ``unacknowledged_heads`` the sessions whose view head is
+committed here but not yet acknowledged by the cluster. ``findings`` and
+``dead_letters`` are the auditor's findings and every service's dead
+letters, keyed by where they were read (topic, partition, offset).
 """
 
 from __future__ import annotations
@@ -22,20 +28,65 @@ from dsh_core.jsonvalue import decode_json, dump_json
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
                                 store_held)
+from ..runtime.postgres import PostgresDatabase, is_postgres_location
 from ..runtime.sequencing import AppliedDigest, HeldRecords
 
-__all__ = ["SavedSession", "SessionChange", "ViewStore", "view_head"]
+__all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "view_head"]
 
-_KIND, _LAYOUT = "view-store", 2
+_KIND, LAYOUT = "view-store", 3
+_SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
+                    "message_count INTEGER NOT NULL DEFAULT 0")
+TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
+_LISTING = (
+    "CREATE TABLE usage (session_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, "
+    + ", ".join(f"{_column} INTEGER NOT NULL DEFAULT 0" for _column in TOKEN_COLUMNS)
+    + ", PRIMARY KEY (session_id, provider, model))",
+    "CREATE INDEX sessions_by_activity ON sessions (last_activity, session_id)",
+    "CREATE INDEX sessions_by_status ON sessions (status, last_activity)",
+    "CREATE TABLE findings (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
+    "session_id TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL, seq INTEGER, turn INTEGER, step INTEGER, "
+    "detail TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
+    "CREATE INDEX findings_by_session ON findings (session_id, seq)",
+    "CREATE TABLE dead_letters (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
+    "service TEXT NOT NULL, reason TEXT NOT NULL, detail TEXT NOT NULL, source_topic TEXT, source_partition INTEGER, "
+    "source_offset INTEGER, session_id TEXT, seq INTEGER, at INTEGER NOT NULL, size INTEGER NOT NULL, "
+    "head BLOB NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
+)
 _SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
-    "view TEXT NOT NULL, snapshot BLOB, error TEXT)",
+    "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(_SESSION_COLUMNS) + ")",
     "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
     "PRIMARY KEY (session_id, seq))",
     HELD_SCHEMA,
     DIGESTS_SCHEMA,
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
+    *_LISTING,
 )
+
+
+def _layout_2_to_3(db: Any) -> None:
+    """Layout 2 had no listing columns, usage, findings or dead letters:
+    add them and fill the listing from each stored view."""
+    for column in _SESSION_COLUMNS:
+        db.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
+    for statement in _LISTING:
+        db.execute(statement)
+    for session_id, view in db.execute("SELECT session_id, view FROM sessions").fetchall():
+        _store_listing(db, session_id, decode_json(view), None)
+
+
+def _store_listing(db: Any, session_id: str, view: dict[str, Any], last_activity: int | None) -> None:
+    """The listing columns and usage rows of a session's view."""
+    header = view.get("header") or {}
+    db.execute("UPDATE sessions SET cwd = ?, created_at = ?, last_activity = COALESCE(?, last_activity, ?), "
+               "turn_count = ?, message_count = ? WHERE session_id = ?",
+               (header.get("cwd"), header.get("createdAt"), last_activity, header.get("createdAt"),
+                len(view.get("turns") or ()), view.get("messageCount", 0), session_id))
+    db.execute("DELETE FROM usage WHERE session_id = ?", (session_id,))
+    db.executemany(f"INSERT INTO usage (session_id, provider, model, {', '.join(TOKEN_COLUMNS)}) "
+                   f"VALUES (?, ?, ?, {', '.join('?' * len(TOKEN_COLUMNS))})",
+                   [(session_id, usage["provider"], usage["model"], *(usage.get(kind, 0) for kind in TOKEN_COLUMNS))
+                    for usage in view.get("usage") or ()])
 _HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
 
 #: ``(status, fold snapshot, error, held rows)`` of a stored session.
@@ -53,8 +104,12 @@ def view_head(view: dict[str, Any]) -> bytes:
 class ViewStore:
     """The views of every session the projector has seen."""
 
-    def __init__(self, path: Path) -> None:
-        self.database = Database(path, _KIND, _LAYOUT, _SCHEMA)
+    def __init__(self, location: Path | str) -> None:
+        """``location``: a SQLite file's path, or a ``postgresql://`` URI."""
+        migrations = {2: _layout_2_to_3}
+        self.database = (PostgresDatabase(location, _KIND, LAYOUT, _SCHEMA, migrations)
+                         if is_postgres_location(location) else Database(Path(location), _KIND, LAYOUT, _SCHEMA,
+                                                                         migrations))
         self.db = self.database.connection
 
     # --------------------------------------------------------------- reads
@@ -90,7 +145,7 @@ class ViewStore:
         numbers = sorted(partitions)
         rows = self.db.execute(
             "SELECT u.session_id, u.partition, s.view FROM unacknowledged_heads u JOIN sessions s USING (session_id) "
-            f"WHERE u.partition IN ({', '.join('?' * len(numbers))})", numbers).fetchall()
+            f"WHERE u.partition IN ({', '.join('?' * len(numbers))})", numbers).fetchall() if numbers else []
         return [(session_id, partition, view_head(decode_json(view))) for session_id, partition, view in rows]
 
     # -------------------------------------------------------------- writes
@@ -126,6 +181,7 @@ class SessionChange:
     surface_new: Iterable[tuple[int, str, Any]]
     held: HeldRecords | None
     digests: dict[int, AppliedDigest]
+    last_activity: int | None = None  # ms: when the last record applied was written
 
     def write(self, db: Any) -> None:
         session_id = self.session_id
@@ -139,8 +195,10 @@ class SessionChange:
                    "error=excluded.error",
                    (session_id, self.view["status"], self.view["nextSeq"], dump_json(self.view).decode(),
                     self.snapshot, self.error))
+        _store_listing(db, session_id, self.view, self.last_activity)
         if self.held is not None:
             store_held(db, self.held)
         store_digests(db, session_id, self.digests)
-        db.execute("INSERT OR REPLACE INTO unacknowledged_heads (session_id, partition) VALUES (?, ?)",
+        db.execute("INSERT INTO unacknowledged_heads (session_id, partition) VALUES (?, ?) "
+                   "ON CONFLICT (session_id) DO UPDATE SET partition = excluded.partition",
                    (session_id, self.partition))

@@ -11,14 +11,17 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from dsh_core.errors import StateStoreError
 
 from .sequencing import AppliedDigest, HeldRecords, HeldRow
 
-__all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "applied_digest", "load_held", "replace_held",
-           "store_digests", "store_held"]
+__all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "applied_digest", "claim_layout", "load_held",
+           "replace_held", "store_digests", "store_held"]
+
+#: How a store's layout ``v`` becomes ``v + 1``, by ``v`` (run inside the claiming transaction).
+Migrations = Mapping[int, Callable[[Any], None]]
 
 #: Records a service holds at a gap, by session (every service's store has it).
 HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NULL, value BLOB NOT NULL, "
@@ -32,10 +35,36 @@ _REBUILD = ("give the service a path of its own; to rebuild from the topic, move
             "by itself; the projector and archiver need a new --group or their group's offsets reset to the earliest)")
 
 
+def claim_layout(db: Any, where: str, kind: str, layout: int, schema: Sequence[str], migrations: Migrations,
+                 tables: set[str]) -> None:
+    """Create the layout in an empty store, migrate an older layout of the
+    same kind step by step, refuse anything else (inside a transaction)."""
+    if not tables:
+        db.execute("CREATE TABLE dsh_layout (kind TEXT NOT NULL, version INTEGER NOT NULL)")
+        db.execute("INSERT INTO dsh_layout VALUES (?, ?)", (kind, layout))
+        for statement in schema:
+            db.execute(statement)
+        return
+    found = db.execute("SELECT kind, version FROM dsh_layout").fetchone() if "dsh_layout" in tables else None
+    if found is None:
+        raise StateStoreError(f"{where}: no layout record, so not the {kind!r} store in layout {layout} this service "
+                              f"writes; {_REBUILD}")
+    found_kind, version = found
+    if found_kind == kind and version < layout and all(step in migrations for step in range(version, layout)):
+        for step in range(version, layout):
+            migrations[step](db)
+        db.execute("UPDATE dsh_layout SET version = ?", (layout,))
+        return
+    if (found_kind, version) != (kind, layout):
+        raise StateStoreError(f"{where}: a {found_kind!r} store in layout {version}, not the {kind!r} store in layout "
+                              f"{layout} this service writes; {_REBUILD}")
+
+
 class Database:
     """A service's SQLite file (``None``: in memory) of one kind and layout."""
 
-    def __init__(self, path: Path | None, kind: str, layout: int, schema: Sequence[str]) -> None:
+    def __init__(self, path: Path | None, kind: str, layout: int, schema: Sequence[str],
+                 migrations: Migrations | None = None) -> None:
         self.where = str(path) if path is not None else ":memory:"
         self.kind = kind
         if path is not None:
@@ -50,28 +79,15 @@ class Database:
         try:
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=NORMAL")
-            self._claim(layout, schema)
+            self._claim(layout, schema, migrations or {})
         except BaseException:
             self.connection.close()
             raise
 
-    def _claim(self, layout: int, schema: Sequence[str]) -> None:
-        """Create the layout in an empty file; refuse any other file."""
+    def _claim(self, layout: int, schema: Sequence[str], migrations: Migrations) -> None:
         with self.transaction() as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not tables:
-                db.execute("CREATE TABLE dsh_layout (kind TEXT NOT NULL, version INTEGER NOT NULL)")
-                db.execute("INSERT INTO dsh_layout VALUES (?, ?)", (self.kind, layout))
-                for statement in schema:
-                    db.execute(statement)
-                return
-            found = db.execute("SELECT kind, version FROM dsh_layout").fetchone() if "dsh_layout" in tables else None
-        if found is None:
-            raise StateStoreError(f"{self.where}: no layout record, so not the {self.kind!r} file in layout {layout} "
-                                  f"this service writes; {_REBUILD}")
-        if found != (self.kind, layout):
-            raise StateStoreError(f"{self.where}: a {found[0]!r} file in layout {found[1]}, not the {self.kind!r} file "
-                                  f"in layout {layout} this service writes; {_REBUILD}")
+            claim_layout(db, self.where, self.kind, layout, schema, migrations, tables)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -123,5 +139,6 @@ def applied_digest(db: sqlite3.Connection, session_id: str, seq: int) -> Applied
 
 def store_digests(db: sqlite3.Connection, session_id: str, digests: Mapping[int, AppliedDigest]) -> None:
     """Write a session's digests by seq (:meth:`AppliedDigests.changes`)."""
-    db.executemany("INSERT OR REPLACE INTO applied (session_id, seq, count, digest) VALUES (?, ?, ?, ?)",
+    db.executemany("INSERT INTO applied (session_id, seq, count, digest) VALUES (?, ?, ?, ?) ON CONFLICT "
+                   "(session_id, seq) DO UPDATE SET count = excluded.count, digest = excluded.digest",
                    [(session_id, seq, count, digest) for seq, (count, digest) in digests.items()])

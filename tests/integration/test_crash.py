@@ -41,7 +41,7 @@ def test_kill_nine_projector_and_auditor(kafka, topics, group_id, tmp_path):
     common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6", "--max-records", "500",
               "--hot-sessions", "60"]
     commands = {
-        projector_group: [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group",
+        projector_group: [sys.executable, "-m", "dsh_pipeline.cli", "project", "--store", str(db), "--group",
                           projector_group, *common],
         auditor_group: [sys.executable, "-m", "dsh_pipeline.cli", "audit", "--state", str(tmp_path / "auditor.sqlite"),
                         "--checkpoint-seconds", "0.2", "--group", auditor_group, *common],

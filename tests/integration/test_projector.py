@@ -77,10 +77,10 @@ def test_views_equal_ground_truth_and_view_command(kafka, topics, group_id, tmp_
 
     asyncio.run(project())
     session_id = truths[0].session_id
-    shown = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "view", session_id, "--db", str(db), "--json"],
+    shown = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "view", session_id, "--store", str(db), "--json"],
                            capture_output=True, check=True)
     assert sha256_jcs(json.loads(shown.stdout)) == truths[0].messages_digest
-    human = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "view", session_id, "--db", str(db)],
+    human = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "view", session_id, "--store", str(db)],
                            capture_output=True, text=True, check=True)
     assert human.stdout.startswith(f"session {session_id}: idle")
 
@@ -125,7 +125,7 @@ def test_rebalance_two_projectors_one_stopped_midway(kafka, topics, group_id, tm
     db = tmp_path / "views.sqlite"
     group = group_id("projector")
     prefix = names.events[: -len("dsh.session-events")]
-    command = [sys.executable, "-m", "dsh_pipeline.cli", "project", "--db", str(db), "--group", group,
+    command = [sys.executable, "-m", "dsh_pipeline.cli", "project", "--store", str(db), "--group", group,
                "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "6"]
     total = asyncio.run(group_lag(kafka, names.events, group))
     logs = [tmp_path / "first.log", tmp_path / "second.log"]

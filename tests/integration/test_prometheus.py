@@ -96,7 +96,7 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
     upstream = WireUpstream().__enter__()  # a model endpoint for the gateway
     common = ["--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "2"]
     commands = {"ship": ["ship", "--root", str(root)],
-                "project": ["project", "--db", str(tmp_path / "views.sqlite")],
+                "project": ["project", "--store", str(tmp_path / "views.sqlite")],
                 "audit": ["audit", "--state", str(tmp_path / "audit.sqlite")],
                 "archive": ["archive", "--root", str(tmp_path / "archive")],
                 "gateway": ["gateway", "--listen", f"127.0.0.1:{ports[6]}", "--upstream", upstream.url]}

@@ -37,6 +37,6 @@ def test_a_state_file_of_another_layout_is_refused(tmp_path):
     db.execute("CREATE TABLE sessions (session_id TEXT PRIMARY KEY, topic TEXT)")
     db.commit()
     db.close()
-    with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'auditor-state' file in "
+    with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'auditor-state' store in "
                                               r"layout 4 this service writes; give the service a path of its own"):
         AuditStore(path, "dsh-auditor", "dsh.session-events")

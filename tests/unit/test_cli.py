@@ -55,13 +55,13 @@ def test_missing_file_and_directory_input(tmp_path):
 
 
 def test_an_unreachable_cluster_is_named_not_a_traceback(tmp_path):
-    done = run("project", "--bootstrap", "127.0.0.1:1", "--wait-for-cluster", "0", "--db", str(tmp_path / "views.sqlite"))
+    done = run("project", "--bootstrap", "127.0.0.1:1", "--wait-for-cluster", "0", "--store", str(tmp_path / "views.sqlite"))
     err = done.stderr
     assert done.returncode == 69 and "Traceback" not in err, err  # EX_UNAVAILABLE
     assert ("dsh-pipeline project: BrokerAbsentError: cannot reach the Kafka cluster at 127.0.0.1:1 over PLAINTEXT: no "
             "broker at the bootstrap address (127.0.0.1:1: nothing listens there (connection refused))") in err
     assert "`dsh-pipeline kafka start`" in err
-    unresolved = run("project", "--bootstrap", "no-such-host.invalid:9092", "--wait-for-cluster", "2", "--db",
+    unresolved = run("project", "--bootstrap", "no-such-host.invalid:9092", "--wait-for-cluster", "2", "--store",
                      str(tmp_path / "views.sqlite"))
     assert unresolved.returncode == 69 and "Traceback" not in unresolved.stderr, unresolved.stderr
     assert "(no-such-host.invalid:9092: the name does not resolve)" in unresolved.stderr
@@ -95,13 +95,13 @@ def test_membership_options_reach_the_consumer(tmp_path):
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.cli import build_parser
     from dsh_pipeline.service_commands import service_config
-    args = build_parser().parse_args(["project", "--db", str(tmp_path / "v.sqlite"), "--session-timeout", "45",
+    args = build_parser().parse_args(["project", "--store", str(tmp_path / "v.sqlite"), "--session-timeout", "45",
                                       "--instance-id", "host-1"])
     settings = service_config(args, ProjectorConfig, KafkaConfig("b:9092"), TopicNames(),
                               store=tmp_path / "v.sqlite").consumer_settings()
     assert (settings.session_timeout_ms, settings.heartbeat_interval_ms, settings.group_instance_id) == (
         45_000, 3_000, "host-1")
-    assert build_parser().parse_args(["project", "--db", "v"]).session_timeout == 10  # the configuration's default
+    assert build_parser().parse_args(["project", "--store", "v"]).session_timeout == 10  # the configuration's default
 
 
 def test_the_acls_command_prints_what_the_acl_test_grants():
@@ -115,11 +115,12 @@ def test_the_acls_command_prints_what_the_acl_test_grants():
 
 def test_a_bug_is_reported_as_one_with_its_own_exit_code(monkeypatch, capsys):
     import dsh_pipeline.cli as cli
+    import dsh_pipeline.reader_commands as reader_commands
 
     def broken(args):
         raise KeyError("no such thing")
 
-    monkeypatch.setattr(cli, "_view", broken)
+    monkeypatch.setattr(reader_commands, "_view", broken)
     assert cli.main(["view", "some-session"]) == cli.EXIT_INTERNAL == 70
     err = capsys.readouterr().err
     assert "Traceback" in err and err.rstrip().endswith(

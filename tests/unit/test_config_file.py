@@ -19,9 +19,9 @@ def _parsed(tmp_path, text: str, argv: list[str], environ: dict | None = None):
 
 
 def test_a_command_table_gives_defaults_a_flag_overrides(tmp_path):
-    text = '[project]\ndb = "/data/views.sqlite"\nmetrics_port = 9100\nsession_timeout = 30\nno_create_topics = true\n'
+    text = '[project]\nstore = "/data/views.sqlite"\nmetrics_port = 9100\nsession_timeout = 30\nno_create_topics = true\n'
     args = _parsed(tmp_path, text, ["project"])
-    assert (args.db, args.metrics_port, args.session_timeout, args.no_create_topics) == (
+    assert (args.store, args.metrics_port, args.session_timeout, args.no_create_topics) == (
         "/data/views.sqlite", 9100, 30, True)
     assert _parsed(tmp_path, text, ["project", "--metrics-port", "9200"]).metrics_port == 9200
     assert _parsed(tmp_path, text, ["audit"]).metrics_port == 0  # another command's table is its own

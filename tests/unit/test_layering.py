@@ -19,8 +19,9 @@ ALLOWED = {
     "producers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "deepseek_harness_runtime",  # the bridge finds the installed dsh runtime
                   "aiohttp", "uvicorn"},  # the gateway's upstream client and its ASGI server
-    "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard"},
-    "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard"},
+    "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
+                  "psycopg"},  # the view store on PostgreSQL
+    "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg"},
 }
 
 

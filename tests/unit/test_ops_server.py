@@ -107,7 +107,7 @@ def test_close_releases_the_port(registry: CollectorRegistry) -> None:
         assert get(again.port, "/healthz")[0] == 200
 
 
-@pytest.mark.parametrize("command", [["ship", "--root", "."], ["project", "--db", "views.sqlite"]])
+@pytest.mark.parametrize("command", [["ship", "--root", "."], ["project", "--store", "views.sqlite"]])
 def test_the_cli_names_a_port_in_use_in_one_line(tmp_path: Path, command: list[str]) -> None:
     with socket.socket() as taken:
         taken.bind((HOST, 0))

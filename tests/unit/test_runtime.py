@@ -199,10 +199,10 @@ def test_a_file_keeps_its_kind_and_layout_and_refuses_others(tmp_path):
     path = tmp_path / "views.sqlite"
     Database(path, "view-store", 1, ["CREATE TABLE t (x INTEGER)"]).close()
     Database(path, "view-store", 1, ["CREATE TABLE t (x INTEGER)"]).close()  # its own file again
-    with pytest.raises(StateStoreError, match=r"views.sqlite: a 'view-store' file in layout 1, not the "
-                                              r"'auditor-state' file in layout 3 this service writes"):
+    with pytest.raises(StateStoreError, match=r"views.sqlite: a 'view-store' store in layout 1, not the "
+                                              r"'auditor-state' store in layout 3 this service writes"):
         Database(path, "auditor-state", 3, [])
-    with pytest.raises(StateStoreError, match=r"in layout 1, not the 'view-store' file in layout 2"):
+    with pytest.raises(StateStoreError, match=r"in layout 1, not the 'view-store' store in layout 2"):
         Database(path, "view-store", 2, [])
 
 
@@ -210,7 +210,7 @@ def test_a_file_without_a_layout_record_is_refused(tmp_path):
     path = tmp_path / "old.sqlite"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE sessions (session_id TEXT)")
-    with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'view-store' file"):
+    with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'view-store' store"):
         Database(path, "view-store", 1, [])
 
 

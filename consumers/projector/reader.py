@@ -1,0 +1,100 @@
+"""What readers of the view store ask it: the one read interface the CLI
+readers, the read API and the web viewer use, whichever backend holds the
+views (SQLite or PostgreSQL).
+
+Results are plain JSON values (dicts, lists, str, int, None) so the API
+returns them as they are. Times are milliseconds since the epoch, as dsh
+writes them. A page is ``{"items": [...], "next": cursor or None}``; the
+cursor is opaque text, given back as ``cursor`` for the next page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["DeadLetterFilter", "FindingFilter", "SessionFilter", "ViewReader", "STATUSES"]
+
+#: A session's status in its view.
+STATUSES = ("open", "idle", "held", "refused")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionFilter:
+    """Which sessions to list; every field ``None`` means no condition."""
+
+    status: tuple[str, ...] | None = None  # any of these (STATUSES)
+    provider: str | None = None  # used this provider in some assistant message
+    model: str | None = None  # used this model in some assistant message
+    cwd: str | None = None  # the header's cwd starts with this
+    created_from: int | None = None  # header createdAt >= (ms)
+    created_to: int | None = None  # header createdAt < (ms)
+    active_from: int | None = None  # last event time >= (ms)
+    active_to: int | None = None  # last event time < (ms)
+    has_findings: bool | None = None  # the audit found something (True) or nothing (False)
+    text: str | None = None  # a current message's text contains this (case-insensitive)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FindingFilter:
+    rule: str | None = None
+    severity: str | None = None  # "error" or "warning"
+    session_id: str | None = None
+    since: int | None = None  # recorded at >= (ms)
+    until: int | None = None  # recorded at < (ms)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeadLetterFilter:
+    service: str | None = None  # "projector", "auditor", "archiver"
+    reason: str | None = None  # the dead letter's category (invalid-log, corrupt-storage, ...)
+    session_id: str | None = None
+
+
+class ViewReader(Protocol):
+    """Reads of the view store. Shapes of the JSON values:
+
+    session summary (``sessions`` items)::
+
+        {"sessionId", "status", "cwd", "createdAt", "lastActivity", "turnCount",
+         "messageCount", "models": [{"provider", "model", "inputTokens", "outputTokens", ...}],
+         "findingCount", "error"}
+
+    session (``session``): the summary's fields and ``header`` (dsh's header
+    fields), ``turns`` (``[{"turn", "reason": {"kind", ...}, "seq", ...}]``),
+    ``messages`` (the derived model-visible messages, identical to dsh's:
+    ``[{"role", "content", ...}]``), ``surface`` (``[{"seq", "type",
+    "data"}]`` the current surface events: system prompt, request header
+    changes, compaction replaces), ``requestHeader``, ``findings`` (as in
+    ``findings``).
+
+    finding: ``{"id", "sessionId", "rule", "severity", "seq", "turn",
+    "step", "detail", "at"}``.
+
+    dead letter: ``{"id", "service", "reason", "detail", "topic",
+    "partition", "offset", "sessionId", "seq", "at", "size", "head"}``
+    (``head``: the first bytes of the record's value, as text with
+    undecodable bytes escaped).
+    """
+
+    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """A page of session summaries, most recently active first."""
+
+    def session(self, session_id: str) -> dict[str, Any] | None:
+        """One session (``None``: not in the store)."""
+
+    def resolve(self, prefix: str) -> list[str]:
+        """The session ids starting with ``prefix`` (at most 10)."""
+
+    def findings(self, where: FindingFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """A page of findings, newest first."""
+
+    def dead_letters(self, where: DeadLetterFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        """A page of dead letters, newest first."""
+
+    def dead_letter(self, letter_id: int) -> dict[str, Any] | None:
+        """One dead letter with its whole value as ``value`` (base64)."""
+
+    def summary(self) -> dict[str, Any]:
+        """``{"sessionsByStatus": {status: n}, "tokensByModelPerHour":
+        [{"hour" (ms), "provider", "model", "inputTokens", "outputTokens"}]}``."""

@@ -1,0 +1,248 @@
+"""The view store read, never written: :class:`StoreReader` is the
+:class:`~consumers.projector.reader.ViewReader` of a SQLite file or a
+PostgreSQL database the projector keeps.
+
+A reader opens an existing store only (a missing SQLite file is an error
+naming the path, not a new empty store) of the layout this build writes.
+Pages are keyset-paginated (the cursor is the last row's sort key), so a
+page costs the same at any depth.
+"""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+from pathlib import Path
+from typing import Any, Sequence
+
+import psycopg
+
+from dsh_core.errors import StateStoreError
+from dsh_core.fold_snapshot import restore_fold
+from dsh_core.jsonvalue import decode_json, thaw
+
+from ..runtime.postgres import display_location, is_postgres_location, postgres_sql
+from .reader import DeadLetterFilter, FindingFilter, SessionFilter
+from .store import LAYOUT, TOKEN_COLUMNS
+
+__all__ = ["StoreReader", "LETTER_ID_BASE"]
+
+#: A dead letter's id: its partition times this, plus its offset.
+LETTER_ID_BASE = 1 << 40
+_HEAD_BYTES = 256
+
+
+class StoreReader:
+    """Reads of one view store (``location``: a path or a ``postgresql://`` URI)."""
+
+    def __init__(self, location: Path | str) -> None:
+        self.postgres = is_postgres_location(location)
+        self.where = display_location(str(location)) if self.postgres else str(location)
+        if self.postgres:
+            try:
+                self._connection: Any = psycopg.connect(str(location), autocommit=True,
+                                                        application_name="dsh-pipeline reader")
+            except psycopg.Error as error:
+                raise StateStoreError(f"{self.where}: cannot connect to the view store: "
+                                      f"{str(error).strip().splitlines()[0]}") from None
+        else:
+            path = Path(location)
+            if not path.is_file():
+                raise StateStoreError(f"{path}: no view store there (the projector's --store)")
+            self._connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                               check_same_thread=False)
+        try:
+            found = self._rows("SELECT kind, version FROM dsh_layout")
+        except (sqlite3.Error, psycopg.Error):
+            found = []
+        if [tuple(row) for row in found] != [("view-store", LAYOUT)]:
+            self.close()
+            raise StateStoreError(f"{self.where}: not a view store in layout {LAYOUT} (found {found or 'no layout'}); "
+                                  f"start the projector of this version on it once to migrate it")
+
+    def _rows(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple]:
+        if self.postgres:
+            return self._connection.execute(postgres_sql(statement), parameters).fetchall()
+        return self._connection.execute(statement, parameters).fetchall()
+
+    def close(self) -> None:
+        self._connection.close()
+
+    # ------------------------------------------------------------ sessions
+
+    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        conditions, parameters = _session_conditions(where)
+        if cursor is not None:
+            activity, session_id = _cursor(cursor, numbers=1, texts=1)
+            conditions.append("(COALESCE(s.last_activity, 0) < ? OR (COALESCE(s.last_activity, 0) = ? "
+                              "AND s.session_id < ?))")
+            parameters += [activity, activity, session_id]
+        rows = self._rows(
+            "SELECT s.session_id, s.status, s.cwd, s.created_at, s.last_activity, s.turn_count, s.message_count, "
+            f"{_FINDING_COUNT}, s.error FROM sessions s"
+            + (" WHERE " + " AND ".join(conditions) if conditions else "")
+            + " ORDER BY COALESCE(s.last_activity, 0) DESC, s.session_id DESC LIMIT ?", [*parameters, limit + 1])
+        page = rows[:limit]
+        models = self._models([row[0] for row in page])
+        items = [{"sessionId": session_id, "status": status, "cwd": cwd, "createdAt": created, "lastActivity": active,
+                  "turnCount": turns, "messageCount": messages, "findingCount": findings, "error": error,
+                  "models": models.get(session_id, [])}
+                 for session_id, status, cwd, created, active, turns, messages, findings, error in page]
+        last = page[-1] if len(rows) > limit else None
+        return {"items": items, "next": _make_cursor(last[4] or 0, last[0]) if last else None}
+
+    def _models(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        if not session_ids:
+            return {}
+        models: dict[str, list[dict[str, Any]]] = {}
+        for session_id, provider, model, *tokens in self._rows(
+                f"SELECT session_id, provider, model, {', '.join(TOKEN_COLUMNS)} FROM usage WHERE session_id IN "
+                f"({', '.join('?' * len(session_ids))}) ORDER BY session_id, provider, model", session_ids):
+            models.setdefault(session_id, []).append({"provider": provider, "model": model,
+                                                      **dict(zip(TOKEN_COLUMNS, tokens))})
+        return models
+
+    def session(self, session_id: str) -> dict[str, Any] | None:
+        rows = self._rows(f"SELECT s.view, s.snapshot, {_FINDING_COUNT}, s.last_activity FROM sessions s "
+                          "WHERE s.session_id = ?",
+                          (session_id,))
+        if not rows:
+            return None
+        view_text, snapshot, finding_count, last_activity = rows[0]
+        view = decode_json(view_text)
+        surface = [(seq, kind, decode_json(data)) for seq, kind, data in self._rows(
+            "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
+        messages: list[Any] = []
+        if snapshot is not None:
+            fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
+            messages = thaw(fold.state.messages())
+        header = view.get("header") or {}
+        return {"sessionId": session_id, "status": view["status"], "cwd": header.get("cwd"),
+                "createdAt": header.get("createdAt"), "lastActivity": last_activity,
+                "turnCount": len(view.get("turns") or ()), "messageCount": len(messages),
+                "findingCount": finding_count, "error": view.get("error"), "models": view.get("usage") or [],
+                "header": header, "nextSeq": view["nextSeq"], "turns": view.get("turns") or [],
+                "requestHeader": view.get("requestHeader"), "messages": messages,
+                "surface": [{"seq": seq, "type": kind, "data": data} for seq, kind, data in surface],
+                "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"]}
+
+    def session_exists(self, session_id: str) -> bool:
+        return bool(self._rows("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)))
+
+    def resolve(self, prefix: str) -> list[str]:
+        return [row[0] for row in self._rows(
+            "SELECT session_id FROM sessions WHERE substr(session_id, 1, ?) = ? ORDER BY session_id LIMIT 10",
+            (len(prefix), prefix))]
+
+    # ------------------------------------------------- findings, dead letters
+
+    def findings(self, where: FindingFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        conditions, parameters = _conditions((("rule = ?", where.rule), ("severity = ?", where.severity),
+                                              ("session_id = ?", where.session_id), ("at >= ?", where.since),
+                                              ("at < ?", where.until)))
+        rows = self._keyset("SELECT at, partition, \"offset\", session_id, rule, severity, seq, turn, step, detail "
+                            "FROM findings", conditions, parameters, cursor, limit)
+        items = [{"id": f"{partition}-{offset}", "at": at, "sessionId": session_id, "rule": rule, "severity": severity,
+                  "seq": seq, "turn": turn, "step": step, "detail": detail}
+                 for at, partition, offset, session_id, rule, severity, seq, turn, step, detail in rows[:limit]]
+        return _page(items, rows, limit)
+
+    def dead_letters(self, where: DeadLetterFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+        conditions, parameters = _conditions((("service = ?", where.service), ("reason = ?", where.reason),
+                                              ("session_id = ?", where.session_id)))
+        rows = self._keyset(f"SELECT at, partition, \"offset\", {_LETTER_COLUMNS} FROM dead_letters", conditions,
+                            parameters, cursor, limit)
+        return _page([_letter(row) for row in rows[:limit]], rows, limit)
+
+    def dead_letter(self, letter_id: int) -> dict[str, Any] | None:
+        partition, offset = divmod(letter_id, LETTER_ID_BASE)
+        rows = self._rows(f"SELECT at, partition, \"offset\", {_LETTER_COLUMNS} FROM dead_letters "
+                          "WHERE partition = ? AND \"offset\" = ?", (partition, offset))
+        return _letter(rows[0]) if rows else None
+
+    def _keyset(self, select: str, conditions: list[str], parameters: list[Any], cursor: str | None,
+                limit: int) -> list[tuple]:
+        """Rows newest first: ``at``, then partition and offset, descending."""
+        if cursor is not None:
+            at, partition, offset = _cursor(cursor, numbers=3)
+            conditions.append("(at < ? OR (at = ? AND (partition < ? OR (partition = ? AND \"offset\" < ?))))")
+            parameters += [at, at, partition, partition, offset]
+        return self._rows(select + (" WHERE " + " AND ".join(conditions) if conditions else "")
+                          + " ORDER BY at DESC, partition DESC, \"offset\" DESC LIMIT ?", [*parameters, limit + 1])
+
+    # ------------------------------------------------------------- summary
+
+    def summary(self) -> dict[str, Any]:
+        statuses = {status: count for status, count in self._rows(
+            "SELECT status, COUNT(*) FROM sessions GROUP BY status ORDER BY status")}
+        hours = self._rows(
+            "SELECT (s.last_activity / 3600000) * 3600000 AS hour, u.provider, u.model, SUM(u.inputTokens), "
+            "SUM(u.outputTokens) FROM usage u JOIN sessions s ON s.session_id = u.session_id "
+            "WHERE s.last_activity IS NOT NULL GROUP BY hour, u.provider, u.model ORDER BY hour, u.provider, u.model")
+        return {"sessionsByStatus": statuses,
+                "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model,
+                                          "inputTokens": int(tokens_in), "outputTokens": int(tokens_out)}
+                                         for hour, provider, model, tokens_in, tokens_out in hours]}
+
+
+_FINDING_COUNT = "(SELECT COUNT(*) FROM findings f WHERE f.session_id = s.session_id)"
+_LETTER_COLUMNS = "service, reason, detail, source_topic, source_partition, source_offset, session_id, seq, size, head"
+
+
+def _letter(row: tuple) -> dict[str, Any]:
+    at, partition, offset, service, reason, detail, topic, source_partition, source_offset, session_id, seq, size, \
+        head = row
+    return {"id": partition * LETTER_ID_BASE + offset, "at": at, "service": service, "reason": reason,
+            "detail": detail, "topic": topic, "partition": source_partition, "offset": source_offset,
+            "sessionId": session_id, "seq": seq, "size": size,
+            "head": bytes(head).decode("utf-8", "backslashreplace")}
+
+
+def _session_conditions(where: SessionFilter) -> tuple[list[str], list[Any]]:
+    conditions, parameters = _conditions((
+        ("s.created_at >= ?", where.created_from), ("s.created_at < ?", where.created_to),
+        ("s.last_activity >= ?", where.active_from), ("s.last_activity < ?", where.active_to),
+        ("EXISTS (SELECT 1 FROM usage u WHERE u.session_id = s.session_id AND u.provider = ?)", where.provider),
+        ("EXISTS (SELECT 1 FROM usage u WHERE u.session_id = s.session_id AND u.model = ?)", where.model)))
+    if where.status:
+        conditions.append(f"s.status IN ({', '.join('?' * len(where.status))})")
+        parameters += list(where.status)
+    if where.cwd is not None:
+        conditions.append("substr(s.cwd, 1, ?) = ?")
+        parameters += [len(where.cwd), where.cwd]
+    if where.has_findings is not None:
+        conditions.append(("" if where.has_findings else "NOT ")
+                          + "EXISTS (SELECT 1 FROM findings f WHERE f.session_id = s.session_id)")
+    if where.text:
+        conditions.append("EXISTS (SELECT 1 FROM surface x WHERE x.session_id = s.session_id "
+                          "AND lower(x.data) LIKE ? ESCAPE '!')")
+        escaped = where.text.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        parameters.append(f"%{escaped}%")
+    return conditions, parameters
+
+
+def _conditions(pairs: tuple[tuple[str, Any], ...]) -> tuple[list[str], list[Any]]:
+    """The conditions whose value is given, and their values."""
+    given = [(condition, value) for condition, value in pairs if value is not None]
+    return [condition for condition, _ in given], [value for _, value in given]
+
+
+def _page(items: list[dict[str, Any]], rows: list[tuple], limit: int) -> dict[str, Any]:
+    last = rows[limit - 1] if len(rows) > limit else None
+    return {"items": items, "next": _make_cursor(*last[:3]) if last else None}
+
+
+def _make_cursor(*key: Any) -> str:
+    return base64.urlsafe_b64encode("\x1f".join(str(part) for part in key).encode()).decode()
+
+
+def _cursor(text: str, numbers: int, texts: int = 0) -> list[Any]:
+    """A cursor's key: ``numbers`` integers, then ``texts`` strings; any
+    other text is a ``ValueError`` naming it."""
+    try:
+        key = base64.urlsafe_b64decode(text.encode()).decode().split("\x1f")
+        if len(key) == numbers + texts:
+            return [int(part) for part in key[:numbers]] + key[numbers:]
+    except (ValueError, UnicodeError):
+        pass
+    raise ValueError(f"cursor {text!r} is not one this store gave")

@@ -1,0 +1,103 @@
+"""A service's store on PostgreSQL: the same kind, layout and statements as
+its SQLite file (:class:`~consumers.runtime.database.Database`), so one
+store class runs on either.
+
+The statements are written once, in the dialect both servers share; the
+few words that differ are translated here and nowhere else: ``?``
+placeholders become ``%s``, ``BLOB`` becomes ``BYTEA``, ``INTEGER``
+``BIGINT`` (seqs and offsets reach 2^53), and SQLite's ``WITHOUT ROWID``
+is dropped. Many processes on many hosts may share one database: the
+layout is claimed and migrated under an advisory lock, and every
+transaction is one of PostgreSQL's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from typing import Any, Iterator, Sequence
+
+import psycopg
+
+from dsh_core.errors import StateStoreError
+
+from .database import Migrations, claim_layout
+
+__all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_sql"]
+
+_TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b| WITHOUT ROWID")
+_TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
+#: The advisory lock the layout is claimed under (any constant: "dsh" in ASCII).
+_LAYOUT_LOCK = 0x647368
+
+
+def is_postgres_location(location: object) -> bool:
+    """Whether a store location is a PostgreSQL connection URI."""
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+@functools.lru_cache(maxsize=512)
+def postgres_sql(statement: str) -> str:
+    """A statement of the SQLite stores as PostgreSQL takes it."""
+    return _TYPES.sub(lambda match: _TYPE_NAMES[match.group(0)], statement).replace("?", "%s")
+
+
+class _Connection:
+    """A psycopg connection speaking the statements of the SQLite stores."""
+
+    def __init__(self, connection: psycopg.Connection) -> None:
+        self.connection = connection
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ()) -> psycopg.Cursor:
+        return self.connection.execute(postgres_sql(statement), parameters)
+
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        rows = list(rows)
+        if rows:
+            with self.connection.cursor() as cursor:
+                cursor.executemany(postgres_sql(statement), rows)
+
+
+class PostgresDatabase:
+    """A service's tables of one kind and layout in a PostgreSQL database."""
+
+    def __init__(self, dsn: str, kind: str, layout: int, schema: Sequence[str],
+                 migrations: Migrations | None = None) -> None:
+        self.where = display_location(dsn)
+        self.kind = kind
+        try:
+            self.raw = psycopg.connect(dsn, autocommit=True, application_name=f"dsh-pipeline {kind}")
+        except psycopg.Error as error:
+            raise StateStoreError(f"{self.where}: cannot connect for the {kind}: {_first_line(error)}") from None
+        self.connection = _Connection(self.raw)
+        try:
+            with self.transaction() as db:
+                db.execute("SELECT pg_advisory_xact_lock(?)", (_LAYOUT_LOCK,))
+                tables = {row[0] for row in db.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
+                claim_layout(db, self.where, kind, layout, schema, migrations or {}, tables)
+        except BaseException:
+            self.raw.close()
+            raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Connection]:
+        """One PostgreSQL transaction, rolled back on any failure."""
+        try:
+            with self.raw.transaction():
+                yield self.connection
+        except psycopg.OperationalError as error:
+            raise StateStoreError(f"{self.where}: the {self.kind} is unreachable: {_first_line(error)}") from None
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def display_location(dsn: str) -> str:
+    """A connection URI as messages may show it: without its password."""
+    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", dsn)
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

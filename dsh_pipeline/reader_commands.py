@@ -1,0 +1,160 @@
+"""The commands that read the view store: ``sessions``, ``view``,
+``findings`` and ``dead-letters`` (list and show). Each opens an existing
+store (``--store``: a SQLite file or a ``postgresql://`` URI) read-only."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from dsh_core.errors import PipelineError
+from dsh_core.jsonvalue import encode_json
+from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
+
+__all__ = ["add_reader_commands", "resolve_session"]
+
+_STORE_HELP = "the view store: a SQLite file or a postgresql:// URI (default: views.sqlite)"
+
+
+def add_reader_commands(commands: Any) -> None:
+    """The reader subcommands on ``commands`` (an argparse subparsers object)."""
+    from consumers.projector.reader import STATUSES
+    sessions = commands.add_parser("sessions", help="list the sessions in the view store, most recently active first")
+    sessions.add_argument("--status", action="append", choices=STATUSES, help="only this status (repeatable)")
+    for flag, meaning in (("--provider", "used this provider"), ("--model", "used this model"),
+                          ("--cwd", "its working directory starts with this"),
+                          ("--text", "a current message contains this (case-insensitive)")):
+        sessions.add_argument(flag, help=meaning)
+    sessions.add_argument("--findings", dest="has_findings", action=argparse.BooleanOptionalAction,
+                          help="only sessions the audit found something in (--no-findings: nothing)")
+    _page_options(sessions)
+    sessions.set_defaults(run=_sessions)
+
+    view = commands.add_parser("view", help="print a session's conversation from the view store")
+    view.add_argument("session_id", help="the session's id, or a prefix of it that names one session")
+    view.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    view.add_argument("--json", action="store_true", help="the derived messages as JSON (identical to dsh's)")
+    view.set_defaults(run=_view)
+
+    findings = commands.add_parser("findings", help="the auditor's findings, newest first")
+    findings.add_argument("--rule", help="only this rule (e.g. request-mismatch)")
+    findings.add_argument("--severity", choices=("error", "warning"))
+    findings.add_argument("--session", help="only this session (id or unique prefix)")
+    _page_options(findings)
+    findings.set_defaults(run=_findings)
+
+    letters = commands.add_parser("dead-letters", help="records a service could not take, newest first")
+    letters.add_argument("letter_id", nargs="?", type=int, help="show this dead letter (its id from the list)")
+    letters.add_argument("--service", choices=("projector", "auditor", "archiver"))
+    letters.add_argument("--reason", help="only this reason (invalid-log, corrupt-storage, ...)")
+    letters.add_argument("--session", help="only this session (id or unique prefix)")
+    _page_options(letters)
+    letters.set_defaults(run=_dead_letters)
+
+
+def _page_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    parser.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+@contextlib.contextmanager
+def _reader(args: argparse.Namespace) -> Iterator[Any]:
+    from consumers.projector.store_reader import StoreReader
+    reader = StoreReader(args.store)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def resolve_session(reader: Any, given: str) -> str:
+    """The one session ``given`` names: its id, or a prefix of exactly one id."""
+    if reader.session_exists(given):
+        return given
+    found = reader.resolve(given)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise PipelineError(f"no session {given!r} in {reader.where} (neither an id nor the start of one)")
+    raise PipelineError(f"{given!r} starts {'more than ' if len(found) == 10 else ''}{len(found)} session ids in "
+                        f"{reader.where}: {', '.join(found[:5])}{', ...' if len(found) > 5 else ''}; give more of it")
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    from consumers.projector.reader import SessionFilter
+    where = SessionFilter(status=tuple(args.status) if args.status else None, provider=args.provider,
+                          model=args.model, cwd=args.cwd, has_findings=args.has_findings, text=args.text)
+    with _reader(args) as reader:
+        items = reader.sessions(where, limit=args.limit)["items"]
+    for item in items:
+        if args.json:
+            sys.stdout.buffer.write(encode_json(item) + b"\n")
+            continue
+        models = ",".join(sorted({usage["model"] for usage in item["models"]})) or "-"
+        print(f"{item['sessionId']}  {item['status']:<7} {_time(item['lastActivity'])}  {item['turnCount']:>3} turns "
+              f"{item['messageCount']:>4} msgs  {item['findingCount']} findings  {models}  {item['cwd'] or ''}")
+    return EXIT_OK
+
+
+def _view(args: argparse.Namespace) -> int:
+    from dsh_pipeline.transcript import transcript_lines
+    with _reader(args) as reader:
+        session = reader.session(resolve_session(reader, args.session_id))
+    messages = session["messages"]
+    if args.json:
+        sys.stdout.buffer.write(encode_json(messages) + b"\n")
+        return EXIT_OK
+    print(f"session {session['sessionId']}: {session['status']}, next seq {session['nextSeq']}, "
+          f"{session['turnCount']} turns, {len(messages)} messages"
+          + (f", {session['error']}" if session.get("error") else ""))
+    for line in transcript_lines(messages):
+        print(line)
+    return EXIT_OK
+
+
+def _findings(args: argparse.Namespace) -> int:
+    from consumers.projector.reader import FindingFilter
+    with _reader(args) as reader:
+        session = resolve_session(reader, args.session) if args.session else None
+        items = reader.findings(FindingFilter(rule=args.rule, severity=args.severity, session_id=session),
+                                limit=args.limit)["items"]
+    for item in items:
+        if args.json:
+            sys.stdout.buffer.write(encode_json(item) + b"\n")
+        else:
+            print(f"{_time(item['at'])}  {item['severity']:<7} {item['rule']}  session {item['sessionId']} "
+                  f"seq {item['seq']} turn {item['turn']} step {item['step']}: {item['detail']}")
+    return EXIT_OK
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    from consumers.projector.reader import DeadLetterFilter
+    with _reader(args) as reader:
+        if args.letter_id is not None:
+            letter = reader.dead_letter(args.letter_id)
+            if letter is None:
+                print(f"dsh-pipeline dead-letters: no dead letter {args.letter_id} in {reader.where}", file=sys.stderr)
+                return EXIT_REFUSED
+            items = [letter]
+        else:
+            session = resolve_session(reader, args.session) if args.session else None
+            items = reader.dead_letters(DeadLetterFilter(service=args.service, reason=args.reason,
+                                                         session_id=session), limit=args.limit)["items"]
+    for item in items:
+        if args.json or args.letter_id is not None:
+            sys.stdout.buffer.write(encode_json(item) + b"\n")
+        else:
+            print(f"{item['id']}  {_time(item['at'])}  {item['service']:<9} {item['reason']}  "
+                  f"{item['topic']}[{item['partition']}]@{item['offset']}  session {item['sessionId']} "
+                  f"seq {item['seq']}: {item['detail']}")
+    return EXIT_OK
+
+
+def _time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

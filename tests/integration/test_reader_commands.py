@@ -1,0 +1,45 @@
+"""The reader commands on a store a projection filled: ``sessions``,
+``view`` by unique prefix, ``findings``, ``dead-letters``, and the errors
+a person gets for a missing store or an ambiguous id."""
+
+from __future__ import annotations
+
+import json
+
+from dsh_pipeline.cli import main
+from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
+from tests.view_store_helpers import stored_fleet
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_sessions_view_and_findings_read_the_store(tmp_path, capsys):
+    store = str(tmp_path / "views.sqlite")
+    fleet = stored_fleet(tmp_path / "views.sqlite")
+    ids = [truth.session_id for truth, _ in fleet]
+    status, out, _ = _run(capsys, "sessions", "--store", store, "--json")
+    assert status == EXIT_OK and [json.loads(line)["sessionId"] for line in out.splitlines()] == ids[::-1]
+    status, out, _ = _run(capsys, "sessions", "--store", store, "--status", "held")
+    assert status == EXIT_OK and [line.split()[0] for line in out.splitlines()] == [ids[-1]]
+    status, out, _ = _run(capsys, "view", ids[1][:-4], "--store", store, "--json")
+    shown = json.loads(out)
+    assert status == EXIT_OK and shown and shown[0]["role"] == "user"
+    status, out, _ = _run(capsys, "findings", "--store", store, "--session", ids[1][:-4])
+    assert status == EXIT_OK and "request-mismatch" in out and ids[1] in out
+    status, out, _ = _run(capsys, "dead-letters", "--store", store)
+    assert (status, out) == (EXIT_OK, "")
+
+
+def test_a_prefix_of_many_sessions_and_a_missing_store_are_named(tmp_path, capsys):
+    stored_fleet(tmp_path / "views.sqlite")
+    status, _, err = _run(capsys, "view", "sim-", "--store", str(tmp_path / "views.sqlite"))
+    assert status == EXIT_REFUSED and "'sim-' starts 6 session ids in" in err and "give more of it" in err
+    status, _, err = _run(capsys, "view", "nope", "--store", str(tmp_path / "views.sqlite"))
+    assert status == EXIT_REFUSED and "no session 'nope' in" in err
+    status, _, err = _run(capsys, "sessions", "--store", str(tmp_path / "none.sqlite"))
+    assert status == EXIT_REFUSED and "none.sqlite: no view store there" in err and "Traceback" not in err
+    assert not (tmp_path / "none.sqlite").exists()

@@ -1,0 +1,206 @@
+"""The view store's one interface on both backends: every test runs on the
+SQLite file and on a real PostgreSQL database (a fresh one per test)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+
+import pytest
+
+from consumers.projector import Projection, ProjectorConfig, ViewStore
+from consumers.projector.reader import SessionFilter
+from consumers.projector.store import SessionChange, view_head
+from consumers.projector.store_reader import StoreReader
+from consumers.runtime.database import Database
+from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
+from dsh_core.errors import StateStoreError
+from dsh_core.jsonvalue import dump_json, thaw
+from dsh_kafka.records import KIND_RECORD
+from producers.simulator import messages_digest
+from tests import postgres_fixture
+from tests.policy_driver import KAFKA, fetched, run_batch
+from tests.view_store_helpers import simulated_fleet, stored_fleet
+
+postgres_dsn = postgres_fixture.postgres_dsn
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request, tmp_path):
+    if request.param == "sqlite":
+        return tmp_path / "views.sqlite"
+    return postgres_fixture.fresh_database(request.getfixturevalue("postgres_dsn"))
+
+
+def _project(location, records, **settings) -> None:
+    run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=location, **settings)), fetched(records))
+
+
+def _columns(store: ViewStore, session_id: str) -> tuple:
+    return tuple(store.db.execute("SELECT status, next_seq, turn_count, message_count, cwd, created_at, "
+                                  "last_activity FROM sessions WHERE session_id = ?", (session_id,)).fetchone())
+
+
+def test_views_and_their_listing_equal_ground_truth(store_location):
+    fleet = simulated_fleet(5, seed=71)
+    _project(store_location, [record for _, records in fleet for record in records])
+    store = ViewStore(store_location)
+    try:
+        for truth, records in fleet:
+            view = store.view(truth.session_id)
+            assert (view["status"], view["nextSeq"], view["messagesDigest"]) == (
+                "idle", truth.next_seq, truth.messages_digest)
+            messages = thaw(store.fold(truth.session_id).state.messages())
+            assert messages_digest(messages) == truth.messages_digest
+            status, next_seq, turns, message_count, cwd, created_at, _ = _columns(store, truth.session_id)
+            header = view["header"]
+            assert (status, next_seq, turns, message_count, cwd, created_at) == (
+                "idle", truth.next_seq, truth.turns, len(messages), header.get("cwd"), header["createdAt"])
+            usage = store.db.execute("SELECT provider, model, inputTokens, outputTokens FROM usage "
+                                     "WHERE session_id = ? ORDER BY provider, model", (truth.session_id,)).fetchall()
+            assert [tuple(row) for row in usage] == sorted(
+                (u["provider"], u["model"], u.get("inputTokens", 0), u.get("outputTokens", 0)) for u in view["usage"])
+    finally:
+        store.close()
+
+
+def test_held_records_survive_a_reopen_and_the_session_heals(store_location):
+    [(truth, records)] = simulated_fleet(1, seed=72)
+    late = next(index for index, record in enumerate(records) if record.kind == KIND_RECORD and record.seq > 4)
+    _project(store_location, records[:late] + records[late + 1:])
+    store = ViewStore(store_location)
+    try:
+        status, _, _, held = store.load(truth.session_id)
+        assert status == "held" and [seq for seq, _, _ in held] == sorted(
+            r.seq for r in records[late + 1:] if r.kind == KIND_RECORD)
+        assert store.digest(truth.session_id, records[1].seq) is not None
+    finally:
+        store.close()
+    _project(store_location, [records[late]])
+    store = ViewStore(store_location)
+    try:
+        view = store.view(truth.session_id)
+        assert (view["status"], view["nextSeq"], store.load(truth.session_id)[3]) == ("idle", truth.next_seq, [])
+    finally:
+        store.close()
+
+
+def test_a_head_stays_unacknowledged_until_acknowledged(store_location):
+    view = {"sessionId": "s-1", "status": "open", "header": None, "nextSeq": 3, "turns": [], "usage": []}
+    store = ViewStore(store_location)
+    try:
+        store.write([SessionChange("s-1", 2, view, None, None, (), (), None, {}, 1700000000000)])
+        assert store.unacknowledged([1]) == []
+        assert store.unacknowledged([2]) == [("s-1", 2, view_head(view))]
+        store.acknowledged(["s-1"])
+        assert store.unacknowledged([0, 1, 2]) == []
+    finally:
+        store.close()
+
+
+_LAYOUT_2 = (
+    "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
+    "view TEXT NOT NULL, snapshot BLOB, error TEXT)",
+    "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
+    "PRIMARY KEY (session_id, seq))",
+    "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
+)
+
+
+def _open(location, kind: str, layout: int, schema):
+    return (PostgresDatabase(location, kind, layout, schema) if is_postgres_location(location)
+            else Database(location, kind, layout, schema))
+
+
+def test_a_layout_2_store_is_migrated_on_start(store_location):
+    old = _open(store_location, "view-store", 2, _LAYOUT_2)
+    view = {"sessionId": "s-old", "status": "idle", "header": {"id": "s-old", "createdAt": 1700000000000, "cwd": "/w"},
+            "nextSeq": 9, "turns": [{"turn": 1}, {"turn": 2}], "messageCount": 4,
+            "usage": [{"provider": "deepseek", "model": "m", "inputTokens": 10, "outputTokens": 3}]}
+    with old.transaction() as db:
+        db.execute("INSERT INTO sessions (session_id, status, next_seq, view) VALUES (?, ?, ?, ?)",
+                   ("s-old", "idle", 9, dump_json(view).decode()))
+    old.close()
+    store = ViewStore(store_location)
+    try:
+        assert _columns(store, "s-old") == ("idle", 9, 2, 4, "/w", 1700000000000, 1700000000000)
+        assert [tuple(r) for r in store.db.execute("SELECT provider, model, inputTokens FROM usage")] == [
+            ("deepseek", "m", 10)]
+        assert store.db.execute("SELECT version FROM dsh_layout").fetchone()[0] == 3
+    finally:
+        store.close()
+
+
+def test_a_store_of_another_kind_is_refused_naming_both(store_location):
+    _open(store_location, "auditor-state", 4, ["CREATE TABLE t (x INTEGER)"]).close()
+    with pytest.raises(StateStoreError, match=r"a 'auditor-state' store in layout 4, not the 'view-store' store in "
+                                              r"layout 3 this service writes"):
+        ViewStore(store_location)
+
+
+def _project_in_process(location, seed: int) -> None:
+    for truth, records in simulated_fleet(3, seed):
+        random.Random(seed).shuffle(records)
+        _project(location, records)
+
+
+def test_two_processes_write_one_store_at_once(store_location):
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_project_in_process, args=(store_location, seed)) for seed in (73, 74)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    store = ViewStore(store_location)
+    try:
+        for truth, _ in simulated_fleet(3, 73) + simulated_fleet(3, 74):
+            view = store.view(truth.session_id)
+            assert (view["status"], view["nextSeq"], view["messagesDigest"]) == (
+                "idle", truth.next_seq, truth.messages_digest)
+    finally:
+        store.close()
+
+
+def test_the_reader_lists_filters_and_pages_thesimulated_fleet(store_location):
+    fleet = stored_fleet(store_location)
+    ids = [truth.session_id for truth, _ in fleet]
+    reader = StoreReader(store_location)
+    try:
+        seen, cursor = [], None
+        while True:
+            page = reader.sessions(SessionFilter(), cursor, limit=4)
+            seen += [item["sessionId"] for item in page["items"]]
+            if (cursor := page["next"]) is None:
+                break
+        assert seen == ids[::-1]  # most recently active first, each once
+        assert [i["sessionId"] for i in reader.sessions(SessionFilter(status=("held",)))["items"]] == [ids[-1]]
+        assert [i["sessionId"] for i in reader.sessions(SessionFilter(has_findings=True))["items"]] == [ids[1]]
+        assert len(reader.sessions(SessionFilter(has_findings=False))["items"]) == len(ids) - 1
+        assert [i["sessionId"] for i in reader.sessions(SessionFilter(active_from=2_000, active_to=4_000))["items"]] \
+            == [ids[2], ids[1]]
+        one = reader.session(ids[1])
+        store = ViewStore(store_location)
+        try:
+            assert one["messages"] == thaw(store.fold(ids[1]).state.messages())
+        finally:
+            store.close()
+        assert one["findingCount"] == 1 and one["findings"][0]["rule"] == "request-mismatch"
+        model = one["models"][0]["model"]
+        assert ids[1] in [i["sessionId"] for i in reader.sessions(SessionFilter(model=model), limit=50)["items"]]
+        text = next(m["content"][0]["text"] for m in one["messages"] if m["role"] == "user")
+        found = reader.sessions(SessionFilter(text=text[:24].upper()))["items"]
+        assert ids[1] in [i["sessionId"] for i in found]
+        assert reader.sessions(SessionFilter(text="no such text 100%"))["items"] == []
+        assert reader.resolve(ids[1][:-3]) == [ids[1]] and reader.resolve("nothing-") == []
+        assert reader.summary()["sessionsByStatus"] == {"held": 1, "idle": len(ids) - 1}
+        with pytest.raises(ValueError, match="cursor 'bogus' is not one this store gave"):
+            reader.sessions(SessionFilter(), "bogus")
+    finally:
+        reader.close()
+
+
+def test_a_reader_never_creates_a_store(tmp_path):
+    with pytest.raises(StateStoreError, match=r"missing.sqlite: no view store there"):
+        StoreReader(tmp_path / "missing.sqlite")
+    assert not (tmp_path / "missing.sqlite").exists()
