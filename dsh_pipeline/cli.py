@@ -343,7 +343,7 @@ def build_parser() -> _Cli:
     acls.add_argument("--group", help="with --service: its consumer group (default: the service's own)")
     acls.set_defaults(run=_acls)
 
-    add_reader_commands(commands)
+    add_reader_commands(commands, _add_kafka_options)
 
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)

@@ -1,6 +1,7 @@
-"""The commands that read the view store: ``sessions``, ``view``,
-``findings`` and ``dead-letters`` (list and show). Each opens an existing
-store (``--store``: a SQLite file or a ``postgresql://`` URI) read-only."""
+"""The commands on the view store: ``sessions``, ``view``, ``findings`` and
+``dead-letters`` read it (an existing store, ``--store``: a SQLite file or
+a ``postgresql://`` URI, opened read-only); ``dead-letters --redrive`` and
+``delete-session`` (:mod:`dsh_pipeline.store_commands`) change it."""
 
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ import argparse
 import contextlib
 import sys
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import encode_json
+from dsh_pipeline import store_commands
 from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
 
-__all__ = ["add_reader_commands", "resolve_session"]
+__all__ = ["add_reader_commands", "reader_of", "resolve_session"]
 
 _STORE_HELP = "the view store: a SQLite file or a postgresql:// URI (default: views.sqlite)"
 
 
-def add_reader_commands(commands: Any) -> None:
-    """The reader subcommands on ``commands`` (an argparse subparsers object)."""
+def add_reader_commands(commands: Any, add_kafka_options: Callable[[argparse.ArgumentParser], None]) -> None:
+    """The view store's subcommands on ``commands`` (argparse subparsers)."""
     from consumers.projector.reader import STATUSES
+    from dsh_pipeline.store_commands import duration_ms
     sessions = commands.add_parser("sessions", help="list the sessions in the view store, most recently active first")
     sessions.add_argument("--status", action="append", choices=STATUSES, help="only this status (repeatable)")
     for flag, meaning in (("--provider", "used this provider"), ("--model", "used this model"),
@@ -46,13 +49,28 @@ def add_reader_commands(commands: Any) -> None:
     _page_options(findings)
     findings.set_defaults(run=_findings)
 
-    letters = commands.add_parser("dead-letters", help="records a service could not take, newest first")
-    letters.add_argument("letter_id", nargs="?", type=int, help="show this dead letter (its id from the list)")
+    letters = commands.add_parser("dead-letters", help="records a service could not take, newest first; --show one; "
+                                                       "--redrive the selection back to the events topic")
+    letters.add_argument("--show", type=int, metavar="ID", help="this dead letter (its id from the list)")
     letters.add_argument("--service", choices=("projector", "auditor", "archiver"))
     letters.add_argument("--reason", help="only this reason (invalid-log, corrupt-storage, ...)")
     letters.add_argument("--session", help="only this session (id or unique prefix)")
+    letters.add_argument("--redrive", action="store_true",
+                         help="send every selected dead letter back to the events topic (after its cause was fixed); "
+                              "each once, unless --again")
+    letters.add_argument("--again", action="store_true", help="with --redrive: also letters sent back before")
     _page_options(letters)
+    add_kafka_options(letters)
     letters.set_defaults(run=_dead_letters)
+
+    delete = commands.add_parser("delete-session", help="remove sessions' views, findings, dead letters and archive "
+                                                        "files (retention and erasure)")
+    delete.add_argument("session_ids", nargs="*", metavar="ID-OR-PREFIX", help="these sessions")
+    delete.add_argument("--inactive-for", type=duration_ms, metavar="AGE",
+                        help="and every session with no activity for AGE (30d, 12h, 90m): the retention setting")
+    delete.add_argument("--archive", help="the archiver's --root: remove the sessions' archive folders too")
+    delete.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    delete.set_defaults(run=store_commands.delete_sessions)
 
 
 def _page_options(parser: argparse.ArgumentParser) -> None:
@@ -62,9 +80,10 @@ def _page_options(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def _reader(args: argparse.Namespace) -> Iterator[Any]:
+def reader_of(location: str) -> Iterator[Any]:
+    """The store at ``location`` opened read-only, closed after."""
     from consumers.projector.store_reader import StoreReader
-    reader = StoreReader(args.store)
+    reader = StoreReader(location)
     try:
         yield reader
     finally:
@@ -88,7 +107,7 @@ def _sessions(args: argparse.Namespace) -> int:
     from consumers.projector.reader import SessionFilter
     where = SessionFilter(status=tuple(args.status) if args.status else None, provider=args.provider,
                           model=args.model, cwd=args.cwd, has_findings=args.has_findings, text=args.text)
-    with _reader(args) as reader:
+    with reader_of(args.store) as reader:
         items = reader.sessions(where, limit=args.limit)["items"]
     for item in items:
         if args.json:
@@ -102,7 +121,7 @@ def _sessions(args: argparse.Namespace) -> int:
 
 def _view(args: argparse.Namespace) -> int:
     from dsh_pipeline.transcript import transcript_lines
-    with _reader(args) as reader:
+    with reader_of(args.store) as reader:
         session = reader.session(resolve_session(reader, args.session_id))
     messages = session["messages"]
     if args.json:
@@ -118,7 +137,7 @@ def _view(args: argparse.Namespace) -> int:
 
 def _findings(args: argparse.Namespace) -> int:
     from consumers.projector.reader import FindingFilter
-    with _reader(args) as reader:
+    with reader_of(args.store) as reader:
         session = resolve_session(reader, args.session) if args.session else None
         items = reader.findings(FindingFilter(rule=args.rule, severity=args.severity, session_id=session),
                                 limit=args.limit)["items"]
@@ -133,11 +152,13 @@ def _findings(args: argparse.Namespace) -> int:
 
 def _dead_letters(args: argparse.Namespace) -> int:
     from consumers.projector.reader import DeadLetterFilter
-    with _reader(args) as reader:
-        if args.letter_id is not None:
-            letter = reader.dead_letter(args.letter_id)
+    if args.redrive:
+        return store_commands.redrive(args)
+    with reader_of(args.store) as reader:
+        if args.show is not None:
+            letter = reader.dead_letter(args.show)
             if letter is None:
-                print(f"dsh-pipeline dead-letters: no dead letter {args.letter_id} in {reader.where}", file=sys.stderr)
+                print(f"dsh-pipeline dead-letters: no dead letter {args.show} in {reader.where}", file=sys.stderr)
                 return EXIT_REFUSED
             items = [letter]
         else:
@@ -145,7 +166,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
             items = reader.dead_letters(DeadLetterFilter(service=args.service, reason=args.reason,
                                                          session_id=session), limit=args.limit)["items"]
     for item in items:
-        if args.json or args.letter_id is not None:
+        if args.json or args.show is not None:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
             print(f"{item['id']}  {_time(item['at'])}  {item['service']:<9} {item['reason']}  "

@@ -100,8 +100,9 @@ def gateway(args: argparse.Namespace) -> int:
         return run_until_signal(main)
 
 
-def _consume(args: argparse.Namespace, make_service) -> int:
-    """Run one consumer service until SIGTERM or SIGINT."""
+def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int:
+    """Run one consumer service (and its companion, if any) until SIGTERM or
+    SIGINT; either failing stops both."""
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.ops_server import consumers_health
@@ -114,7 +115,13 @@ def _consume(args: argparse.Namespace, make_service) -> int:
     async def main(stop: asyncio.Event) -> int:
         await prepare_command_topics(kafka, names, args)
         services[args.command] = service = make_service(kafka, names)
-        await service.run(stop)
+        try:
+            async with asyncio.TaskGroup() as running:
+                running.create_task(service.run(stop))
+                if make_companion is not None:
+                    running.create_task(make_companion(kafka, names).run(stop))
+        except ExceptionGroup as failed:  # the first failure is the one to report; the other was stopped by it
+            raise failed.exceptions[0] from None
         return EXIT_OK
 
     with _ops_server(args, consumers_health(services)):
@@ -163,9 +170,16 @@ def service_config(args: argparse.Namespace, config_class: type, kafka, names, *
 
 
 def project(args: argparse.Namespace) -> int:
+    """The projection and, beside it, the index of findings and dead letters
+    into the same store (group ``<group>-outcomes``)."""
     from consumers.projector import ProjectorConfig, projector_service
+    from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
+    store = _store_location(args.store)
     return _consume(args, lambda kafka, names: projector_service(
-        service_config(args, ProjectorConfig, kafka, names, store=_store_location(args.store))))
+        service_config(args, ProjectorConfig, kafka, names, store=store)),
+        lambda kafka, names: OutcomeIndex(OutcomeIndexConfig(
+            kafka=kafka, topics=names, group=f"{args.group}-outcomes", store=store,
+            session_timeout_ms=round(args.session_timeout * 1000))))
 
 
 def _store_location(given: str) -> Path | str:

@@ -51,7 +51,14 @@ _LISTING = (
     "service TEXT NOT NULL, reason TEXT NOT NULL, detail TEXT NOT NULL, source_topic TEXT, source_partition INTEGER, "
     "source_offset INTEGER, session_id TEXT, seq INTEGER, at INTEGER NOT NULL, size INTEGER NOT NULL, "
     "head BLOB NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
+    "CREATE INDEX dead_letters_by_session ON dead_letters (session_id)",
+    "CREATE TABLE outcome_offsets (topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL, "
+    "PRIMARY KEY (topic, partition))",
+    "CREATE TABLE redriven (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
+    "at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
 )
+#: The tables holding rows of a session (what deleting a session removes).
+_SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters")
 _SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
     "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(_SESSION_COLUMNS) + ")",
@@ -156,6 +163,46 @@ class ViewStore:
         with self.database.transaction() as db:
             for change in changes:
                 change.write(db)
+
+    def outcome_offsets(self) -> dict[tuple[str, int], int]:
+        """The next offset to index, by findings and dead-letter partition."""
+        return {(topic, partition): offset for topic, partition, offset in self.db.execute(
+            "SELECT topic, partition, next_offset FROM outcome_offsets").fetchall()}
+
+    def index_outcomes(self, findings: list[tuple], letters: list[tuple],
+                       offsets: dict[tuple[str, int], int]) -> None:
+        """Findings and dead-letter rows (:mod:`.outcomes`) and the next
+        offsets they bring their partitions to, in one transaction; a row
+        already there (the same coordinates) is left as it is."""
+        with self.database.transaction() as db:
+            db.executemany("INSERT INTO findings (topic, partition, \"offset\", session_id, rule, severity, seq, turn, "
+                           "step, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                           findings)
+            db.executemany("INSERT INTO dead_letters (topic, partition, \"offset\", service, reason, detail, "
+                           "source_topic, source_partition, source_offset, session_id, seq, at, size, head) "
+                           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", letters)
+            db.executemany("INSERT INTO outcome_offsets (topic, partition, next_offset) VALUES (?, ?, ?) "
+                           "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
+                           [(topic, partition, offset) for (topic, partition), offset in offsets.items()])
+
+    def redriven(self, letters: Iterable[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        """Which of these dead letters (topic, partition, offset) were sent back before."""
+        return {letter for letter in letters if self.db.execute(
+            "SELECT 1 FROM redriven WHERE topic = ? AND partition = ? AND \"offset\" = ?", letter).fetchone()}
+
+    def mark_redriven(self, letters: Iterable[tuple[str, int, int]], at: int) -> None:
+        with self.database.transaction() as db:
+            db.executemany("INSERT INTO redriven (topic, partition, \"offset\", at) VALUES (?, ?, ?, ?) "
+                           "ON CONFLICT DO NOTHING", [(*letter, at) for letter in letters])
+
+    def delete_session(self, session_id: str) -> int:
+        """Remove every row of a session (its view, listing, surface, held
+        records, digests, findings and dead letters); the rows removed."""
+        removed = 0
+        with self.database.transaction() as db:
+            for table in _SESSION_TABLES:
+                removed += db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
+        return removed
 
     def acknowledged(self, session_ids: list[str]) -> None:
         if session_ids:

@@ -43,3 +43,24 @@ def test_a_prefix_of_many_sessions_and_a_missing_store_are_named(tmp_path, capsy
     status, _, err = _run(capsys, "sessions", "--store", str(tmp_path / "none.sqlite"))
     assert status == EXIT_REFUSED and "none.sqlite: no view store there" in err and "Traceback" not in err
     assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_delete_session_removes_views_findings_and_archive_and_retention_by_age(tmp_path, capsys):
+    from consumers.archiver.files import archive_segment
+    store = str(tmp_path / "views.sqlite")
+    ids = [truth.session_id for truth, _ in stored_fleet(tmp_path / "views.sqlite")]
+    archive = tmp_path / "archive"
+    for session_id in ids[:2]:
+        (archive / "project-a" / archive_segment(session_id)).mkdir(parents=True)
+        (archive / "project-a" / archive_segment(session_id) / "session.jsonl").write_text("{}\n")
+    status, out, _ = _run(capsys, "delete-session", ids[1][:-4], "--store", store, "--archive", str(archive))
+    assert status == EXIT_OK and "deleted 1 sessions and 1 archive folders" in out
+    assert not (archive / "project-a" / archive_segment(ids[1])).exists()
+    assert (archive / "project-a" / archive_segment(ids[0])).exists()
+    _, out, _ = _run(capsys, "sessions", "--store", store, "--json")
+    assert sorted(json.loads(line)["sessionId"] for line in out.splitlines()) == sorted(ids[:1] + ids[2:])
+    _, out, _ = _run(capsys, "findings", "--store", store)
+    assert out == ""  # the finding was the deleted session's
+    status, out, _ = _run(capsys, "delete-session", "--inactive-for", "1d", "--store", store)
+    assert status == EXIT_OK and f"deleted {len(ids) - 1} sessions" in out  # every session was active in 1970
+    assert _run(capsys, "sessions", "--store", store)[1] == ""

@@ -1,0 +1,140 @@
+"""The findings and dead letters, materialized into the view store where
+readers query them.
+
+The auditor publishes its findings (in Kafka transactions) and every
+service its dead letters to their topics; the topics stay the record of
+truth. :class:`OutcomeIndex`, run by the projector command beside the
+projection, reads both topics committed-only and writes each record as
+one row keyed by where it was read (topic, partition, offset), in one
+store transaction per batch together with the next offset of every
+partition it covers. On assignment it resumes from the offsets the store
+holds, not from the group's: a crash between the store's commit and the
+group's can neither lose nor repeat a row. The group's offsets are
+committed too, for lag to show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from prometheus_client import Counter
+
+from dsh_core.errors import DecodeError
+from dsh_core.jsonvalue import decode_json
+from dsh_kafka.clients import make_consumer
+from dsh_kafka.config import ConsumerSettings
+
+from ..runtime.config import ServiceConfig
+from .store import ViewStore
+
+__all__ = ["OutcomeIndex", "finding_row", "letter_row"]
+
+INDEXED = Counter("dsh_projector_outcomes_indexed_total", "Findings and dead letters written to the view store.",
+                  ["kind"])
+_HEAD_BYTES = 256
+_POLL_MS = 500
+
+
+def finding_row(record: Any) -> tuple:
+    """The ``findings`` row of a findings-topic record (a value that is no
+    finding object is kept with rule ``unreadable`` and its text)."""
+    try:
+        finding = decode_json(record.value or b"")
+    except DecodeError:  # any bytes: the row says what they were
+        finding = None
+    if not isinstance(finding, dict):
+        text = (record.value or b"")[:_HEAD_BYTES].decode("utf-8", "backslashreplace")
+        finding = {"rule": "unreadable", "severity": "error", "detail": f"not a finding object: {text}"}
+    session = finding.get("session")
+    if not isinstance(session, str):
+        session = (record.key or b"").decode("utf-8", "backslashreplace")
+    return (record.topic, record.partition, record.offset, session, str(finding.get("rule")),
+            str(finding.get("severity", "error")), _integer(finding.get("seq")), _integer(finding.get("turn")),
+            _integer(finding.get("step")), str(finding.get("detail", "")), record.timestamp)
+
+
+def letter_row(record: Any) -> tuple:
+    """The ``dead_letters`` row of a dead-letter-topic record."""
+    headers = {name: value.decode("utf-8", "backslashreplace") for name, value in record.headers}
+    value = record.value or b""
+    size = _integer(headers.get("dsh-dlq-value-size")) or len(value)
+    return (record.topic, record.partition, record.offset, headers.get("dsh-dlq-service", "unknown"),
+            headers.get("dsh-dlq-reason", "unknown"), headers.get("dsh-dlq-error", ""), headers.get("dsh-dlq-topic"),
+            _integer(headers.get("dsh-dlq-partition")), _integer(headers.get("dsh-dlq-offset")),
+            (record.key or b"").decode("utf-8", "backslashreplace") or None, _integer(headers.get("dsh-seq")),
+            record.timestamp, size, value[:_HEAD_BYTES])
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutcomeIndexConfig(ServiceConfig):
+    store: Any  # the view store's location (a path or a postgresql:// URI)
+
+
+class OutcomeIndex:
+    """Reads the findings and dead-letter topics into the view store."""
+
+    def __init__(self, config: OutcomeIndexConfig) -> None:
+        self.config = config
+        self.log = logging.getLogger("dsh.projector.outcomes")
+        self.store: ViewStore | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        config = self.config
+        topics = (config.topics.findings, config.topics.dead_letter)
+        self.store = store = ViewStore(config.store)
+        consumer = make_consumer(config.kafka, ConsumerSettings(group_id=config.group, max_records=config.max_records,
+                                                                session_timeout_ms=config.session_timeout_ms))
+        consumer.subscribe(list(topics), listener=_ResumeFromStore(consumer, store))
+        try:
+            await consumer.start()
+            self.log.info("indexing %s into the view store in group %s", ", ".join(topics), config.group)
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=_POLL_MS, max_records=config.max_records)
+                if not batch:
+                    continue
+                findings, letters, offsets = [], [], {}
+                for partition, records in batch.items():
+                    if partition.topic == config.topics.findings:
+                        findings += [finding_row(record) for record in records]
+                    else:
+                        letters += [letter_row(record) for record in records]
+                    offsets[partition] = records[-1].offset + 1
+                store.index_outcomes(findings, letters, {(tp.topic, tp.partition): n for tp, n in offsets.items()})
+                INDEXED.labels("finding").inc(len(findings))
+                INDEXED.labels("dead-letter").inc(len(letters))
+                await consumer.commit(offsets)  # for lag only: the store's offsets are where reading resumes
+        finally:
+            await consumer.stop()
+            store.close()
+
+
+class _ResumeFromStore(ConsumerRebalanceListener):
+    def __init__(self, consumer: Any, store: ViewStore) -> None:
+        self.consumer, self.store = consumer, store
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        pass  # every batch is in the store before the next poll: nothing is pending
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        stored = self.store.outcome_offsets()
+        fresh = []
+        for partition in assigned:
+            offset = stored.get((partition.topic, partition.partition))
+            if offset is None:
+                fresh.append(partition)
+            else:
+                self.consumer.seek(partition, offset)
+        if fresh:
+            await self.consumer.seek_to_beginning(*fresh)
