@@ -52,6 +52,9 @@ def pipeline_acls(principal: str, names: TopicNames = TopicNames(), group_prefix
     return acls
 
 
+#: What each service reads besides the events topic: the projector indexes
+#: findings and dead letters into its store (in its group, then ``-outcomes``).
+_READS = {"projector": ("findings", "dead_letter")}
 #: What each service writes (its reads are the events topic, in its group).
 _WRITES = {"shipper": ("events",), "publisher": ("events",), "projector": ("views", "dead_letter"),
            "auditor": ("findings", "dead_letter"), "archiver": ("dead_letter",)}
@@ -65,7 +68,8 @@ def service_acls(principal: str, service: str, names: TopicNames = TopicNames(),
     """The least a ``service`` (one of :data:`SERVICES`) needs, on topics that
     exist (an operator created them): every pipeline topic described and its
     settings checked; the events topic read by a consumer (in ``group``, by
-    default its own) or written by a producer; the outputs it writes; the
+    default its own) or written by a producer; the projector's reads of the
+    findings and dead letters it indexes; the outputs it writes; the
     auditor's transactional ids (its group, then ``.``)."""
     topics = {"events": names.events, "views": names.views, "findings": names.findings,
               "dead_letter": names.dead_letter}
@@ -76,6 +80,10 @@ def service_acls(principal: str, service: str, names: TopicNames = TopicNames(),
     if group is not None:
         acls += [Acl(principal, "topic", names.events, "Read", "literal")]
         acls += [Acl(principal, "group", group, operation, "literal") for operation in ("Read", "Describe")]
+    if group is not None and service in _READS:
+        acls += [Acl(principal, "topic", topics[topic], "Read", "literal") for topic in _READS[service]]
+        acls += [Acl(principal, "group", f"{group}-outcomes", operation, "literal")
+                 for operation in ("Read", "Describe")]
     if service == "auditor":
         acls += [Acl(principal, "transactional-id", f"{group}.", operation) for operation in ("Write", "Describe")]
     return acls

@@ -127,7 +127,7 @@ def _demo(args: argparse.Namespace) -> int:
     real_agents = default_real_agents() if args.real_agents is None else args.real_agents
     return run_demo(DemoConfig(sessions=args.sessions, seed=args.seed, formats=args.format, bootstrap=args.bootstrap,
                                workdir=Path(args.workdir) if args.workdir else None, keep=args.keep,
-                               real_agents=real_agents))
+                               real_agents=real_agents, store=args.store))
 
 
 def _acls(args: argparse.Namespace) -> int:
@@ -325,6 +325,9 @@ def build_parser() -> _Cli:
     demo.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
     demo.add_argument("--keep", action="store_true", help="keep the work folder")
+    demo.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                      help="the view store: a SQLite file (default) or PostgreSQL (a local server from Debian's "
+                           "binaries, or $DSH_POSTGRES_DSN's)")
     demo.add_argument("--real-agents", type=int, metavar="N",
                       help="also run N real dsh 0.1.1rc1 agents (JSON-RPC runtime) through a gateway in front of a "
                            "scripted model, their requests verified by the auditor (default 8 where the runtime "

@@ -21,6 +21,7 @@ import asyncio
 import collections
 import json
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -35,11 +36,13 @@ from pathlib import Path
 from consumers.archiver import ArchiverConfig
 from consumers.auditor import AuditorConfig
 from consumers.projector import ProjectorConfig
+from consumers.runtime.postgres import display_location
 from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import decode_json
 from dsh_pipeline.demo_agents import RUNTIME_VERSION, RealAgents, runtime_problem
 from dsh_pipeline.ground_truth import compare
 from dsh_pipeline.local_kafka import LocalKafka
+from dsh_pipeline.local_postgres import DSN_ENVIRONMENT, LocalPostgres, create_database
 from producers.fleet import formats_summary
 from dsh_kafka.clients import make_admin, make_consumer
 from dsh_kafka.config import ConsumerSettings, KafkaConfig
@@ -60,6 +63,7 @@ class DemoConfig:
     workdir: Path | None = None
     keep: bool = False
     real_agents: int = 0  # real dsh agents beside the simulated fleet (the command's default: 8 where installed)
+    store: str = "sqlite"  # the view store's backend: "sqlite" or "postgres" (a local server, or $DSH_POSTGRES_DSN's)
 
 
 def _cli(*args: str) -> list[str]:
@@ -176,6 +180,22 @@ async def _findings(kafka: KafkaConfig, names: TopicNames) -> list[dict]:
         await consumer.stop()
 
 
+def _wait_indexed(store: Path | str, findings: int, timeout: float = 60.0) -> dict[str, int]:
+    """The store's session, finding and dead-letter counts once it indexed
+    ``findings`` findings (or the deadline passed: the report says so)."""
+    from consumers.projector.store_reader import StoreReader
+    deadline = time.monotonic() + timeout
+    while True:
+        reader = StoreReader(store)
+        try:
+            counts = reader.counts()
+        finally:
+            reader.close()
+        if counts["findings"] >= findings or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.2)  # wait-ok: polling a condition with a deadline
+
+
 def run_demo(config: DemoConfig) -> int:
     # The progress monitor's clients retry the leadership errors of topics
     # just created; aiokafka would log each retry over the progress lines.
@@ -186,7 +206,7 @@ def run_demo(config: DemoConfig) -> int:
         raise PipelineError(f"--real-agents {config.real_agents}: {problem} (--real-agents 0 runs without them)")
     workdir = config.workdir or Path(tempfile.mkdtemp(prefix="dsh-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    broker = None
+    broker = postgres = None
     children: list[subprocess.Popen] = []
     agents: RealAgents | None = None
     started = time.monotonic()
@@ -203,8 +223,16 @@ def run_demo(config: DemoConfig) -> int:
         common = ["--bootstrap", bootstrap, "--topic-prefix", prefix]
         run = workdir / prefix.rstrip(".")  # a reused --workdir keeps each run's stores apart
         run.mkdir()
-        db, archive, manifest_path = run / "views.sqlite", run / "archive", run / "manifest.json"
-        print(f"broker {bootstrap}; work folder {run}", flush=True)
+        archive, manifest_path = run / "archive", run / "manifest.json"
+        db: Path | str = run / "views.sqlite"
+        if config.store == "postgres":
+            server = os.environ.get(DSN_ENVIRONMENT)
+            if not server:
+                print("starting a local PostgreSQL (Debian's server binaries) ...", flush=True)
+                postgres = LocalPostgres()
+                server = postgres.start()
+            db = create_database(server, "demo")
+        print(f"broker {bootstrap}; view store {display_location(str(db))}; work folder {run}", flush=True)
         from dsh_kafka.admin import prepare_topics
         asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
         logs = run / "logs"
@@ -243,6 +271,7 @@ def run_demo(config: DemoConfig) -> int:
         manifest = decode_json(manifest_path.read_bytes())
         findings = asyncio.run(_findings(kafka, names))
         real_line = agents.report(metrics) if agents else None  # while the auditor serves its metrics
+        indexed = _wait_indexed(db, len(findings))
         for child in children:
             child.send_signal(signal.SIGTERM)
         for child in children:
@@ -255,6 +284,10 @@ def run_demo(config: DemoConfig) -> int:
               f"{manifest['attestations']}")
         print(f"  injected {manifest['injected']}")
         print(f"  findings {dict(sorted(rules.items()))}")
+        print(f"  view store ({config.store}): {indexed['sessions']} sessions, {indexed['findings']} findings and "
+              f"{indexed['deadLetters']} dead letters indexed")
+        if indexed["findings"] != len(findings):
+            problems.append(f"the view store indexed {indexed['findings']} findings, the topic holds {len(findings)}")
         if real_line:
             print(real_line)
         print("  views checked against ground truth, archive checked against shipped logs" +
@@ -276,5 +309,7 @@ def run_demo(config: DemoConfig) -> int:
                 child.wait()
         if broker is not None:
             broker.stop()
+        if postgres is not None:
+            postgres.stop()
         if not config.keep and config.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -30,13 +30,15 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from dsh_core.errors import PipelineError
 from dsh_pipeline.local_kafka import free_ports
 
-__all__ = ["DSN_ENVIRONMENT", "LocalPostgres"]
+__all__ = ["DSN_ENVIRONMENT", "LocalPostgres", "create_database"]
 
 #: An existing server to use instead of a local one (a libpq URI).
 DSN_ENVIRONMENT = "DSH_POSTGRES_DSN"
@@ -272,3 +274,14 @@ class LocalPostgres:
 
 def _dsn(port: int, database: str) -> str:
     return f"postgresql://{_SUPERUSER}@127.0.0.1:{port}/{database}"
+
+
+def create_database(server_dsn: str, prefix: str = "dsh") -> str:
+    """A new, empty database on the server ``server_dsn`` names (a
+    ``postgresql://`` URI): its URI. Each run of a test, benchmark or demo
+    gets one of its own."""
+    import psycopg
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(server_dsn, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    return urlunsplit(urlsplit(server_dsn)._replace(path=f"/{name}"))

@@ -9,15 +9,13 @@ installs Debian's package as root).
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Iterator
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from dsh_core.errors import PipelineError
-from dsh_pipeline.local_postgres import DSN_ENVIRONMENT, LocalPostgres
+from dsh_pipeline.local_postgres import DSN_ENVIRONMENT, LocalPostgres, create_database
 
 
 def local_postgres_or_skip(data_dir: Path | None = None) -> LocalPostgres:
@@ -26,6 +24,15 @@ def local_postgres_or_skip(data_dir: Path | None = None) -> LocalPostgres:
         return LocalPostgres(data_dir)
     except PipelineError as error:
         pytest.skip(str(error))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request, tmp_path):
+    """A view store location on each backend: a SQLite path, a fresh
+    PostgreSQL database (the test is skipped where there is no server)."""
+    if request.param == "sqlite":
+        return tmp_path / "views.sqlite"
+    return create_database(request.getfixturevalue("postgres_dsn"), "test")
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +45,3 @@ def postgres_dsn() -> Iterator[str]:
         assert server.dsn is not None
         yield server.dsn
 
-
-def fresh_database(server_dsn: str) -> str:
-    """A new, empty database on the server: its ``postgresql://`` URI."""
-    import psycopg
-    name = f"test_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(server_dsn, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {name}")
-    return urlunsplit(urlsplit(server_dsn)._replace(path=f"/{name}"))

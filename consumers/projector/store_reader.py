@@ -172,6 +172,11 @@ class StoreReader:
 
     # ------------------------------------------------------------- summary
 
+    def counts(self) -> dict[str, int]:
+        """How many sessions, findings and dead letters the store holds."""
+        return {key: self._rows(f"SELECT COUNT(*) FROM {table}")[0][0] for key, table in (
+            ("sessions", "sessions"), ("findings", "findings"), ("deadLetters", "dead_letters"))}
+
     def summary(self) -> dict[str, Any]:
         statuses = {status: count for status, count in self._rows(
             "SELECT status, COUNT(*) FROM sessions GROUP BY status ORDER BY status")}

@@ -22,14 +22,7 @@ from tests import postgres_fixture
 from tests.policy_driver import KAFKA, fetched, run_batch
 from tests.view_store_helpers import simulated_fleet, stored_fleet
 
-postgres_dsn = postgres_fixture.postgres_dsn
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_location(request, tmp_path):
-    if request.param == "sqlite":
-        return tmp_path / "views.sqlite"
-    return postgres_fixture.fresh_database(request.getfixturevalue("postgres_dsn"))
+postgres_dsn, store_location = postgres_fixture.postgres_dsn, postgres_fixture.store_location
 
 
 def _project(location, records, **settings) -> None:
