@@ -24,7 +24,7 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from prometheus_client import Counter
 
 from dsh_core.errors import DecodeError
-from dsh_core.jsonvalue import decode_json
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json
 from dsh_kafka.clients import make_consumer
 from dsh_kafka.config import ConsumerSettings
 
@@ -70,10 +70,12 @@ def letter_row(record: Any) -> tuple:
 
 
 def _integer(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
+    """A safe integer (what the services write), else ``None``: a record's
+    header or field is anything its producer put there."""
+    if isinstance(value, str) and value.isascii() and value.lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_SAFE_INTEGER:
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
-        return int(value)
     return None
 
 
