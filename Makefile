@@ -7,13 +7,13 @@ CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
 
-.PHONY: demo test setup reference kafka-jars prometheus postgres bench clean
+.PHONY: demo test setup reference kafka-jars prometheus postgres chromium bench clean
 
 # The main job: the whole pipeline on a local broker, checked end to end.
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
-test: setup reference kafka-jars prometheus postgres
+test: setup reference kafka-jars prometheus postgres chromium
 	$(VPY) -m pytest
 
 setup: $(VENV)/.installed
@@ -53,6 +53,16 @@ postgres:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql) \
 	      >/dev/null 2>&1 || echo "apt-get could not install postgresql: the PostgreSQL tests will be skipped"; \
 	  else echo "postgresql is not installed and apt-get needs root here: the PostgreSQL tests will be skipped"; fi; \
+	fi
+
+# Debian's Chromium, which the viewer's browser test drives (skipped, saying
+# why, where it cannot be installed).
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
+	      >/dev/null 2>&1 || echo "apt-get could not install chromium: the browser test will be skipped"; \
+	  else echo "chromium is not installed and apt-get needs root here: the browser test will be skipped"; fi; \
 	fi
 
 # Apache Kafka broker jars from Maven Central into the user cache (once).

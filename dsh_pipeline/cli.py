@@ -312,6 +312,18 @@ def build_parser() -> _Cli:
     _add_kafka_options(gateway)
     gateway.set_defaults(run=service_commands.gateway)
 
+    serve = commands.add_parser("serve", help="the read API and the web transcript viewer over the view store")
+    serve.add_argument("--store", default="views.sqlite",
+                       help="the view store: a SQLite file or a postgresql:// URI (read-only)")
+    serve.add_argument("--listen", type=_host_port, default=("127.0.0.1", 8788), metavar="HOST:PORT",
+                       help="where it answers (default 127.0.0.1:8788)")
+    serve.add_argument("--tokens-file", metavar="FILE",
+                       help="its bearer tokens, one per line (also $DSH_API_TOKENS, comma-separated)")
+    serve.add_argument("--cors-origin", action="append", metavar="ORIGIN",
+                       help="a web origin allowed to call the API from a browser (repeatable; default: none)")
+    _add_ops_options(serve)
+    serve.set_defaults(run=service_commands.serve)
+
     archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
     archive.add_argument("--root", required=True, help="the archive root (a dsh sessions root)")
     _add_consumer_options(archive, ArchiverConfig)

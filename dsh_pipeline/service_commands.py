@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,7 +19,7 @@ from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
 if TYPE_CHECKING:
     from dsh_pipeline.ops_server import HealthCheck
 
-__all__ = ["archive", "audit", "gateway", "project", "service_config", "ship"]
+__all__ = ["api_tokens", "archive", "audit", "gateway", "project", "serve", "service_config", "ship"]
 
 
 def ship(args: argparse.Namespace) -> int:
@@ -98,6 +99,58 @@ def gateway(args: argparse.Namespace) -> int:
 
     with _ops_server(args, health):
         return run_until_signal(main)
+
+
+#: Tokens of the read API, comma-separated (or ``--tokens-file``).
+TOKENS_ENV = "DSH_API_TOKENS"
+
+
+def api_tokens(tokens_file: str | None) -> frozenset[str]:
+    """The read API's bearer tokens: one per line of ``tokens_file`` (``#``
+    starts a comment), and those of ``$DSH_API_TOKENS``; none is an error."""
+    from dsh_core.errors import PipelineError
+    tokens = {token.strip() for token in os.environ.get(TOKENS_ENV, "").split(",") if token.strip()}
+    if tokens_file:
+        try:
+            lines = Path(tokens_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeError) as error:
+            raise PipelineError(f"--tokens-file {tokens_file}: cannot read it: {error}") from None
+        tokens |= {line.split("#", 1)[0].strip() for line in lines} - {""}
+    if not tokens:
+        raise PipelineError(f"the read API needs a token: --tokens-file FILE (one per line) or ${TOKENS_ENV}")
+    return frozenset(tokens)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from consumers.projector.store_reader import StoreReader
+    from dsh_pipeline.runtime import run_until_signal
+    from dsh_pipeline.web import read_api
+    from producers.asgi_server import AsgiServer
+
+    tokens = api_tokens(args.tokens_file)
+    reader = StoreReader(args.store)
+    host, port = args.listen
+    serving = False
+
+    def health() -> tuple[bool, str]:
+        return (True, "serving") if serving else (False, "not serving")
+
+    async def main(stop: asyncio.Event) -> int:
+        nonlocal serving
+        app = read_api(reader, tokens, cors_origins=tuple(args.cors_origin or ()))
+        async with AsgiServer(app, "the read API", host, port) as server:
+            print(f"dsh-pipeline serve: {server.url} (API under /api/v1, viewer at /) reads {reader.where}",
+                  file=sys.stderr, flush=True)
+            serving = True
+            await stop.wait()
+            serving = False
+        return EXIT_OK
+
+    try:
+        with _ops_server(args, health):
+            return run_until_signal(main)
+    finally:
+        reader.close()
 
 
 def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int:

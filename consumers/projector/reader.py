@@ -65,8 +65,10 @@ class ViewReader(Protocol):
     ``messages`` (the derived model-visible messages, identical to dsh's:
     ``[{"role", "content", ...}]``), ``surface`` (``[{"seq", "type",
     "data"}]`` the current surface events: system prompt, request header
-    changes, compaction replaces), ``requestHeader``, ``findings`` (as in
-    ``findings``).
+    changes, compaction replaces), ``requestHeader``, ``replaceGeneration``
+    (how often the history was replaced: compactions), ``messageSeqs``
+    (``{message id: seq}`` of the surface event each message comes from),
+    ``findings`` (as in ``findings``).
 
     finding: ``{"id", "sessionId", "rule", "severity", "seq", "turn",
     "step", "detail", "at"}``.
@@ -93,8 +95,9 @@ class ViewReader(Protocol):
         """A page of dead letters, newest first."""
 
     def dead_letter(self, letter_id: int) -> dict[str, Any] | None:
-        """One dead letter with its whole value as ``value`` (base64)."""
+        """One dead letter (``None``: no such id)."""
 
     def summary(self) -> dict[str, Any]:
         """``{"sessionsByStatus": {status: n}, "tokensByModelPerHour":
-        [{"hour" (ms), "provider", "model", "inputTokens", "outputTokens"}]}``."""
+        [{"hour" (ms), "provider", "model", "inputTokens", "outputTokens"}]}``
+        (a session's tokens count in the hour of its last activity)."""

@@ -122,7 +122,8 @@ class StoreReader:
                 "turnCount": len(view.get("turns") or ()), "messageCount": len(messages),
                 "findingCount": finding_count, "error": view.get("error"), "models": view.get("usage") or [],
                 "header": header, "nextSeq": view["nextSeq"], "turns": view.get("turns") or [],
-                "requestHeader": view.get("requestHeader"), "messages": messages,
+                "requestHeader": view.get("requestHeader"), "replaceGeneration": view.get("replaceGeneration", 0),
+                "messages": messages, "messageSeqs": _message_seqs(surface),
                 "surface": [{"seq": seq, "type": kind, "data": data} for seq, kind, data in surface],
                 "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"]}
 
@@ -188,6 +189,17 @@ class StoreReader:
                 "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model,
                                           "inputTokens": int(tokens_in), "outputTokens": int(tokens_out)}
                                          for hour, provider, model, tokens_in, tokens_out in hours]}
+
+
+def _message_seqs(surface: list[tuple[int, str, Any]]) -> dict[str, int]:
+    """The seq of the surface event each derived message comes from, by message id."""
+    seqs = {}
+    for seq, _, data in surface:
+        if isinstance(data, dict):
+            message = data.get("message") if isinstance(data.get("message"), dict) else data
+            if isinstance(message.get("id"), str):
+                seqs[message["id"]] = seq
+    return seqs
 
 
 _FINDING_COUNT = "(SELECT COUNT(*) FROM findings f WHERE f.session_id = s.session_id)"

@@ -140,3 +140,14 @@ def test_the_jsonrpc_worker_needs_a_session_id_and_says_so(monkeypatch):
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("dsh-pipeline worker: PipelineError: --session-id is required with --runtime "
                                   "jsonrpc"), done.stderr
+
+
+def test_serve_names_a_missing_token_and_a_missing_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("DSH_API_TOKENS", raising=False)
+    done = run("serve", "--store", str(tmp_path / "views.sqlite"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "the read API needs a token: --tokens-file FILE (one per line) or $DSH_API_TOKENS" in done.stderr
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# the dashboard's\nabc123\n")
+    done = run("serve", "--store", str(tmp_path / "views.sqlite"), "--tokens-file", str(tokens))
+    assert done.returncode == 1 and "views.sqlite: no view store there" in done.stderr

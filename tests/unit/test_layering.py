@@ -21,7 +21,8 @@ ALLOWED = {
                   "aiohttp", "uvicorn"},  # the gateway's upstream client and its ASGI server
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "psycopg"},  # the view store on PostgreSQL
-    "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg"},
+    "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",
+                                     "fastapi"},  # the read API and the viewer
 }
 
 

@@ -1,0 +1,105 @@
+"""The transcript viewer in headless Chromium (Debian's, driven by
+Playwright), on a laptop screen and a phone: sign in, the session list
+shows the stored fleet, a status filter narrows it, a conversation shows
+the messages ``view --json`` prints, and a finding sits at its message.
+A failing test leaves screenshots in ``test-artifacts/``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from consumers.projector.store_reader import StoreReader
+from dsh_pipeline.cli import main
+from dsh_pipeline.web import read_api
+from producers.asgi_server import AsgiServer
+from tests.view_store_helpers import stored_fleet
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (make test installs Debian's)")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+TOKEN = "viewer-test-token"
+VIEWPORTS = {"laptop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
+
+
+class _Served:
+    """The app on a free port in a thread of its own, while in ``with``."""
+
+    def __init__(self, store: Path) -> None:
+        self.reader = StoreReader(store)
+        self.ready, self.stop = threading.Event(), None
+        self.url = ""
+        self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
+
+    async def _serve(self) -> None:
+        self.stop = asyncio.Event()
+        async with AsgiServer(read_api(self.reader, frozenset({TOKEN})), "the viewer") as server:
+            self.url, self.loop = server.url, asyncio.get_running_loop()
+            self.ready.set()
+            await self.stop.wait()
+
+    def __enter__(self) -> "_Served":
+        self.thread.start()
+        assert self.ready.wait(30), "the viewer did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(30)
+        self.reader.close()
+
+
+@pytest.fixture(scope="module")
+def fleet_store(tmp_path_factory):
+    store = tmp_path_factory.mktemp("viewer") / "views.sqlite"
+    ids = [truth.session_id for truth, _ in stored_fleet(store)]
+    return store, ids
+
+
+@pytest.mark.parametrize("viewport", sorted(VIEWPORTS))
+def test_the_viewer_lists_filters_and_shows_a_conversation(fleet_store, viewport, capsys):
+    store, ids = fleet_store
+    assert main(["view", ids[1], "--store", str(store), "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    with _Served(store) as served, playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport=VIEWPORTS[viewport])
+        try:
+            page.goto(served.url + "/")
+            assert page.url.endswith("/login")
+            page.fill("#token", "not-the-token")
+            page.click("button[type=submit]")
+            assert "not one of this service's" in page.inner_text("main")
+            page.fill("#token", TOKEN)
+            page.click("button[type=submit]")
+            page.wait_for_selector("#sessions")
+            rows = page.locator("tr.session")
+            assert sorted(rows.evaluate_all("rows => rows.map(r => r.dataset.session)")) == sorted(ids)
+            page.check("input[name=status][value=held]")
+            page.click("#filters button[type=submit]")
+            page.wait_for_url("**status=held**")
+            assert page.locator("tr.session").evaluate_all("rows => rows.map(r => r.dataset.session)") == [ids[-1]]
+
+            page.goto(f"{served.url}/sessions/{ids[1]}")
+            shown = page.locator("li.message")
+            assert shown.evaluate_all("items => items.map(i => i.dataset.id)") == [m["id"] for m in expected]
+            first_user = next(m for m in expected if m["role"] == "user")
+            assert first_user["content"][0]["text"].strip() in shown.first.inner_text()
+            flagged = page.locator("li.message.flagged")
+            assert flagged.count() == 1
+            finding = flagged.locator("aside.finding")
+            assert finding.get_attribute("data-rule") == "request-mismatch"
+            assert int(flagged.get_attribute("data-seq")) <= int(finding.get_attribute("data-seq"))
+            assert finding.is_visible()
+        except BaseException:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / f"viewer-{viewport}-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
