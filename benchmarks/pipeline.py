@@ -50,7 +50,7 @@ from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 
 
-async def _fill(kafka: KafkaConfig, names: TopicNames, config: SimulatorConfig) -> int:
+async def fill(kafka: KafkaConfig, names: TopicNames, config: SimulatorConfig) -> int:
     events = 0
     async with Publisher(kafka, names) as publisher:
         for index in range(config.sessions):
@@ -111,7 +111,7 @@ def _decode_only(kafka: KafkaConfig, names: TopicNames) -> ConsumerService:
     return ConsumerService(config, _DecodeOnly(config), ProducerOutputs(kafka, names, _DecodeOnly.name))
 
 
-async def _catch_up(service: ConsumerService, ends: dict) -> float:
+async def catch_up(service: ConsumerService, ends: dict) -> float:
     """Seconds from the service's first assignment (its policy's
     ``assigned`` done) to the end offsets: start-up and the group join left
     out, as for the baseline; every record's fetch and handling in."""
@@ -269,7 +269,8 @@ ends = {int(p): e for p, e in json.loads(ends).items()}
 work = Path(work)
 async def main():
     kafka, names = KafkaConfig(bootstrap), TopicNames.with_prefix(prefix)
-    member = (projector_service(ProjectorConfig(kafka=kafka, topics=names, group=group, store=Path(db)))
+    store = db if db.startswith('postgres') else Path(db)
+    member = (projector_service(ProjectorConfig(kafka=kafka, topics=names, group=group, store=store))
               if service == "projector" else auditor_service(AuditorConfig(kafka=kafka, topics=names, group=group)))
     policy_open, policy_assigned = member.policy.open, member.policy.assigned
     async def gated_open(outputs):  # the consumer exists, it has not fetched yet
@@ -303,12 +304,14 @@ asyncio.run(main())
 """
 
 
-def _scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, members: int, work: Path) -> float:
+def scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, members: int, work: Path,
+               store: str | None = None) -> float:
     """Seconds for ``members`` processes of one group to catch up, from the
-    moment they may fetch (every member assigned) to the last one reaching its ends."""
+    moment they may fetch (every member assigned) to the last one reaching
+    its ends (the projectors' view store: ``store``, else a SQLite file in ``work``)."""
     prefix = names.events[:-len("dsh.session-events")]
     group = f"{service[0]}x{uuid.uuid4().hex[:6]}"
-    command = [sys.executable, "-c", _MEMBER_CHILD, service, bootstrap, prefix, group, str(work / "views.sqlite")]
+    command = [sys.executable, "-c", _MEMBER_CHILD, service, bootstrap, prefix, group, store or str(work / "views.sqlite")]
     children = [subprocess.Popen(command + [str(index), str(work), json.dumps(ends)], stdout=subprocess.PIPE,
                                  text=True) for index in range(members)]
     try:
@@ -346,21 +349,21 @@ def main() -> None:
         names = TopicNames.with_prefix(f"pipe{uuid.uuid4().hex[:6]}.")
         asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
         sessions = max(50, args.events // 300)
-        events = asyncio.run(_fill(kafka, names, SimulatorConfig(sessions=sessions, seed=99)))
+        events = asyncio.run(fill(kafka, names, SimulatorConfig(sessions=sessions, seed=99)))
         ends = asyncio.run(end_offsets(kafka, names.events))
         print(f"filled: {sessions} sessions, {events:,} events, {sum(ends.values()):,} records")
         base = asyncio.run(_baseline(kafka, names, ends))
-        decode_only = asyncio.run(_catch_up(_decode_only(kafka, names), ends))
+        decode_only = asyncio.run(catch_up(_decode_only(kafka, names), ends))
         with tempfile.TemporaryDirectory() as tmp:
-            project = asyncio.run(_catch_up(projector_service(ProjectorConfig(
+            project = asyncio.run(catch_up(projector_service(ProjectorConfig(
                 kafka=kafka, topics=names, group=f"p{uuid.uuid4().hex[:6]}", store=Path(tmp) / "v.sqlite")), ends))
-        audit = asyncio.run(_catch_up(auditor_service(AuditorConfig(
+        audit = asyncio.run(catch_up(auditor_service(AuditorConfig(
             kafka=kafka, topics=names, group=f"a{uuid.uuid4().hex[:6]}")), ends))
         members = args.members
         with tempfile.TemporaryDirectory() as tmp:
-            project_scaled = _scaled_out("projector", bootstrap, names, ends, members, Path(tmp))
+            project_scaled = scaled_out("projector", bootstrap, names, ends, members, Path(tmp))
         with tempfile.TemporaryDirectory() as tmp:
-            audit_scaled = _scaled_out("auditor", bootstrap, names, ends, members, Path(tmp))
+            audit_scaled = scaled_out("auditor", bootstrap, names, ends, members, Path(tmp))
         rates = {"baseline": events / base, "decode only": events / decode_only, "projector": events / project,
                  "auditor": events / audit,
                  f"projector x{members}": events / project_scaled, f"auditor x{members}": events / audit_scaled}
@@ -372,7 +375,7 @@ def main() -> None:
         print(f"latency publish → view committed at 5k events/s: p50 {p50:.0f} ms, p99 {p99:.0f} ms")
         rss_names = TopicNames.with_prefix(f"rss{uuid.uuid4().hex[:6]}.")
         asyncio.run(prepare_topics(kafka, rss_names, DEFAULT_PARTITIONS))
-        asyncio.run(_fill(kafka, rss_names, SimulatorConfig(sessions=args.sessions_rss, seed=5, min_turns=1,
+        asyncio.run(fill(kafka, rss_names, SimulatorConfig(sessions=args.sessions_rss, seed=5, min_turns=1,
                                                              max_turns=1)))
         rss_ends = asyncio.run(end_offsets(kafka, rss_names.events))
         rss_mb = projector_peak_rss_mb(bootstrap, rss_names.events[:-len("dsh.session-events")], sum(rss_ends.values()))

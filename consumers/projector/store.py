@@ -41,8 +41,9 @@ _LISTING = (
     "CREATE TABLE usage (session_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, "
     + ", ".join(f"{_column} INTEGER NOT NULL DEFAULT 0" for _column in TOKEN_COLUMNS)
     + ", PRIMARY KEY (session_id, provider, model))",
-    "CREATE INDEX sessions_by_activity ON sessions (last_activity, session_id)",
-    "CREATE INDEX sessions_by_status ON sessions (status, last_activity)",
+    # the listing's order (most recently active first) and its keyset cursor
+    "CREATE INDEX sessions_by_activity ON sessions (COALESCE(last_activity, 0), session_id)",
+    "CREATE INDEX sessions_by_status ON sessions (status, COALESCE(last_activity, 0), session_id)",
     "CREATE TABLE findings (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
     "session_id TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL, seq INTEGER, turn INTEGER, step INTEGER, "
     "detail TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",

@@ -1,0 +1,163 @@
+"""The view store's backends: projector catch-up on PostgreSQL against
+SQLite, two projector processes on PostgreSQL against one, and read API
+latency with 50k sessions stored.
+
+    python -m benchmarks.store [--events N] [--listed N] [--requests N]
+
+Servers: the local Kafka broker and the local PostgreSQL the project starts
+(or ``$DSH_KAFKA_BOOTSTRAP`` and ``$DSH_POSTGRES_DSN``).
+
+1. Fills a topic with simulator traffic (≥ N events, default 200k); in the
+   same run a projector catches up into a fresh SQLite file and into a fresh
+   PostgreSQL database (from its assignment to the end offsets, every
+   fetch, fold and store transaction in). Ratio: SQLite's time over
+   PostgreSQL's (≥ 1: PostgreSQL is as fast).
+2. One projector process and then two in one group, each into a fresh
+   PostgreSQL database (the way projectors on two hosts share one):
+   speedup = one's time over two's.
+3. The PostgreSQL store of (1), its sessions copied under new ids by SQL to
+   ``--listed`` sessions (default 50k); the read API (``serve``'s app on
+   uvicorn) is asked ``--requests`` times (default 400) for the first page
+   of the session list, a page filtered by status, and one conversation
+   (derived messages rebuilt from the fold snapshot and surface rows):
+   p50 and p99 of each, over HTTP on loopback.
+
+The last line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from benchmarks.pipeline import catch_up, fill, scaled_out
+from consumers.projector import ProjectorConfig, projector_service
+from consumers.projector.store_reader import StoreReader
+from dsh_kafka.admin import end_offsets, prepare_topics
+from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig
+from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
+from dsh_pipeline.local_kafka import LocalKafka
+from dsh_pipeline.local_postgres import DSN_ENVIRONMENT, LocalPostgres, create_database
+from dsh_pipeline.web import read_api
+from producers.asgi_server import AsgiServer
+from producers.simulator import SimulatorConfig
+
+_TOKEN = "benchmark-token"
+
+
+def _project(kafka: KafkaConfig, names: TopicNames, ends: dict, store) -> float:
+    return asyncio.run(catch_up(projector_service(ProjectorConfig(
+        kafka=kafka, topics=names, group=f"p{uuid.uuid4().hex[:6]}", store=store)), ends))
+
+
+def _grow(dsn: str, listed: int) -> tuple[int, list[str]]:
+    """Copy the stored sessions (their listing and usage rows) under new ids
+    until ``listed`` sessions are stored; the originals' ids."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        originals = [row[0] for row in connection.execute("SELECT session_id FROM sessions")]
+        copies = -(-listed // len(originals)) - 1
+        with connection.transaction():
+            for copy in range(1, copies + 1):
+                connection.execute(
+                    "INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error, cwd, created_at, "
+                    "last_activity, turn_count, message_count) SELECT session_id || %s, status, next_seq, view, "
+                    "NULL, error, cwd, created_at - %s, last_activity - %s, turn_count, message_count FROM sessions "
+                    "WHERE session_id = ANY(%s)", (f"~{copy}", copy * 60_000, copy * 60_000, originals))
+                connection.execute("INSERT INTO usage SELECT session_id || %s, provider, model, inputtokens, "
+                                    "outputtokens, cachereadtokens, cachewritetokens, reasoningtokens FROM usage "
+                                    "WHERE session_id = ANY(%s)", (f"~{copy}", originals))
+        connection.execute("ANALYZE")
+        stored = connection.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+    return stored, originals
+
+
+async def _latencies(url: str, paths: list[str]) -> list[float]:
+    """Milliseconds per GET, one after another on one kept-alive connection."""
+    timings = []
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {_TOKEN}"}) as client:
+        for path in paths:
+            started = time.perf_counter()
+            response = await client.get(path)
+            timings.append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                raise RuntimeError(f"GET {path}: {response.status_code} {response.text[:200]}")
+    return timings
+
+
+async def _api(dsn: str, originals: list[str], requests: int) -> dict[str, tuple[float, float]]:
+    reader = StoreReader(dsn)
+    try:
+        async with AsgiServer(read_api(reader, frozenset({_TOKEN})), "the read API") as server:
+            rng = random.Random(7)
+            runs = {"list": ["/api/v1/sessions?limit=50"] * requests,
+                    "list_by_status": ["/api/v1/sessions?limit=50&status=idle"] * requests,
+                    "session": [f"/api/v1/sessions/{rng.choice(originals)}" for _ in range(requests)]}
+            await _latencies(server.url, runs["list"][:20] + runs["session"][:20])  # warm-up
+            return {name: _p50_p99(await _latencies(server.url, paths)) for name, paths in runs.items()}
+    finally:
+        reader.close()
+
+
+def _p50_p99(timings: list[float]) -> tuple[float, float]:
+    cuts = statistics.quantiles(timings, n=100)
+    return cuts[49], cuts[98]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--listed", type=int, default=50_000)
+    parser.add_argument("--requests", type=int, default=400)
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        bootstrap = os.environ.get(BOOTSTRAP_ENV) or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        work.chmod(0o711)  # the server may run as another user (root's postgres), who must reach its folder
+        # a data folder of its own: fsync on, as a server that keeps its data runs
+        server = os.environ.get(DSN_ENVIRONMENT) or stack.enter_context(LocalPostgres(work / "postgres")).dsn
+        kafka = KafkaConfig(bootstrap)
+        names = TopicNames.with_prefix(f"store{uuid.uuid4().hex[:6]}.")
+        asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
+        sessions = max(50, args.events // 300)
+        events = asyncio.run(fill(kafka, names, SimulatorConfig(sessions=sessions, seed=99)))
+        ends = asyncio.run(end_offsets(kafka, names.events))
+        print(f"filled: {sessions} sessions, {events:,} events, {sum(ends.values()):,} records")
+
+        sqlite_s = _project(kafka, names, ends, work / "views.sqlite")
+        postgres = create_database(server, "bench")
+        postgres_s = _project(kafka, names, ends, postgres)
+        print(f"catch-up: SQLite {events / sqlite_s:,.0f} events/s, PostgreSQL {events / postgres_s:,.0f} events/s "
+              f"({sqlite_s / postgres_s:.2f}x)")
+
+        (work / "one").mkdir()
+        (work / "two").mkdir()
+        one_s = scaled_out("projector", bootstrap, names, ends, 1, work / "one", create_database(server, "bench"))
+        two_s = scaled_out("projector", bootstrap, names, ends, 2, work / "two", create_database(server, "bench"))
+        print(f"PostgreSQL, one process {events / one_s:,.0f} events/s, two processes {events / two_s:,.0f} "
+              f"events/s ({one_s / two_s:.2f}x)")
+
+        stored, originals = _grow(postgres, args.listed)
+        latency = asyncio.run(_api(postgres, originals, args.requests))
+        for name, (p50, p99) in latency.items():
+            print(f"read API with {stored:,} sessions, {name}: p50 {p50:.1f} ms, p99 {p99:.1f} ms")
+        print(json.dumps({"events": events, "postgres_vs_sqlite_ratio": round(sqlite_s / postgres_s, 3),
+                          "postgres_two_process_speedup": round(one_s / two_s, 3), "sessions_stored": stored,
+                          "api_list_p99_ms": round(latency["list"][1], 1),
+                          "api_list_by_status_p99_ms": round(latency["list_by_status"][1], 1),
+                          "api_session_p99_ms": round(latency["session"][1], 1), "cpus": os.cpu_count()}))
+
+
+if __name__ == "__main__":
+    main()
