@@ -69,12 +69,13 @@ chromium:
 kafka-jars: setup
 	$(VPY) -c "from dsh_pipeline.kafka_jars import ensure_kafka_jars; print('kafka jars:', ensure_kafka_jars())"
 
-bench: setup reference kafka-jars
+bench: setup reference kafka-jars postgres
 	$(VPY) -m benchmarks.core
 	$(VPY) -m benchmarks.produce
 	$(VPY) -m benchmarks.pipeline
 	$(VPY) -m benchmarks.limits
 	$(VPY) -m benchmarks.gateway
+	$(VPY) -m benchmarks.store
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
