@@ -31,7 +31,7 @@ from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_d
 from ..runtime.postgres import PostgresDatabase, is_postgres_location
 from ..runtime.sequencing import AppliedDigest, HeldRecords
 
-__all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "view_head"]
+__all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
 _KIND, LAYOUT = "view-store", 3
 _SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
@@ -58,13 +58,15 @@ _LISTING = (
     "CREATE TABLE redriven (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
     "at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
 )
+#: A surface row's searchable text: its message's texts, lower-cased (:func:`message_texts`).
+_SURFACE_TEXT = "text TEXT NOT NULL DEFAULT ''"
 #: The tables holding rows of a session (what deleting a session removes).
 _SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters")
 _SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
     "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(_SESSION_COLUMNS) + ")",
     "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
-    "PRIMARY KEY (session_id, seq))",
+    f"{_SURFACE_TEXT}, PRIMARY KEY (session_id, seq))",
     HELD_SCHEMA,
     DIGESTS_SCHEMA,
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
@@ -72,9 +74,39 @@ _SCHEMA = (
 )
 
 
+def message_texts(message: Any) -> list[str]:
+    """What a text search finds in a derived message (or a surface event's
+    data holding one): its text and reasoning, tool call arguments, the
+    text inside tool results; not its ids, roles or JSON."""
+    if isinstance(message, dict) and isinstance(message.get("message"), dict):
+        message = message["message"]
+    texts = []
+    for block in message.get("content", ()) if isinstance(message, dict) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "tool-call":
+            texts.append(str(block.get("arguments")))
+        elif kind == "tool-result":
+            texts += [inner["text"] for inner in block.get("content", ())
+                      if isinstance(inner, dict) and isinstance(inner.get("text"), str)]
+    return texts
+
+
+def _searchable(data: Any) -> str:
+    return "\n".join(message_texts(data)).lower()
+
+
 def _layout_2_to_3(db: Any) -> None:
-    """Layout 2 had no listing columns, usage, findings or dead letters:
-    add them and fill the listing from each stored view."""
+    """Layout 2 had no listing columns, usage, findings, dead letters or
+    searchable surface text: add them and fill them from each stored view
+    and surface row."""
+    db.execute(f"ALTER TABLE surface ADD COLUMN {_SURFACE_TEXT}")
+    for session_id, seq, data in db.execute("SELECT session_id, seq, data FROM surface").fetchall():
+        db.execute("UPDATE surface SET text = ? WHERE session_id = ? AND seq = ?",
+                   (_searchable(decode_json(data)), session_id, seq))
     for column in _SESSION_COLUMNS:
         db.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
     for statement in _LISTING:
@@ -235,8 +267,9 @@ class SessionChange:
         session_id = self.session_id
         db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
                        [(session_id, seq) for seq in self.surface_gone])
-        db.executemany("INSERT INTO surface (session_id, seq, type, data) VALUES (?, ?, ?, ?)",
-                       [(session_id, seq, kind, dump_json(data).decode()) for seq, kind, data in self.surface_new])
+        db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
+                       [(session_id, seq, kind, dump_json(data).decode(), _searchable(data))
+                        for seq, kind, data in self.surface_new])
         db.execute("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error) "
                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET status=excluded.status, "
                    "next_seq=excluded.next_seq, view=excluded.view, snapshot=excluded.snapshot, "

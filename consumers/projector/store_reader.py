@@ -232,7 +232,7 @@ def _session_conditions(where: SessionFilter) -> tuple[list[str], list[Any]]:
                           + "EXISTS (SELECT 1 FROM findings f WHERE f.session_id = s.session_id)")
     if where.text:
         conditions.append("EXISTS (SELECT 1 FROM surface x WHERE x.session_id = s.session_id "
-                          "AND lower(x.data) LIKE ? ESCAPE '!')")
+                          "AND x.text LIKE ? ESCAPE '!')")
         escaped = where.text.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
         parameters.append(f"%{escaped}%")
     return conditions, parameters

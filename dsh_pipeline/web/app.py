@@ -25,6 +25,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pathlib import Path
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter, ViewReader
 
@@ -35,6 +36,8 @@ TOKEN_COOKIE = "dsh_token"
 #: The longest query string taken (a request is no place for a document).
 MAX_QUERY_BYTES = 4096
 _TEXT = 512  # the longest text filter
+#: A time in ms: what the stores' 64-bit integer columns hold (beyond, a 422, not an overflow in the store)
+_MS = {"ge": -(2 ** 63), "le": 2 ** 63 - 1}
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 
 
@@ -69,7 +72,7 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
 
     def known(token: str | None) -> bool:
         given = (token or "").encode()
-        return any(hmac.compare_digest(given, secret) for secret in secrets)  # every one compared: no timing
+        return any([hmac.compare_digest(given, secret) for secret in secrets])  # every one compared: no timing
 
     def authorized(request: Request) -> None:
         if not known(token_of(request)):
@@ -92,8 +95,9 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
     @app.get("/api/v1/sessions", dependencies=guard, summary="sessions, most recently active first")
     def sessions(status: list[Status] | None = Query(None), provider: str | None = Query(None, max_length=_TEXT),
                  model: str | None = Query(None, max_length=_TEXT), cwd: str | None = Query(None, max_length=_TEXT),
-                 created_from: int | None = None, created_to: int | None = None, active_from: int | None = None,
-                 active_to: int | None = None, has_findings: bool | None = None,
+                 created_from: int | None = Query(None, **_MS), created_to: int | None = Query(None, **_MS),
+                 active_from: int | None = Query(None, **_MS), active_to: int | None = Query(None, **_MS),
+                 has_findings: bool | None = None,
                  q: str | None = Query(None, max_length=_TEXT, description="text in a current message"),
                  cursor: str | None = Query(None, max_length=_TEXT), limit: int = limit) -> dict[str, Any]:
         where = SessionFilter(status=tuple(status) if status else None, provider=provider, model=model, cwd=cwd,
@@ -112,8 +116,8 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
     @app.get("/api/v1/findings", dependencies=guard, summary="the auditor's findings, newest first")
     def findings(rule: str | None = Query(None, max_length=_TEXT),
                  severity: Literal["error", "warning"] | None = None,
-                 session: str | None = Query(None, max_length=_TEXT), since: int | None = None,
-                 until: int | None = None, cursor: str | None = Query(None, max_length=_TEXT),
+                 session: str | None = Query(None, max_length=_TEXT), since: int | None = Query(None, **_MS),
+                 until: int | None = Query(None, **_MS), cursor: str | None = Query(None, max_length=_TEXT),
                  limit: int = limit) -> dict[str, Any]:
         return read("findings", FindingFilter(rule=rule, severity=severity, session_id=session, since=since,
                                               until=until), cursor, limit)
@@ -146,8 +150,8 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
 def _errors(app: FastAPI) -> None:
     """Errors as ``{"error": ...}``; a validation error names its parameter."""
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)  # FastAPI's and the router's own (404, 405)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         return JSONResponse({"error": error.detail}, error.status_code, headers=error.headers)
 
     @app.exception_handler(RequestValidationError)

@@ -28,6 +28,7 @@ __all__ = ["add_pages"]
 
 _TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 _FILTERS = ("status", "provider", "model", "cwd", "has_findings", "q")
+_LOGIN_BYTES = 8192  # the largest sign-in form read
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 
 
@@ -56,7 +57,12 @@ def add_pages(app: FastAPI) -> None:
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
-        form = parse_qs((await request.body())[:8192].decode("utf-8", "replace"))
+        body = b""
+        async for chunk in request.stream():  # at most a token's worth read, whatever the client sends
+            body += chunk
+            if len(body) > _LOGIN_BYTES:
+                return HTMLResponse("the sign-in form is larger than a token", 413)
+        form = parse_qs(body.decode("utf-8", "replace"))
         token = (form.get("token") or [""])[0]
         if not app.state.known(token):
             return _TEMPLATES.TemplateResponse(request, "login.html", {"failed": True}, status_code=401)

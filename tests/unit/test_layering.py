@@ -22,7 +22,7 @@ ALLOWED = {
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "psycopg"},  # the view store on PostgreSQL
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",
-                                     "fastapi"},  # the read API and the viewer
+                                     "fastapi", "starlette"},  # the read API and the viewer (FastAPI is Starlette)
 }
 
 
