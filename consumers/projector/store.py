@@ -175,6 +175,15 @@ class ViewStore:
                               (session_id,)).fetchone()
         return None if row is None else (row[0], row[1], row[2], load_held(self.db, session_id))
 
+    def stored(self, session_ids: list[str]) -> set[str]:
+        """Which of these sessions have a row (one query per 500 ids)."""
+        found: set[str] = set()
+        for start in range(0, len(session_ids), 500):
+            chunk = session_ids[start:start + 500]
+            found.update(row[0] for row in self.db.execute(
+                f"SELECT session_id FROM sessions WHERE session_id IN ({', '.join('?' * len(chunk))})", chunk))
+        return found
+
     def digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         """The digest of the record applied at ``seq`` of a session."""
         return applied_digest(self.db, session_id, seq)

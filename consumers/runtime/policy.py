@@ -39,8 +39,9 @@ class Policy(ABC, Generic[S]):
     """A service's decisions over its hot sessions (an LRU of the
     configuration's ``hot_sessions``).
 
-    The runtime calls, in this order for every batch: :meth:`handle` (or
-    :meth:`refuse`) for each record in offset order, then :meth:`persist`,
+    The runtime calls, in this order for every batch: :meth:`prepare` with
+    the sessions it names, :meth:`handle` (or :meth:`refuse`) for each
+    record in offset order, then :meth:`persist`,
     and once the batch's records are acknowledged and its offsets committed,
     :meth:`committed`. Rebalances call :meth:`revoked` after the partitions'
     last commit and :meth:`assigned` when partitions arrive.
@@ -71,6 +72,10 @@ class Policy(ABC, Generic[S]):
         store, self.store = self.store, None
         if store is not None:
             store.close()
+
+    def prepare(self, session_ids: set[str]) -> None:
+        """Before a batch's records: the sessions it names (a store may
+        look them up at once instead of one by one)."""
 
     @abstractmethod
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:

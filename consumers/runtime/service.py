@@ -187,6 +187,8 @@ class ConsumerService:
         policy = self.policy
         refused: collections.Counter[str] = collections.Counter()
         first: dict[str, str] = {}
+        policy.prepare({record.key.decode("utf-8", "replace") for records in batch.values() for record in records
+                        if record.key})
         try:
             for partition, records in batch.items():
                 for record in records:
