@@ -104,6 +104,7 @@ class ProjectedSession:
     stored_surface: set[int] = field(default_factory=set)  # seqs with a row in the surface table
     applied: int = 0  # events folded since the policy last counted them
     last_activity: int | None = None  # ms: the newest record timestamp this process applied
+    stored_usage: list[dict[str, Any]] | None = None  # the usage the store holds (None: not known)
 
     def next_seq(self) -> int | None:
         return self.fold.count if self.fold is not None else None
@@ -163,8 +164,11 @@ class ProjectedSession:
             self.stored_surface = set(current)
         held = self.held if self.held.dirty else None
         snapshot = snapshot_fold(self.fold, with_surface_events=False) if self.fold is not None else None
-        return SessionChange(self.session_id, self.partition, self.view(), snapshot, self.error, gone, new, held,
-                             self.digests.changes(), self.last_activity)
+        view = self.view()
+        usage_changed = view["usage"] != self.stored_usage
+        self.stored_usage = view["usage"]
+        return SessionChange(self.session_id, self.partition, view, snapshot, self.error, gone, new, held,
+                             self.digests.changes(), self.last_activity, usage_changed)
 
 
 class Projection(Policy[ProjectedSession]):

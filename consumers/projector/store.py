@@ -112,21 +112,35 @@ def _layout_2_to_3(db: Any) -> None:
     for statement in _LISTING:
         db.execute(statement)
     for session_id, view in db.execute("SELECT session_id, view FROM sessions").fetchall():
-        _store_listing(db, session_id, decode_json(view), None)
+        _store_listing(db, session_id, decode_json(view))
 
 
-def _store_listing(db: Any, session_id: str, view: dict[str, Any], last_activity: int | None) -> None:
-    """The listing columns and usage rows of a session's view."""
+def _store_listing(db: Any, session_id: str, view: dict[str, Any]) -> None:
+    """The listing columns and usage rows of a stored view (the migration's;
+    a change writes them with its row)."""
+    db.execute("UPDATE sessions SET cwd = ?, created_at = ?, last_activity = ?, turn_count = ?, message_count = ? "
+               "WHERE session_id = ?", (*_listing(view, None), session_id))
+    store_usage(db, session_id, view.get("usage") or ())
+
+
+def _listing(view: dict[str, Any], last_activity: int | None) -> tuple:
+    """``cwd, created_at, last_activity, turn_count, message_count`` of a
+    view (no activity known: its creation)."""
     header = view.get("header") or {}
-    db.execute("UPDATE sessions SET cwd = ?, created_at = ?, last_activity = COALESCE(?, last_activity, ?), "
-               "turn_count = ?, message_count = ? WHERE session_id = ?",
-               (header.get("cwd"), header.get("createdAt"), last_activity, header.get("createdAt"),
-                len(view.get("turns") or ()), view.get("messageCount", 0), session_id))
+    return (header.get("cwd"), header.get("createdAt"),
+            last_activity if last_activity is not None else header.get("createdAt"), len(view.get("turns") or ()),
+            view.get("messageCount", 0))
+
+
+def store_usage(db: Any, session_id: str, usage: Iterable[dict[str, Any]]) -> None:
+    """Replace a session's usage rows (a view's ``usage``)."""
     db.execute("DELETE FROM usage WHERE session_id = ?", (session_id,))
     db.executemany(f"INSERT INTO usage (session_id, provider, model, {', '.join(TOKEN_COLUMNS)}) "
                    f"VALUES (?, ?, ?, {', '.join('?' * len(TOKEN_COLUMNS))})",
-                   [(session_id, usage["provider"], usage["model"], *(usage.get(kind, 0) for kind in TOKEN_COLUMNS))
-                    for usage in view.get("usage") or ()])
+                   [(session_id, row["provider"], row["model"], *(row.get(kind, 0) for kind in TOKEN_COLUMNS))
+                    for row in usage])
+
+
 _HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
 
 #: ``(status, fold snapshot, error, held rows)`` of a stored session.
@@ -271,6 +285,7 @@ class SessionChange:
     held: HeldRecords | None
     digests: dict[int, AppliedDigest]
     last_activity: int | None = None  # ms: when the last record applied was written
+    usage_changed: bool = True  # the view's usage differs from what the store holds
 
     def write(self, db: Any) -> None:
         session_id = self.session_id
@@ -279,13 +294,16 @@ class SessionChange:
         db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
                        [(session_id, seq, kind, dump_json(data).decode(), _searchable(data))
                         for seq, kind, data in self.surface_new])
-        db.execute("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error) "
-                   "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET status=excluded.status, "
-                   "next_seq=excluded.next_seq, view=excluded.view, snapshot=excluded.snapshot, "
-                   "error=excluded.error",
+        db.execute("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error, cwd, created_at, "
+                   "last_activity, turn_count, message_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                   "ON CONFLICT(session_id) DO UPDATE SET status = excluded.status, next_seq = excluded.next_seq, "
+                   "view = excluded.view, snapshot = excluded.snapshot, error = excluded.error, cwd = excluded.cwd, "
+                   "created_at = excluded.created_at, last_activity = COALESCE(?, sessions.last_activity, "
+                   "excluded.last_activity), turn_count = excluded.turn_count, message_count = excluded.message_count",
                    (session_id, self.view["status"], self.view["nextSeq"], dump_json(self.view).decode(),
-                    self.snapshot, self.error))
-        _store_listing(db, session_id, self.view, self.last_activity)
+                    self.snapshot, self.error, *_listing(self.view, self.last_activity), self.last_activity))
+        if self.usage_changed:
+            store_usage(db, session_id, self.view.get("usage") or ())
         if self.held is not None:
             store_held(db, self.held)
         store_digests(db, session_id, self.digests)
