@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
@@ -18,6 +19,8 @@ from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
 
 __all__ = ["add_reader_commands", "reader_of", "resolve_session"]
 
+#: How often ``findings --follow`` asks the store.
+_FOLLOW_SECONDS = 1.0
 _STORE_HELP = "the view store: a SQLite file or a postgresql:// URI (default: views.sqlite)"
 
 
@@ -46,6 +49,8 @@ def add_reader_commands(commands: Any, add_kafka_options: Callable[[argparse.Arg
     findings.add_argument("--rule", help="only this rule (e.g. request-mismatch)")
     findings.add_argument("--severity", choices=("error", "warning"))
     findings.add_argument("--session", help="only this session (id or unique prefix)")
+    findings.add_argument("--follow", action="store_true",
+                          help="then print each new finding as the store indexes it, until interrupted")
     _page_options(findings)
     findings.set_defaults(run=_findings)
 
@@ -139,15 +144,37 @@ def _findings(args: argparse.Namespace) -> int:
     from consumers.projector.reader import FindingFilter
     with reader_of(args.store) as reader:
         session = resolve_session(reader, args.session) if args.session else None
-        items = reader.findings(FindingFilter(rule=args.rule, severity=args.severity, session_id=session),
-                                limit=args.limit)["items"]
+        where = FindingFilter(rule=args.rule, severity=args.severity, session_id=session)
+        items = reader.findings(where, limit=args.limit)["items"]
+        _print_findings(items, args.json)
+        seen = {item["id"] for item in items}
+        while args.follow:  # until interrupted: every new finding once, oldest first
+            time.sleep(_FOLLOW_SECONDS)  # wait-ok: polling the store for what it indexes next
+            fresh = _unseen(reader, where, seen)
+            _print_findings(fresh[::-1], args.json)
+            seen.update(item["id"] for item in fresh)
+    return EXIT_OK
+
+
+def _unseen(reader: Any, where: Any, seen: set[str]) -> list[dict[str, Any]]:
+    """The matching findings not in ``seen``, newest first (every page is
+    read: a finding indexed late may be older than one seen)."""
+    fresh, cursor = [], None
+    while True:
+        page = reader.findings(where, cursor, limit=500)
+        fresh += [item for item in page["items"] if item["id"] not in seen]
+        if (cursor := page["next"]) is None:
+            return fresh
+
+
+def _print_findings(items: list[dict[str, Any]], as_json: bool) -> None:
     for item in items:
-        if args.json:
+        if as_json:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
             print(f"{_time(item['at'])}  {item['severity']:<7} {item['rule']}  session {item['sessionId']} "
                   f"seq {item['seq']} turn {item['turn']} step {item['step']}: {item['detail']}")
-    return EXIT_OK
+    sys.stdout.flush()
 
 
 def _dead_letters(args: argparse.Namespace) -> int:

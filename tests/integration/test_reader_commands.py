@@ -64,3 +64,40 @@ def test_delete_session_removes_views_findings_and_archive_and_retention_by_age(
     status, out, _ = _run(capsys, "delete-session", "--inactive-for", "1d", "--store", store)
     assert status == EXIT_OK and f"deleted {len(ids) - 1} sessions" in out  # every session was active in 1970
     assert _run(capsys, "sessions", "--store", store)[1] == ""
+
+
+def test_findings_follow_prints_each_new_finding_once(tmp_path):
+    import subprocess
+    import sys
+    store = tmp_path / "views.sqlite"
+    ids = [truth.session_id for truth, _ in stored_fleet(store)]
+    with subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "findings", "--follow", "--json",
+                           "--store", str(store)], stdout=subprocess.PIPE, text=True) as follower:
+        _follow(follower, store, ids)
+    assert follower.returncode is not None
+
+
+def _line(follower, timeout: float = 30.0) -> str:
+    """The follower's next line, within a deadline."""
+    import select
+    readable, _, _ = select.select([follower.stdout], [], [], timeout)
+    assert readable, f"no line from findings --follow in {timeout} s"
+    return follower.stdout.readline()
+
+
+def _follow(follower, store, ids) -> None:
+    from consumers.projector import ViewStore
+    try:
+        assert json.loads(_line(follower))["sessionId"] == ids[1]  # the one there before
+        views = ViewStore(store)
+        try:
+            with views.database.transaction() as db:
+                db.execute("INSERT INTO findings (topic, partition, \"offset\", session_id, rule, severity, seq, turn, "
+                           "step, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           ("dsh.findings", 1, 3, ids[2], "unlogged-request", "error", 9, 2, 1, "late", 10))
+        finally:
+            views.close()
+        line = _line(follower)  # older than the first, indexed after it: printed all the same
+        assert (json.loads(line)["sessionId"], json.loads(line)["detail"]) == (ids[2], "late")
+    finally:
+        follower.terminate()
