@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dsh_core.errors import StateStoreError
 from dsh_core.fold_snapshot import restore_fold
@@ -27,6 +28,8 @@ from .store import LAYOUT, TOKEN_COLUMNS
 
 __all__ = ["StoreReader", "LETTER_ID_BASE"]
 
+#: How long a PostgreSQL store may take to lend a working connection.
+_CONNECT_SECONDS = 5.0
 #: A dead letter's id: its partition times this, plus its offset.
 LETTER_ID_BASE = 1 << 40
 _HEAD_BYTES = 256
@@ -38,13 +41,17 @@ class StoreReader:
     def __init__(self, location: Path | str) -> None:
         self.postgres = is_postgres_location(location)
         self.where = display_location(str(location)) if self.postgres else str(location)
-        if self.postgres:
+        if self.postgres:  # a pool checks a connection before lending it and replaces a broken one
+            self._connection: Any = ConnectionPool(
+                str(location), min_size=1, max_size=2, open=False, check=ConnectionPool.check_connection,
+                kwargs={"autocommit": True, "application_name": "dsh-pipeline reader"})
             try:
-                self._connection: Any = psycopg.connect(str(location), autocommit=True,
-                                                        application_name="dsh-pipeline reader")
-            except psycopg.Error as error:
-                raise StateStoreError(f"{self.where}: cannot connect to the view store: "
-                                      f"{str(error).strip().splitlines()[0]}") from None
+                self._connection.open(wait=True, timeout=_CONNECT_SECONDS)
+            except PoolTimeout:
+                self._connection.close()
+                raise StateStoreError(f"{self.where}: cannot connect to the view store in {_CONNECT_SECONDS:.0f} s "
+                                      "(is the server up, and the URI's user, host, port and database right?)") \
+                    from None
         else:
             path = Path(location)
             if not path.is_file():
@@ -53,17 +60,25 @@ class StoreReader:
                                                check_same_thread=False)
         try:
             found = self._rows("SELECT kind, version FROM dsh_layout")
-        except (sqlite3.Error, psycopg.Error):
-            found = []
+        except StateStoreError as error:
+            self.close()
+            raise StateStoreError(f"{self.where}: not a view store in layout {LAYOUT} ({error.message})") from None
         if [tuple(row) for row in found] != [("view-store", LAYOUT)]:
             self.close()
-            raise StateStoreError(f"{self.where}: not a view store in layout {LAYOUT} (found {found or 'no layout'}); "
-                                  f"start the projector of this version on it once to migrate it")
+            raise StateStoreError(f"{self.where}: not a view store in layout {LAYOUT} (found {found}); start the "
+                                  f"projector of this version on it once to migrate it")
 
     def _rows(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple]:
-        if self.postgres:
-            return self._connection.execute(postgres_sql(statement), parameters).fetchall()
-        return self._connection.execute(statement, parameters).fetchall()
+        """The rows of one query; a store that cannot answer is a
+        :class:`StateStoreError` naming it."""
+        try:
+            if self.postgres:
+                with self._connection.connection(timeout=_CONNECT_SECONDS) as connection:
+                    return connection.execute(postgres_sql(statement), parameters).fetchall()
+            return self._connection.execute(statement, parameters).fetchall()
+        except (sqlite3.Error, psycopg.Error, PoolTimeout) as error:
+            text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise StateStoreError(f"{self.where}: the view store did not answer: {text}") from None
 
     def close(self) -> None:
         self._connection.close()

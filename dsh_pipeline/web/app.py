@@ -27,6 +27,7 @@ from fastapi.staticfiles import StaticFiles
 from pathlib import Path
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dsh_core.errors import StateStoreError
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter, ViewReader
 
 __all__ = ["TOKEN_COOKIE", "read_api"]
@@ -51,6 +52,8 @@ class _Guarded:
         with self.lock:
             try:
                 return getattr(self.reader, method)(*args, **kwargs)
+            except StateStoreError as error:  # the store is down: the API is not
+                raise HTTPException(503, error.message) from None
             except ValueError as error:  # a cursor the store never gave
                 raise HTTPException(422, f"query parameter 'cursor': {error}") from None
 

@@ -121,3 +121,30 @@ def test_every_endpoint_answers_the_ground_truth(kafka, topics, group_id, tmp_pa
         assert (await client.get("/api/v1/openapi.json")).json()["info"]["title"] == "dsh-pipeline read API"
 
     asyncio.run(ask())
+
+
+def test_a_store_that_goes_away_is_a_503_and_the_api_stays_up(tmp_path):
+    from dsh_pipeline.local_postgres import create_database
+    from tests.postgres_fixture import local_postgres_or_skip
+    from tests.view_store_helpers import stored_fleet
+
+    with local_postgres_or_skip() as server:
+        store = create_database(server.dsn, "test")
+        stored_fleet(store)
+        reader = StoreReader(store)
+
+        async def ask() -> tuple[int, int, dict, int]:
+            async with AsgiServer(read_api(reader, frozenset({TOKEN})), "the read API") as api:
+                async with httpx.AsyncClient(base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"},
+                                             timeout=60) as client:
+                    before = (await client.get("/api/v1/sessions")).status_code
+                    server.stop()
+                    gone = await client.get("/api/v1/sessions")
+                    return before, gone.status_code, gone.json(), (await client.get("/healthz")).status_code
+
+        try:
+            before, status, body, health = asyncio.run(ask())
+        finally:
+            reader.close()
+    assert (before, status, health) == (200, 503, 200)
+    assert "the view store did not answer" in body["error"] and "postgresql://" in body["error"]

@@ -20,7 +20,7 @@ ALLOWED = {
                   "deepseek_harness_runtime",  # the bridge finds the installed dsh runtime
                   "aiohttp", "uvicorn"},  # the gateway's upstream client and its ASGI server
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
-                  "psycopg"},  # the view store on PostgreSQL
+                  "psycopg", "psycopg_pool"},  # the view store on PostgreSQL
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",
                                      "fastapi", "starlette"},  # the read API and the viewer (FastAPI is Starlette)
 }
