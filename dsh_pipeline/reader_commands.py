@@ -9,13 +9,13 @@ import argparse
 import contextlib
 import sys
 import time
-from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import store_commands
 from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
+from dsh_pipeline.transcript import format_time
 
 __all__ = ["add_reader_commands", "reader_of", "resolve_session"]
 
@@ -119,8 +119,9 @@ def _sessions(args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
             continue
         models = ",".join(sorted({usage["model"] for usage in item["models"]})) or "-"
-        print(f"{item['sessionId']}  {item['status']:<7} {_time(item['lastActivity'])}  {item['turnCount']:>3} turns "
-              f"{item['messageCount']:>4} msgs  {item['findingCount']} findings  {models}  {item['cwd'] or ''}")
+        print(f"{item['sessionId']}  {item['status']:<7} {format_time(item['lastActivity'])}  "
+              f"{item['turnCount']:>3} turns {item['messageCount']:>4} msgs  {item['findingCount']} findings  "
+              f"{models}  {item['cwd'] or ''}")
     return EXIT_OK
 
 
@@ -147,7 +148,7 @@ def _findings(args: argparse.Namespace) -> int:
         where = FindingFilter(rule=args.rule, severity=args.severity, session_id=session)
         items = reader.findings(where, limit=args.limit)["items"]
         _print_findings(items, args.json)
-        seen = {item["id"] for item in items}
+        seen = {item["id"] for item in _unseen(reader, where, set())} if args.follow else set()
         while args.follow:  # until interrupted: every new finding once, oldest first
             time.sleep(_FOLLOW_SECONDS)  # wait-ok: polling the store for what it indexes next
             fresh = _unseen(reader, where, seen)
@@ -172,7 +173,7 @@ def _print_findings(items: list[dict[str, Any]], as_json: bool) -> None:
         if as_json:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
-            print(f"{_time(item['at'])}  {item['severity']:<7} {item['rule']}  session {item['sessionId']} "
+            print(f"{format_time(item['at'])}  {item['severity']:<7} {item['rule']}  session {item['sessionId']} "
                   f"seq {item['seq']} turn {item['turn']} step {item['step']}: {item['detail']}")
     sys.stdout.flush()
 
@@ -196,13 +197,9 @@ def _dead_letters(args: argparse.Namespace) -> int:
         if args.json or args.show is not None:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
-            print(f"{item['id']}  {_time(item['at'])}  {item['service']:<9} {item['reason']}  "
+            print(f"{item['id']}  {format_time(item['at'])}  {item['service']:<9} {item['reason']}  "
                   f"{item['topic']}[{item['partition']}]@{item['offset']}  session {item['sessionId']} "
                   f"seq {item['seq']}: {item['detail']}")
     return EXIT_OK
 
 
-def _time(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,10 +1,12 @@
-"""A session's derived messages as plain text, one line per content block."""
+"""A session's derived messages as plain text, one line per content block,
+and the times readers show."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
 
-__all__ = ["transcript_lines"]
+__all__ = ["format_time", "transcript_lines"]
 
 #: Characters of one block shown (a transcript line, not the whole output).
 _SHOWN = 2000
@@ -29,3 +31,15 @@ def transcript_lines(messages: Iterable[dict[str, Any]]) -> Iterator[str]:
                 text = f"[{kind}]"
             label = f"{who} ({kind})" if kind == "reasoning" else who
             yield f"{label}: {text[:_SHOWN]}"
+
+
+def format_time(ms: Any) -> str:
+    """Milliseconds since the epoch as ``YYYY-MM-DD HH:MM:SS UTC``; ``-``
+    for none, and the number itself where no calendar date is (a log's
+    time is whatever its writer put there)."""
+    if ms is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return str(ms)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError
 from prometheus_client import Counter
 
 from dsh_core.errors import DecodeError
@@ -116,7 +117,10 @@ class OutcomeIndex:
                 store.index_outcomes(findings, letters, {(tp.topic, tp.partition): n for tp, n in offsets.items()})
                 INDEXED.labels("finding").inc(len(findings))
                 INDEXED.labels("dead-letter").inc(len(letters))
-                await consumer.commit(offsets)  # for lag only: the store's offsets are where reading resumes
+                try:  # for lag only: the store's offsets are where reading resumes
+                    await consumer.commit(offsets)
+                except (CommitFailedError, IllegalStateError) as error:  # a rebalance moved the partitions on
+                    self.log.info("offsets not committed to the group (%s): the store has them", type(error).__name__)
         finally:
             await consumer.stop()
             store.close()

@@ -251,14 +251,12 @@ class ViewStore:
             db.executemany("INSERT INTO redriven (topic, partition, \"offset\", at) VALUES (?, ?, ?, ?) "
                            "ON CONFLICT DO NOTHING", [(*letter, at) for letter in letters])
 
-    def delete_session(self, session_id: str) -> int:
+    def delete_session(self, session_id: str) -> None:
         """Remove every row of a session (its view, listing, surface, held
-        records, digests, findings and dead letters); the rows removed."""
-        removed = 0
+        records, digests, findings and dead letters)."""
         with self.database.transaction() as db:
             for table in _SESSION_TABLES:
-                removed += db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,)).rowcount
-        return removed
+                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
 
     def acknowledged(self, session_ids: list[str]) -> None:
         if session_ids:

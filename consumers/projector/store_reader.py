@@ -20,9 +20,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dsh_core.errors import StateStoreError
 from dsh_core.fold_snapshot import restore_fold
-from dsh_core.jsonvalue import decode_json, thaw
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
-from ..runtime.postgres import display_location, is_postgres_location, postgres_sql
+from ..runtime.postgres import display_location, is_postgres_location, postgres_parameters, postgres_sql
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
 from .store import LAYOUT, TOKEN_COLUMNS
 
@@ -74,7 +74,7 @@ class StoreReader:
         try:
             if self.postgres:
                 with self._connection.connection(timeout=_CONNECT_SECONDS) as connection:
-                    return connection.execute(postgres_sql(statement), parameters).fetchall()
+                    return connection.execute(postgres_sql(statement), postgres_parameters(parameters)).fetchall()
             return self._connection.execute(statement, parameters).fetchall()
         except (sqlite3.Error, psycopg.Error, PoolTimeout) as error:
             text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -274,7 +274,9 @@ def _cursor(text: str, numbers: int, texts: int = 0) -> list[Any]:
     try:
         key = base64.urlsafe_b64decode(text.encode()).decode().split("\x1f")
         if len(key) == numbers + texts:
-            return [int(part) for part in key[:numbers]] + key[numbers:]
+            values = [int(part) for part in key[:numbers]]
+            if all(abs(value) <= MAX_SAFE_INTEGER for value in values):
+                return values + key[numbers:]
     except (ValueError, UnicodeError):
         pass
     raise ValueError(f"cursor {text!r} is not one this store gave")

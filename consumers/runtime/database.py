@@ -80,6 +80,9 @@ class Database:
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=NORMAL")
             self._claim(layout, schema, migrations or {})
+        except sqlite3.Error as error:  # locked by a writer that keeps it, not a database, unreadable
+            self.connection.close()
+            raise StateStoreError(f"{self.where}: cannot use the {kind} file: {error}") from None
         except BaseException:
             self.connection.close()
             raise

@@ -24,7 +24,7 @@ from dsh_core.errors import StateStoreError
 
 from .database import Migrations, claim_layout
 
-__all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_sql"]
+__all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_parameters", "postgres_sql"]
 
 _TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b| WITHOUT ROWID")
 _TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
@@ -43,6 +43,16 @@ def postgres_sql(statement: str) -> str:
     return _TYPES.sub(lambda match: _TYPE_NAMES[match.group(0)], statement).replace("?", "%s")
 
 
+def postgres_parameters(parameters: Sequence[Any]) -> Sequence[Any]:
+    """Parameters as PostgreSQL takes them: its text holds no NUL, which a
+    log's text may (JSON's ``\\u0000``), so a NUL in a string is written as
+    those six characters. Every lookup goes through the same translation,
+    so a session id holding one still finds its rows."""
+    if not any(type(value) is str and "\x00" in value for value in parameters):
+        return parameters
+    return [value.replace("\x00", "\\u0000") if type(value) is str else value for value in parameters]
+
+
 class _Connection:
     """A psycopg connection speaking the statements of the SQLite stores."""
 
@@ -50,10 +60,10 @@ class _Connection:
         self.connection = connection
 
     def execute(self, statement: str, parameters: Sequence[Any] = ()) -> psycopg.Cursor:
-        return self.connection.execute(postgres_sql(statement), parameters)
+        return self.connection.execute(postgres_sql(statement), postgres_parameters(parameters))
 
     def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
-        rows = list(rows)
+        rows = [postgres_parameters(row) for row in rows]
         if rows:
             with self.connection.cursor() as cursor:
                 cursor.executemany(postgres_sql(statement), rows)
@@ -92,6 +102,8 @@ class PostgresDatabase:
                 yield self.connection
         except psycopg.OperationalError as error:
             raise StateStoreError(f"{self.where}: the {self.kind} is unreachable: {_first_line(error)}") from None
+        except psycopg.Error as error:
+            raise StateStoreError(f"{self.where}: the {self.kind} refused a write: {_first_line(error)}") from None
 
     def close(self) -> None:
         self.raw.close()

@@ -19,12 +19,12 @@ import hmac
 import threading
 from typing import Any, Callable, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pathlib import Path
+from pathlib import Path as FilePath
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dsh_core.errors import StateStoreError
@@ -134,7 +134,7 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
                     limit)
 
     @app.get("/api/v1/dead-letters/{letter_id}", dependencies=guard, summary="one dead letter")
-    def dead_letter(letter_id: int) -> dict[str, Any]:
+    def dead_letter(letter_id: int = Path(ge=0, le=2 ** 63 - 1)) -> dict[str, Any]:
         found = read("dead_letter", letter_id)
         if found is None:
             raise HTTPException(404, f"no dead letter {letter_id} in the view store")
@@ -146,7 +146,7 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
 
     from .pages import add_pages
     add_pages(app)
-    app.mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static")
+    app.mount("/static", StaticFiles(directory=FilePath(__file__).parent / "static"), name="static")
     return app
 
 

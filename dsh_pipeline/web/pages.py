@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import json
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -23,6 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from consumers.projector.reader import STATUSES, SessionFilter
+from dsh_pipeline.transcript import format_time
 
 __all__ = ["add_pages"]
 
@@ -32,11 +32,7 @@ _LOGIN_BYTES = 8192  # the largest sign-in form read
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 
 
-def _time(ms: int | None) -> str:
-    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-_TEMPLATES.env.filters["time"] = _time
+_TEMPLATES.env.filters["time"] = format_time
 _TEMPLATES.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
 
 

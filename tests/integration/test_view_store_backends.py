@@ -189,6 +189,10 @@ def test_the_reader_lists_filters_and_pages_thesimulated_fleet(store_location):
         assert reader.summary()["sessionsByStatus"] == {"held": 1, "idle": len(ids) - 1}
         with pytest.raises(ValueError, match="cursor 'bogus' is not one this store gave"):
             reader.sessions(SessionFilter(), "bogus")
+        import base64
+        huge = base64.urlsafe_b64encode(f"{2 ** 70}\x1fsim".encode()).decode()
+        with pytest.raises(ValueError, match="is not one this store gave"):
+            reader.sessions(SessionFilter(), huge)
     finally:
         reader.close()
 
@@ -197,3 +201,25 @@ def test_a_reader_never_creates_a_store(tmp_path):
     with pytest.raises(StateStoreError, match=r"missing.sqlite: no view store there"):
         StoreReader(tmp_path / "missing.sqlite")
     assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_text_holding_nul_is_stored_and_found(store_location):
+    """PostgreSQL's text holds no NUL; a log's text may ("\\u0000" in JSON)."""
+    view = {"sessionId": "s\x00nul", "status": "idle", "header": {"id": "s\x00nul", "createdAt": 5, "cwd": "/w\x00"},
+            "nextSeq": 2, "turns": [], "usage": [], "messageCount": 1}
+    message = {"id": "u-1", "role": "user", "content": [{"type": "text", "text": "find a\x00b here"}],
+               "source": {"kind": "user"}}
+    store = ViewStore(store_location)
+    try:
+        store.write([SessionChange("s\x00nul", 0, view, None, "an error\x00", (), [(1, "user/message", message)],
+                                   None, {1: (1, b"d" * 32)}, 7)])
+        assert store.view("s\x00nul")["header"]["cwd"] == "/w\x00"  # the view's JSON keeps it exactly
+        assert store.digest("s\x00nul", 1) == (1, b"d" * 32)
+    finally:
+        store.close()
+    reader = StoreReader(store_location)
+    try:
+        [found] = reader.sessions(SessionFilter(text="A\x00B"))["items"]
+        assert reader.session(found["sessionId"])["surface"][0]["data"] == message
+    finally:
+        reader.close()

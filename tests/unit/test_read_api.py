@@ -334,6 +334,8 @@ def test_an_unknown_api_route_answers_in_the_error_shape(client_of):
 def test_a_time_beyond_64_bits_is_a_422_naming_it(client_of):
     answer = client_of().get("/api/v1/sessions", params={"created_from": 2 ** 64})
     assert answer.status_code == 422 and "'created_from'" in answer.json()["error"]
+    answer = client_of().get(f"/api/v1/dead-letters/{2 ** 64}")
+    assert answer.status_code == 422 and "'letter_id'" in answer.json()["error"]
 
 
 # ------------------------------------------------------------------ the viewer's pages
