@@ -326,6 +326,10 @@ def build_parser() -> _Cli:
 
     archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
     archive.add_argument("--root", required=True, help="the archive root (a dsh sessions root)")
+    archive.add_argument("--v4-copies", action="store_true",
+                         help="also write each v0 and v3 session as the v4 log dsh 0.2.1 migrates it to "
+                              "(session.v4.jsonl.zstd beside the archived file, which dsh 0.2.x then reads and "
+                              "continues); rewritten after each batch of the session")
     _add_consumer_options(archive, ArchiverConfig)
     archive.set_defaults(run=service_commands.archive)
 

@@ -251,4 +251,4 @@ def audit(args: argparse.Namespace) -> int:
 def archive(args: argparse.Namespace) -> int:
     from consumers.archiver import ArchiverConfig, archiver_service
     return _consume(args, lambda kafka, names: archiver_service(
-        service_config(args, ArchiverConfig, kafka, names, root=Path(args.root))))
+        service_config(args, ArchiverConfig, kafka, names, root=Path(args.root), v4_copies=args.v4_copies)))

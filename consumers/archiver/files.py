@@ -12,13 +12,17 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Iterable, Iterator
 
+from dsh_core.errors import DshError
 from dsh_core.session_header import SessionHeader
-from dsh_core.storage.layout import Compression, compression_of, encode_segment, is_log_name, log_name, project_dir
+from dsh_core.storage.layout import (Compression, compression_of, encode_segment, generation_of, is_log_name, log_name,
+                                     project_dir)
 from dsh_core.storage.reader import load_session_bytes, read_events
-from dsh_core.storage.writer import SessionFileWriter
+from dsh_core.storage.writer import SessionFileWriter, replace_file
+from dsh_core.v4.migrate import V4_NAME, migrated_log, v4_file
 
-__all__ = ["archive_segment", "existing_file", "new_file", "resume"]
+__all__ = ["archive_segment", "archived_files", "existing_file", "new_file", "resume", "write_v4_copy"]
 
 #: The longest folder name file systems take (bytes).
 _NAME_BYTES = 255
@@ -41,10 +45,28 @@ def existing_file(root: Path, session_id: str, compression: Compression) -> Path
     for project in root.iterdir():
         folder = project / segment
         if folder.is_dir():
-            for path in sorted(folder.iterdir()):
-                if is_log_name(path.name) and compression_of(path) == compression and path.is_file():
-                    return path
+            path = _shipped_file(folder, compression)
+            if path is not None:
+                return path
     return None
+
+
+def archived_files(root: Path, compression: Compression) -> Iterator[Path]:
+    """The archive file of every session in ``root``."""
+    for project in root.iterdir():
+        if project.is_dir():
+            for folder in project.iterdir():
+                path = _shipped_file(folder, compression) if folder.is_dir() else None
+                if path is not None:
+                    yield path
+
+
+def _shipped_file(folder: Path, compression: Compression) -> Path | None:
+    """A session folder's archive file: its oldest generation (a v4 file
+    beside it is the migrated copy)."""
+    logs = [path for path in folder.iterdir()
+            if is_log_name(path.name) and compression_of(path) == compression and path.is_file()]
+    return min(logs, key=generation_of) if logs else None
 
 
 def new_file(root: Path, header: SessionHeader, compression: Compression) -> Path:
@@ -67,3 +89,18 @@ def resume(path: Path, compression: Compression) -> tuple[SessionHeader, int, Se
     if not events:
         path.unlink()
     return header, len(events), SessionFileWriter(path, header, compression, next_seq=len(events))
+
+
+def write_v4_copy(path: Path, candidates: Iterable[Path]) -> DshError | None:
+    """Write the v4 log dsh 0.2.1 makes of the v0 or v3 archive file
+    ``path`` beside it (its subagent children among the archive files
+    ``candidates``), replacing the copy an earlier batch made. Where dsh
+    refuses to migrate the log, no copy is left and the refusal is returned."""
+    target = path.parent / V4_NAME
+    try:
+        data = v4_file(migrated_log(path, candidates))
+    except DshError as error:
+        target.unlink(missing_ok=True)
+        return error
+    replace_file(target, data)
+    return None

@@ -13,19 +13,30 @@ the commit, so a restart finds them; the shipper's discovery ignores it),
 and so is the digest of every record archived, written before the file so
 a copy with other bytes (a second writer) is never taken for a duplicate.
 Offsets are committed after fsync.
+
+With ``v4_copies`` each v0 and v3 session also gets the v4 log dsh 0.2.1
+migrates it to, beside its file (:func:`.files.write_v4_copy`), written
+after the batch's files; a parent's copy is written again when one of its
+subagent children changes (dsh catalogues the children). A restart writes
+the copy of every session it resumes again, so a crash between a file and
+its copy leaves no stale copy: the batch's offsets were not committed, and
+its records come back.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import Counter
 
+from dsh_core.errors import DshError
 from dsh_core.folds import read_header
 from dsh_core.session_header import SessionHeader
-from dsh_core.storage.layout import Compression
+from dsh_core.storage.layout import Compression, generation_of
+from dsh_core.storage.reader import header_line_of
 from dsh_core.storage.writer import SessionFileWriter
 from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_format, check_identity,
                                check_same_header)
@@ -37,13 +48,15 @@ from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
-from .files import existing_file, new_file, resume
+from .files import archived_files, existing_file, new_file, resume, write_v4_copy
 
 __all__ = ["Archive", "ArchiverConfig", "HELD_FILE", "archiver_service"]
 
 ARCHIVED = Counter("dsh_archiver_events_total", "Session events written to archive files.")
 FRAMES = Counter("dsh_archiver_frames_total", "Append batches (zstd frames) written.")
 ARCHIVE_SKIPPED = Counter("dsh_archiver_records_skipped_total", "Records not archived, by reason.", ["reason"])
+V4_COPIES = Counter("dsh_archiver_v4_copies_total",
+                    "v4 copies of v0/v3 sessions written, or refused where dsh refuses to migrate the log.", ["outcome"])
 
 #: The archiver's held records, in the archive root.
 HELD_FILE = ".dsh-archiver-held.sqlite"
@@ -54,6 +67,7 @@ class ArchiverConfig(ServiceConfig):
     root: Path  # the archive root
     compression: Compression = "zstd"
     group: str = "dsh-archiver"
+    v4_copies: bool = False  # also write each v0/v3 session as the v4 log dsh migrates it to
 
 
 @dataclass
@@ -68,6 +82,8 @@ class ArchivedSession:
     lines: list[bytes] = field(default_factory=list)
     first_seq: int = 0  # of ``lines``
     seq: int = 0  # the next seq
+    copy_due: bool = False  # its v4 copy is to be written after this batch's files
+    copy_refusal: str | None = None  # why dsh refuses to migrate it, as last reported
 
     def next_seq(self) -> int | None:
         return self.seq if self.header is not None else None
@@ -94,6 +110,8 @@ class Archive(Policy[ArchivedSession]):
     def __init__(self, config: ArchiverConfig) -> None:
         super().__init__(config)
         self._changed: dict[str, ArchivedSession] = {}  # with lines to write or held records to store
+        self._children: dict[str, set[Path]] | None = None  # archive files of subagents, by parent (when needed)
+        self.log = logging.getLogger("dsh.archiver")
 
     def open_store(self) -> Database:
         """The held records (the archive files are the rest of its state)."""
@@ -106,9 +124,18 @@ class Archive(Policy[ArchivedSession]):
                                       AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
             path = existing_file(self.config.root, session_id, self.config.compression)
             if path is not None:
-                session.start(*resume(path, self.config.compression))
+                self._resume(session_id, session, path)
             self.sessions.put(session_id, session)
         return session
+
+    def _resume(self, session_id: str, session: ArchivedSession, path: Path) -> None:
+        session.start(*resume(path, self.config.compression))
+        if self._copied(session.header):  # a crash may have come between the file and its copy
+            session.copy_due = True
+            self._changed[session_id] = session
+
+    def _copied(self, header: SessionHeader) -> bool:
+        return self.config.v4_copies and header.version != 4
 
     def _stored_digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         return applied_digest(self.store.connection, session_id, seq)
@@ -127,9 +154,11 @@ class Archive(Policy[ArchivedSession]):
                 check_identity(decoded, header)
                 path = new_file(self.config.root, header, self.config.compression)
                 if path.exists():
-                    session.start(*resume(path, self.config.compression))
+                    self._resume(session_id, session, path)
                 else:
                     session.start(header, 0, SessionFileWriter(path, header, self.config.compression))
+                    if self._children is not None and header.origin == "subagent":
+                        self._children.setdefault(str(header.parentSession), set()).add(path)
                 drain(session)
                 self._changed[session_id] = session
             return
@@ -149,13 +178,16 @@ class Archive(Policy[ArchivedSession]):
             with self.store.transaction() as db:
                 for session_id, rows in digests:
                     store_digests(db, session_id, rows)
-        held_changed = []
+        held_changed, copies = [], []
         for session_id, session in self._changed.items():
             if session.lines:
                 session.writer.append_lines(session.lines, session.first_seq, session.seq)
                 ARCHIVED.inc(session.seq - session.first_seq)
                 FRAMES.inc()
                 session.lines = []
+                session.copy_due = self._copied(session.header)
+            if session.copy_due:
+                copies.append(session)
             if session.held.dirty:
                 held_changed.append(session.held)
         self._changed.clear()
@@ -165,7 +197,47 @@ class Archive(Policy[ArchivedSession]):
             with self.store.transaction() as db:
                 for held in held_changed:
                     store_held(db, held)
+        if self.config.v4_copies:
+            self._write_copies(copies)
         self.sessions.evict()  # nothing unwritten is left to lose
+
+    def _write_copies(self, sessions: list[ArchivedSession]) -> None:
+        """The v4 copies of these sessions (after their files), then of the
+        parents of those that are subagents."""
+        parents = {str(s.header.parentSession) for s in sessions if s.header.origin == "subagent"}
+        done = set()
+        for session in sessions:
+            self._write_copy(session.header.id, session.writer.path, session)
+            session.copy_due = False
+            done.add(session.header.id)
+        for parent_id in sorted(parents - done):
+            path = existing_file(self.config.root, parent_id, self.config.compression)
+            if path is not None and generation_of(path) != 4:
+                self._write_copy(parent_id, path, self.sessions.get(parent_id))
+
+    def _write_copy(self, session_id: str, path: Path, session: ArchivedSession | None) -> None:
+        refusal = write_v4_copy(path, self._children_of(session_id))
+        V4_COPIES.labels("refused" if refusal else "written").inc()
+        reason = str(refusal) if refusal else None
+        if reason is not None and (session is None or session.copy_refusal != reason):
+            self.log.warning("session %r: no v4 copy beside %s: dsh refuses to migrate it (%s: %s); the archive "
+                             "file holds every record", session_id, path, refusal.category, reason)
+        if session is not None:
+            session.copy_refusal = reason
+
+    def _children_of(self, session_id: str) -> set[Path]:
+        """The archive files of the subagent sessions of ``session_id``
+        (the root is read once, then new ones are added as they come)."""
+        if self._children is None:
+            self._children = {}
+            for path in archived_files(self.config.root, self.config.compression):
+                try:
+                    header = read_header(header_line_of(path), str(path))
+                except (DshError, OSError):
+                    continue
+                if header.origin == "subagent":
+                    self._children.setdefault(str(header.parentSession), set()).add(path)
+        return self._children.get(session_id, set())
 
 
 def archiver_service(config: ArchiverConfig) -> ConsumerService:

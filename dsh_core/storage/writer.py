@@ -21,7 +21,7 @@ from .layout import Compression
 from .reader import LoadResult
 from .records import encode_records
 
-__all__ = ["encode_batch", "SessionFileWriter", "commit_repair"]
+__all__ = ["encode_batch", "SessionFileWriter", "commit_repair", "replace_file"]
 
 
 def _as_dict(event: Event | dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +40,21 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write a whole file durably in one step, replacing what is there
+    (readers see the old file or the new one, never a part)."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
 
 
 class SessionFileWriter:

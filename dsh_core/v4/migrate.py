@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..errors import DshError, FormatUnsupportedError, PipelineError
 from ..jsonvalue import decode_json, encode_json
@@ -26,7 +26,10 @@ from ..storage.reader import header_line_of, load_session, read_events
 from .rows import encode_seq_ranges
 from .v0 import MigratedLog, migrate_v0_log
 
-__all__ = ["children_of", "migrate", "migrated_log"]
+__all__ = ["V4_NAME", "children_of", "migrate", "migrated_log", "v4_file"]
+
+#: The file dsh 0.2.1 writes a migrated log to, beside its source.
+V4_NAME = "session.v4.jsonl.zstd"
 
 _KEY_ORDER = ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
 
@@ -38,9 +41,11 @@ def _line(event: dict[str, Any]) -> bytes:
     return encode_json(out)
 
 
-def migrated_log(source: str | os.PathLike[str]) -> MigratedLog:
+def migrated_log(source: str | os.PathLike[str], candidates: Iterable[Path] | None = None) -> MigratedLog:
     """The v4 header and events dsh 0.2.1 makes of the v0 or v3 log ``source``
-    (raises :class:`DshError` where dsh refuses to migrate it)."""
+    (raises :class:`DshError` where dsh refuses to migrate it). Its subagent
+    children are looked for among ``candidates`` (session files), by default
+    every session file of its sessions root, as dsh looks."""
     source = Path(source)
     generation = generation_of(source)
     if generation == 4:
@@ -51,8 +56,9 @@ def migrated_log(source: str | os.PathLike[str]) -> MigratedLog:
     header = decode_json(header_line_of(source))
     session_id = header.get("id") if isinstance(header, dict) else None
     in_layout = type(session_id) is str and source.parent.name == encode_segment(session_id)
-    # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
-    children = children_of(source.parent.parent.parent, session_id, _read_child) if in_layout else []
+    if candidates is None:  # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
+        candidates = find_session_files(source.parent.parent.parent, refuse=lambda error: None) if in_layout else []
+    children = children_of(candidates, session_id, _read_child) if in_layout else []
     if generation == 0:
         return migrate_v0_log(source, children)
     result = load_session(source, keep_migrated=True, children=children)
@@ -88,14 +94,10 @@ def migrate(source: str | os.PathLike[str]) -> Path:
     if source.is_dir():
         logs = [log for log in source.iterdir() if generation_of(log) is not None]
         source = max(logs, key=generation_of) if logs else source / "session.jsonl.zstd"
-    migrated = migrated_log(source)
-    target = source.parent / "session.v4.jsonl.zstd"
-    header = migrated.header.to_dict() | {"version": 4}
-    body = (compress_frame(encode_json({"type": "session", **header}) + b"\n")
-            + compress_frame(b"".join(_line(event) + b"\n" for event in migrated.events)))
+    target = source.parent / V4_NAME
     staged = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     with open(staged, "wb") as out:
-        out.write(body)
+        out.write(v4_file(migrated_log(source)))
         out.flush()
         os.fsync(out.fileno())
     try:
@@ -107,15 +109,23 @@ def migrate(source: str | os.PathLike[str]) -> Path:
     return target
 
 
+def v4_file(migrated: MigratedLog) -> bytes:
+    """The bytes of the v4 file dsh writes for a migrated log: a header
+    frame, then one frame with every event."""
+    header = migrated.header.to_dict() | {"version": 4}
+    return (compress_frame(encode_json({"type": "session", **header}) + b"\n")
+            + compress_frame(b"".join(_line(event) + b"\n" for event in migrated.events)))
+
+
 #: A child's events as its migration reads them, with its inherited cut; raises DshError.
 ReadChild = Callable[[Path], "tuple[list[dict[str, Any]], int]"]
 
 
-def children_of(root: str | os.PathLike[str], parent_id: str, read_child: ReadChild) -> list[dict[str, Any]]:
-    """The child facts of ``parent_id`` in the sessions root ``root``: ``{childId, childCreatedAt, descriptors}``
-    (``descriptors`` ``None`` when the child cannot be read), ordered by path."""
+def children_of(candidates: Iterable[Path], parent_id: str, read_child: ReadChild) -> list[dict[str, Any]]:
+    """The child facts of ``parent_id`` among the session files ``candidates``: ``{childId, childCreatedAt,
+    descriptors}`` (``descriptors`` ``None`` when the child cannot be read), ordered by path."""
     out = []
-    for path in find_session_files(root, refuse=lambda error: None):
+    for path in sorted(candidates):
         header = _header_of(path)
         if header is None or header.get("origin") != "subagent" or header.get("parentSession") != parent_id:
             continue

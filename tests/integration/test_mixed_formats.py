@@ -1,7 +1,8 @@
 """v0, v3 and v4 sessions side by side in one topic, shipped from a dsh
 sessions root through projector, auditor and archiver (real broker): every
 view is what dsh derives, nothing is reported, every archive file is the
-shipped log in its format's naming, and every record names its format."""
+shipped log in its format's naming (with, beside each v0 and v3 session,
+the v4 log dsh migrates it to), and every record names its format."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from consumers.archiver.files import existing_file
 from consumers.projector import ViewStore
+from dsh_core.errors import DshError
 from dsh_core.jsonvalue import thaw
 from dsh_core.storage.layout import log_path
 from dsh_core.storage.reader import load_session, read_events
 from dsh_core.v4.header import parse_header
-from dsh_core.v4.migrate import migrate
+from dsh_core.v4.migrate import V4_NAME, migrate, migrated_log, v4_file
 from producers.publisher import Publisher
 from producers.shipper import Shipper, ShipperConfig
 from tests.conftest import canonical, corpus_logs, expected_of
@@ -69,7 +72,7 @@ def test_v0_v3_and_v4_sessions_share_a_topic_end_to_end(kafka, topics, group_id,
         ends = await end_offsets(kafka, names.events)
         services = [projector(kafka, names, group_id("projector"), tmp_path / "views.sqlite", hot_sessions=3),
                     auditor(kafka, names, group_id("auditor"), hot_sessions=3),
-                    archiver(kafka, names, group_id("archiver"), archive, hot_sessions=3)]
+                    archiver(kafka, names, group_id("archiver"), archive, hot_sessions=3, v4_copies=True)]
         await asyncio.gather(*(run_until(service, lambda s=service: caught_up(s, ends)) for service in services))
         events = await consume_all(kafka, names.events, 100_000, timeout=3)
         return events, await consume_all(kafka, names.findings, 10_000, timeout=3, committed_only=True)
@@ -87,8 +90,21 @@ def test_v0_v3_and_v4_sessions_share_a_topic_end_to_end(kafka, topics, group_id,
             assert view["surfaceLength"] == len(load_session(path).state.surface.nodes), path
     finally:
         store.close()
+    copied = {0: 0, 3: 0}
     for session_id, (path, _) in expected.items():  # archived in its format's naming, the shipped log
-        archived = next(archive.glob(f"*/{path.parent.name}/session*.jsonl.zstd"))
+        archived = existing_file(archive, session_id, "zstd")
         assert archived.name == (path.name if path.name.endswith(".zstd") else path.name + ".zstd")
         assert read_events(archived) == read_events(path), path
         assert load_session(archived).accepted
+        copy = archived.parent / V4_NAME
+        if formats[session_id] == 4:
+            assert not list(archived.parent.glob("*.tmp")) and copy == archived
+            continue
+        try:  # what `migrate` writes beside the source (and dsh 0.2.1rc2 continues: test_real_dsh_021)
+            migrated = v4_file(migrated_log(path))
+        except DshError:  # dsh refuses to migrate many of dsh's own early v0 logs: no copy then
+            assert not copy.exists(), path
+            continue
+        assert copy.read_bytes() == migrated, path
+        copied[formats[session_id]] += 1
+    assert copied[0] >= 1 and copied[3] >= 1, copied
