@@ -9,9 +9,13 @@ dead-lettered; a record above the next seq holds the session (status
 the session heals. A record the fold refuses marks the session refused and
 is dead-lettered with its category.
 
-One SQLite transaction per batch writes every changed session (view, fold
+One store transaction per batch writes every changed session (view, fold
 snapshot, surface rows, held records, applied digests) before the offsets
-are committed, so views are exactly-once. A cold session, or one whose partition was revoked
+are committed, so views are exactly-once. Each assignment claims its
+partitions in the store (their owner epochs go up), and a batch is written
+only while this member's epochs are current: a member the group replaced
+while it stalled stops with :class:`FencedError` instead of writing over
+its successor's views. A cold session, or one whose partition was revoked
 and came back, is restored from its snapshot. View heads go to the
 compacted ``dsh.session-views`` topic; the same transaction notes each
 session whose head is not acknowledged yet, and the note goes once the
@@ -181,6 +185,7 @@ class Projection(Policy[ProjectedSession]):
         self._changed: dict[str, ProjectedSession] = {}
         self._unacknowledged: list[str] = []  # sessions whose heads the commit in flight covers
         self._unstored: set[str] = set()  # the batch's sessions the store has no row of (prepare)
+        self._epochs: dict[int, int] = {}  # the owner epoch of each assigned partition (ViewStore.claim)
 
     def open_store(self) -> ViewStore:
         return ViewStore(self.config.store)
@@ -284,7 +289,7 @@ class Projection(Policy[ProjectedSession]):
         if not self._changed:
             return
         changes = [session.change() for session in self._changed.values()]
-        self.store.write(changes)
+        self.store.write(changes, self._epochs)
         self._changed.clear()
         for change in changes:
             self.outputs.send(change.partition, self.config.topics.views, change.session_id.encode(),
@@ -302,6 +307,7 @@ class Projection(Policy[ProjectedSession]):
         """Publish the heads a crash left unacknowledged for these partitions'
         sessions (their views are committed; their records come back only
         as duplicates)."""
+        self._epochs.update(self.store.claim(tp.partition for tp in partitions))
         heads = self.store.unacknowledged(tp.partition for tp in partitions)
         if not heads:
             return
@@ -314,6 +320,8 @@ class Projection(Policy[ProjectedSession]):
 
     async def revoked(self, partitions: set[TopicPartition]) -> None:
         await super().revoked(partitions)
+        for tp in partitions:
+            self._epochs.pop(tp.partition, None)
         SESSIONS.labels("hot").set(len(self.sessions))
 
 

@@ -1,7 +1,7 @@
 """The projector's view store, on SQLite (one file, WAL: the embedded
 default) or PostgreSQL (projectors on many hosts in one group). Every
 statement that writes it is here; the schema is documented in
-docs/view-store.md (layout 3).
+docs/view-store.md (layout 4).
 
 ``sessions`` holds each session's view (JSON), fold snapshot and status,
 and the columns sessions are listed and filtered by (cwd, creation, last
@@ -13,6 +13,9 @@ against it); ``unacknowledged_heads`` the sessions whose view head is
 committed here but not yet acknowledged by the cluster. ``findings`` and
 ``dead_letters`` are the auditor's findings and every service's dead
 letters, keyed by where they were read (topic, partition, offset).
+``partition_owners`` fences members: each assignment of a partition
+raises its epoch, and a batch is written only by the member holding the
+current epoch of every partition it touches.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dsh_core.analysis import LogAnalysis
+from dsh_core.errors import FencedError
 from dsh_core.folds import SessionFold
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
@@ -33,7 +37,7 @@ from ..runtime.sequencing import AppliedDigest, HeldRecords
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
-_KIND, LAYOUT = "view-store", 3
+_KIND, LAYOUT = "view-store", 4
 _SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
                     "message_count INTEGER NOT NULL DEFAULT 0")
 TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
@@ -58,6 +62,8 @@ _LISTING = (
     "CREATE TABLE redriven (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
     "at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
 )
+#: Each events partition's owner epoch: raised by every assignment (:meth:`ViewStore.claim`).
+_OWNERS = "CREATE TABLE partition_owners (partition INTEGER PRIMARY KEY, epoch INTEGER NOT NULL)"
 #: A surface row's searchable text: its message's texts, lower-cased (:func:`message_texts`).
 _SURFACE_TEXT = "text TEXT NOT NULL DEFAULT ''"
 #: The tables holding rows of a session (what deleting a session removes).
@@ -71,6 +77,7 @@ _SCHEMA = (
     DIGESTS_SCHEMA,
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
     *_LISTING,
+    _OWNERS,
 )
 
 
@@ -113,6 +120,11 @@ def _layout_2_to_3(db: Any) -> None:
         db.execute(statement)
     for session_id, view in db.execute("SELECT session_id, view FROM sessions").fetchall():
         _store_listing(db, session_id, decode_json(view))
+
+
+def _layout_3_to_4(db: Any) -> None:
+    """Layout 3 did not fence members: no partition has an owner yet."""
+    db.execute(_OWNERS)
 
 
 def _store_listing(db: Any, session_id: str, view: dict[str, Any]) -> None:
@@ -160,7 +172,7 @@ class ViewStore:
 
     def __init__(self, location: Path | str) -> None:
         """``location``: a SQLite file's path, or a ``postgresql://`` URI."""
-        migrations = {2: _layout_2_to_3}
+        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4}
         self.database = (PostgresDatabase(location, _KIND, LAYOUT, _SCHEMA, migrations)
                          if is_postgres_location(location) else Database(Path(location), _KIND, LAYOUT, _SCHEMA,
                                                                          migrations))
@@ -213,10 +225,40 @@ class ViewStore:
 
     # -------------------------------------------------------------- writes
 
-    def write(self, changes: Iterable["SessionChange"]) -> None:
-        """Store changed sessions in one transaction, each noted as having an
-        unacknowledged head."""
+    def claim(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Take these partitions over: each one's owner epoch goes up, so a
+        member that held one before (a replaced member that stalled) can
+        write none of its sessions again; returns the new epochs. On
+        PostgreSQL this waits for a batch such a member is writing."""
+        numbers = sorted(partitions)
+        if not numbers:
+            return {}
         with self.database.transaction() as db:
+            db.executemany("INSERT INTO partition_owners (partition, epoch) VALUES (?, 1) ON CONFLICT (partition) "
+                           "DO UPDATE SET epoch = partition_owners.epoch + 1", [(number,) for number in numbers])
+            return dict(db.execute("SELECT partition, epoch FROM partition_owners WHERE partition IN "
+                                   f"({', '.join('?' * len(numbers))})", numbers).fetchall())
+
+    def write(self, changes: Iterable["SessionChange"], epochs: dict[int, int]) -> None:
+        """Store changed sessions in one transaction, each noted as having an
+        unacknowledged head, if ``epochs`` (from :meth:`claim`) are still the
+        current ones of their partitions; raises :class:`FencedError`
+        (nothing written) when a newer member claimed one. The check locks
+        the partitions' rows until the commit, so a claim cannot come
+        between it and the writes."""
+        changes = list(changes)
+        numbers = sorted({change.partition for change in changes})
+        if not numbers:
+            return
+        with self.database.transaction() as db:
+            current = dict(db.execute("UPDATE partition_owners SET epoch = epoch WHERE partition IN "
+                                      f"({', '.join('?' * len(numbers))}) RETURNING partition, epoch",
+                                      numbers).fetchall())
+            taken = [number for number in numbers if current.get(number) != epochs.get(number)]
+            if taken:
+                raise FencedError(f"{self.database.where}: events partition {taken[0]} was taken over by a newer "
+                                  f"member (store epoch {current.get(taken[0])}, this member's "
+                                  f"{epochs.get(taken[0])}); this member stops without writing its batch")
             for change in changes:
                 change.write(db)
 

@@ -14,7 +14,7 @@ from consumers.projector.store import SessionChange, view_head
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import Database
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
-from dsh_core.errors import StateStoreError
+from dsh_core.errors import FencedError, StateStoreError
 from dsh_core.jsonvalue import dump_json, thaw
 from dsh_kafka.records import KIND_RECORD
 from producers.simulator import messages_digest
@@ -82,13 +82,40 @@ def test_a_head_stays_unacknowledged_until_acknowledged(store_location):
     view = {"sessionId": "s-1", "status": "open", "header": None, "nextSeq": 3, "turns": [], "usage": []}
     store = ViewStore(store_location)
     try:
-        store.write([SessionChange("s-1", 2, view, None, None, (), (), None, {}, 1700000000000)])
+        store.write([SessionChange("s-1", 2, view, None, None, (), (), None, {}, 1700000000000)], store.claim([2]))
         assert store.unacknowledged([1]) == []
         assert store.unacknowledged([2]) == [("s-1", 2, view_head(view))]
         store.acknowledged(["s-1"])
         assert store.unacknowledged([0, 1, 2]) == []
     finally:
         store.close()
+
+
+def test_a_member_whose_partition_was_claimed_again_writes_nothing(store_location):
+    """A projector the group replaced while it stalled (its successor
+    claimed the partition) is fenced: its batch is refused whole, and the
+    successor's views stand."""
+    def change(session_id: str, partition: int, next_seq: int) -> SessionChange:
+        view = {"sessionId": session_id, "status": "open", "header": None, "nextSeq": next_seq, "turns": [],
+                "usage": []}
+        return SessionChange(session_id, partition, view, None, None, (), (), None, {})
+
+    stalled, successor = ViewStore(store_location), ViewStore(store_location)
+    try:
+        old = stalled.claim([0, 1])
+        stalled.write([change("s-0", 0, 2), change("s-1", 1, 2)], old)
+        new = successor.claim([0])
+        assert new == {0: old[0] + 1}
+        successor.write([change("s-0", 0, 5)], new)
+        with pytest.raises(FencedError, match=r"events partition 0 was taken over by a newer member \(store epoch "
+                                              rf"{old[0] + 1}, this member's {old[0]}\)"):
+            stalled.write([change("s-1", 1, 3), change("s-0", 0, 3)], old)
+        assert (successor.view("s-0")["nextSeq"], successor.view("s-1")["nextSeq"]) == (5, 2)  # nothing of it landed
+        stalled.write([change("s-1", 1, 3)], old)  # a partition nobody took over stays its own
+        assert successor.view("s-1")["nextSeq"] == 3
+    finally:
+        stalled.close()
+        successor.close()
 
 
 _LAYOUT_2 = (
@@ -119,7 +146,8 @@ def test_a_layout_2_store_is_migrated_on_start(store_location):
         assert _columns(store, "s-old") == ("idle", 9, 2, 4, "/w", 1700000000000, 1700000000000)
         assert [tuple(r) for r in store.db.execute("SELECT provider, model, inputTokens FROM usage")] == [
             ("deepseek", "m", 10)]
-        assert store.db.execute("SELECT version FROM dsh_layout").fetchone()[0] == 3
+        assert store.db.execute("SELECT version FROM dsh_layout").fetchone()[0] == 4
+        assert store.claim([0]) == {0: 1}  # layout 4's owners table, added by the step from 3
     finally:
         store.close()
 
@@ -127,7 +155,7 @@ def test_a_layout_2_store_is_migrated_on_start(store_location):
 def test_a_store_of_another_kind_is_refused_naming_both(store_location):
     _open(store_location, "auditor-state", 4, ["CREATE TABLE t (x INTEGER)"]).close()
     with pytest.raises(StateStoreError, match=r"a 'auditor-state' store in layout 4, not the 'view-store' store in "
-                                              r"layout 3 this service writes"):
+                                              r"layout 4 this service writes"):
         ViewStore(store_location)
 
 
@@ -212,7 +240,7 @@ def test_text_holding_nul_is_stored_and_found(store_location):
     store = ViewStore(store_location)
     try:
         store.write([SessionChange("s\x00nul", 0, view, None, "an error\x00", (), [(1, "user/message", message)],
-                                   None, {1: (1, b"d" * 32)}, 7)])
+                                   None, {1: (1, b"d" * 32)}, 7)], store.claim([0]))
         assert store.view("s\x00nul")["header"]["cwd"] == "/w\x00"  # the view's JSON keeps it exactly
         assert store.digest("s\x00nul", 1) == (1, b"d" * 32)
     finally:
