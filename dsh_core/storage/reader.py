@@ -38,6 +38,7 @@ class LoadResult:
     header: SessionHeader | None = None
     error: DshError | None = None
     state: SessionState | None = None
+    #: the session's events (of a v3 log, as migrated; plus any closers)
     event_count: int = 0
     stored_count: int = 0
     closers: list[dict[str, Any]] = field(default_factory=list)
@@ -269,5 +270,6 @@ def _load(stream: BinaryIO, source: str, compression: Compression, observer: Fol
     result.state = pipeline.state
     if isinstance(pipeline, V3Fold):
         result.migrated_events = pipeline.events
-    result.event_count = pipeline.count + len(result.closers)
+    count = pipeline.v4.count if isinstance(pipeline, V3Fold) else pipeline.count
+    result.event_count = count + len(result.closers)
     return result
