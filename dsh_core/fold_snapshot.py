@@ -47,8 +47,9 @@ __all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4_SNAPSHOT_LAYOUT", "snaps
 
 #: The one v0 snapshot layout this build writes and reads.
 FOLD_SNAPSHOT_VERSION = 1
-#: The one v3/v4 snapshot layout this build writes and reads ...
-V4_SNAPSHOT_LAYOUT = 1
+#: The one v3/v4 snapshot layout this build writes and reads (2: a v4
+#: state keeps the messages image offloads projected) ...
+V4_SNAPSHOT_LAYOUT = 2
 #: ... behind this first line.
 V4_SNAPSHOT_MAGIC = b"dsh-pipeline v4 fold snapshot, layout %d\n"
 

@@ -7,7 +7,8 @@ The surface fold then places each surface event (append, or a replace of a
 current range ``{op: "replace", startSeq, endSeq}``) and refuses what dsh's
 fold refuses (invalid-log). Derivation: ``user/message`` → its data;
 ``system/message``, ``developer/message``, ``assistant/message`` → their
-message unless its content is empty; ``tool/result`` → its tool-role message.
+message unless its content is empty; ``tool/result`` → its tool-role message,
+each as the ``image/offload`` events so far project it (:mod:`.images`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..errors import CorruptionError, FormatUnsupportedError, SurfaceError
+from ..errors import CorruptionError, SurfaceError
 from ..jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze, json_equal
+from .images import project_offload
 from .lookback import ToolsBySeq
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES
 
@@ -24,7 +26,6 @@ __all__ = ["V4State", "adopt_event", "canonical_header", "derive_message"]
 
 _ROLES = {"system/message": "system", "developer/message": "developer", "user/message": "user",
           "assistant/message": "assistant", "tool/result": "tool"}
-_PROJECTED_TYPES = frozenset({"image/offload"})
 
 
 def _seq(value: Any) -> bool:
@@ -215,8 +216,9 @@ class _Surface:
 
 
 class V4State:
-    """The fold of a v4 session's events: surface, current surface events,
-    the request header and context in force; ``surface``, ``header``,
+    """The fold of a v4 session's events: surface, current surface events
+    and the messages image offloads projected of them, the request header
+    and context in force; ``surface``, ``header``,
     ``context``, ``messages()`` and ``message_count()`` read as the v0
     :class:`~dsh_core.session.SessionState`'s do (inspect and the analysis
     read either)."""
@@ -227,6 +229,7 @@ class V4State:
         self.last_time: int | None = None
         self.surface = _Surface()
         self._events: dict[int, tuple[str, Any]] = {}  # current surface nodes
+        self._projected: dict[int, FrozenDict] = {}  # current nodes' messages as image/offload left them
         self._header_tools = ToolsBySeq()  # for developer/message headerSeq
         self.header: FrozenDict | None = None
         self.context: Any = None
@@ -239,12 +242,10 @@ class V4State:
         op = _surface_op(event)
         if event_type == "developer/message":
             self._check_developer_header(event)
-        if event_type in _PROJECTED_TYPES:
-            raise FormatUnsupportedError(
-                f'session {self.session_id!r} seq {seq}: session event "{event_type}" requires a message '
-                "projection this reader does not implement")
         nodes = self.surface.nodes
-        if op == "append":
+        if event_type == "image/offload":
+            self._projected.update(project_offload(event["data"], self._events, self._projected))
+        elif op == "append":
             nodes.append(seq)
             self._events[seq] = (event_type, freeze(event["data"]))
         elif op is not None:
@@ -275,6 +276,7 @@ class V4State:
             self.surface.replace_generation += 1
             for node in shadowed:
                 del self._events[node]
+                self._projected.pop(node, None)
             self._events[seq] = (event_type, freeze(event["data"]))
         elif event_type == "request/header":
             self.header = canonical_header(freeze(event["data"]["header"]))
@@ -306,7 +308,7 @@ class V4State:
         """The derived history now (a fresh list of frozen messages)."""
         out = []
         for seq in self.surface.nodes:
-            message = derive_message(*self._events[seq])
+            message = self._projected.get(seq) or derive_message(*self._events[seq])
             if message is not None:
                 out.append(message)
         return out
@@ -318,7 +320,7 @@ class V4State:
         return len(self.messages())
 
     def surface_events(self) -> Mapping[int, tuple[str, Any]]:
-        """The current surface events, seq → ``(type, frozen data)``: a
-        read-only live view."""
+        """The current surface events, seq → ``(type, frozen data)``, as
+        logged (image offloads leave them as they are): a read-only live view."""
         return MappingProxyType(self._events)
 

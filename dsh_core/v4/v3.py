@@ -278,7 +278,16 @@ def _remap(event: dict[str, Any], seq: int, mapping: list[int]) -> dict[str, Any
     elif event["type"] in ("session/title", "session/title-llm-request"):
         data = {**data, "messageSeqs": [one(value) for value in data["messageSeqs"]]}
     elif event["type"] == "image/offload":
-        data = {**data, "targets": [{**target, "seq": one(target["seq"])} for target in data["targets"]]}
+        if not isinstance(data, dict):
+            raise _Refusal("V3 event reference container must be an object")
+        if not isinstance(data.get("targets"), list):
+            raise _Refusal("V3 image offload targets must be an array")
+        moved_targets = []
+        for target in data["targets"]:
+            if not isinstance(target, dict):
+                raise _Refusal("V3 event reference container must be an object")
+            moved_targets.append({**target, "seq": one(target.get("seq"))})
+        data = {**data, "targets": moved_targets}
     moved = {**event, "seq": seq, "data": data}
     if "sourceEventSeqs" in event:
         moved["sourceEventSeqs"] = [one(value) for value in event["sourceEventSeqs"]]

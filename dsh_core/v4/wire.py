@@ -6,22 +6,29 @@ force (``config``, ``tools``), the latest ``request/context`` (whether a
 changed system prompt travels ``in-history``) and the derived messages.
 The body is what dsh's DeepSeek adapter serializes (its ``serialize``),
 without the fields dsh's plugins add around it (``dsh_session_log``,
-``dsh_plugin_packages``). A history the adapter cannot serialize raises
-:class:`WireError`.
+``dsh_plugin_packages``). An image an ``image/offload`` marked travels as
+the placeholder text an image-capable route sends (the only kind that
+offloads), which names the read-only path of the image's normalized copy
+when the runtime resolves one: the log does not hold it, so the caller
+says (``image_path``). A history the adapter cannot serialize, or an image
+sent as itself (uploaded or inline bytes), raises :class:`WireError`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from ..errors import ValidationError
+from .images import IMAGE_EXTENSIONS, offloaded_image_text
 
 __all__ = ["DEFAULT_MAX_TOKENS", "WireError", "messages_body"]
 
 #: dsh-llm-deepseek's default ``max_tokens``.
 DEFAULT_MAX_TOKENS = 256_000
 _EFFORTS = ("off", "low", "high", "max")
+#: Resolves an offloaded image's attachment to the read-only path of its normalized copy, or ``None`` for none.
+ImagePath = Callable[[Mapping[str, Any]], str | None]
 
 
 class WireError(ValidationError):
@@ -95,6 +102,32 @@ def _input(blocks: list[Any]) -> list[dict[str, Any]]:
         else:  # images travel as uploaded files or inline bytes: not in the log
             raise WireError(f"DeepSeek Messages request content {kind} is not rebuilt from the log")
     return out
+
+
+def _offloaded(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "image" and block.get("offloaded") is True
+
+
+def _placeholder(message: Any, block: dict[str, Any], image_path: ImagePath | None) -> dict[str, Any]:
+    attachment = block.get("attachment")
+    if not isinstance(attachment, dict) or type(attachment.get("attachmentId")) is not str:
+        raise WireError(f"an offloaded image of message {message.get('id')!r} has no attachment id")
+    if image_path is None:
+        raise WireError("an offloaded image's placeholder names the path of its normalized copy, which the log "
+                        "does not hold: pass image_path")
+    path = image_path(attachment)
+    if path is not None and attachment.get("mediaType") not in IMAGE_EXTENSIONS:
+        raise WireError(f"an offloaded image of message {message.get('id')!r} has no supported mediaType")
+    return {"type": "text", "text": offloaded_image_text(attachment, path)}
+
+
+def _placeholders(history: list[Any], image_path: ImagePath | None) -> list[Any]:
+    """dsh's ``projectOffloadedImages``: each offloaded image, in any message,
+    replaced by its placeholder text."""
+    return [message if not any(_offloaded(block) for block in message["content"]) else
+            {**message, "content": [_placeholder(message, block, image_path) if _offloaded(block) else block
+                                    for block in message["content"]]}
+            for message in history]
 
 
 def _conversation(history: list[Any], in_history: bool, model: Any) -> tuple[list[dict[str, Any]], str | None]:
@@ -173,14 +206,16 @@ def _order_tool_results(messages: list[dict[str, Any]]) -> None:
         raise WireError("DeepSeek Messages history ends with unresolved tools")
 
 
-def messages_body(header: Any, context: Any, history: list[Any]) -> dict[str, Any]:
+def messages_body(header: Any, context: Any, history: list[Any],
+                  image_path: ImagePath | None = None) -> dict[str, Any]:
     """The Messages API body for a prefix whose folded request header is
     ``header``, latest ``request/context`` payload ``context`` and derived
-    messages ``history``."""
+    messages ``history``; ``image_path`` resolves offloaded images' paths
+    as the runtime did (needed only when the history offloaded one)."""
     config = header["config"]
     model = config.get("model")
     in_history = isinstance(context, dict) and context.get("systemPromptUpdate") == "in-history"
-    messages, history_system = _conversation(history, in_history, model)
+    messages, history_system = _conversation(_placeholders(history, image_path), in_history, model)
     _order_tool_results(messages)
     effort = config.get("reasoningEffort", "high")
     if effort not in _EFFORTS:

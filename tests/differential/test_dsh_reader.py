@@ -12,16 +12,18 @@ ours. Skipped, saying why, only where Node 22 cannot be installed.
 
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 
 import pytest
 
 from dsh_core.inspect import inspect_path
+from dsh_core.storage.reader import read_events
 from tests.conftest import canonical
 from tests.oracle import encode_segment, place_log, run_oracle
-import random
-
-from tests.oracle.mutations import MUTATIONS, plain_log, read_log, tools_log, write_mutations
+from tests.oracle.image_logs import IMAGE_MUTATIONS, image, image_log
+from tests.oracle.mutations import MUTATIONS, Log, plain_log, read_log, tools_log, write_mutations
 from tests.oracle.random_logs import random_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dsh-0.2.1"
@@ -140,3 +142,116 @@ def test_v0_logs_of_dsh_0_1_2_are_read_by_both(oracle, tmp_path):
     for session_id, log in ids.items():
         assert theirs[session_id]["ok"], theirs[session_id]
         assert _ours(log)["accepted"], log.name
+
+
+#: Random logs with images, each written with three random image mutations.
+IMAGE_RANDOM_LOGS = 40
+
+
+def _disagreement(ours: dict, theirs: dict, events: list | None) -> object:
+    """What differs between our reading and dsh's (``None``: nothing):
+    verdict, category, events (``events``: ours as stored, when comparable),
+    surface and derived messages."""
+    if ours["accepted"] != theirs["ok"]:
+        return ("verdict", ours["error"], theirs.get("message"))
+    if not theirs["ok"]:
+        category = _CATEGORY_OF_PLAIN_ERROR.get(ours["error"]["category"], ours["error"]["category"])
+        return None if category == theirs["category"] else ("category", ours["error"], theirs["message"])
+    mine = (ours["eventCount"], ours["surfaceNodes"], ours["replaceGeneration"], canonical(ours["derivedMessages"]),
+            canonical(ours["requestHeader"]), canonical(ours["requestContext"]))
+    dsh = (len(theirs["events"]), theirs["surface"]["nodes"], len(theirs["surface"]["replacements"]),
+           canonical(theirs["messages"]), canonical(theirs["requestHeader"]), canonical(theirs["requestContext"]))
+    if mine != dsh:
+        return ("derived", [index for index, (a, b) in enumerate(zip(mine, dsh)) if a != b])
+    if events is not None and canonical(events[:ours["eventCount"]]) != canonical(theirs["events"]):
+        return ("events",)
+    return None
+
+
+def test_image_offloads_read_as_dsh_reads_them(oracle, tmp_path):
+    """Hand-built and random logs whose images dsh offloaded, and each rule
+    of dsh's image/offload projection broken once: the same verdict,
+    category, events, surface and derived messages."""
+    rng = random.Random(8086)
+    hand = write_mutations(image_log(), tmp_path, table=IMAGE_MUTATIONS)
+    drawn = []
+    for number in range(IMAGE_RANDOM_LOGS):
+        log = random_log(rng, f"session-images-{number}", images=True)
+        drawn.append(sum(event["type"] == "image/offload" for event in log.events()))
+        write_mutations(log, tmp_path, ["control", *rng.sample(sorted(IMAGE_MUTATIONS), 3)], table=IMAGE_MUTATIONS)
+    theirs = run_oracle(tmp_path)
+    paths = sorted(tmp_path.glob("*/*/session.v4.jsonl.zstd"))
+    disagreements = []
+    for path in paths:
+        reading = theirs[path.parent.name]
+        problem = _disagreement(_ours(path), reading, read_events(path)[1])
+        if problem is not None:
+            disagreements.append((path.parent.name, problem))
+    assert disagreements == []
+    assert set(hand) == set(IMAGE_MUTATIONS), set(IMAGE_MUTATIONS) - set(hand)
+    refused = {name for name, session_id in hand.items() if not theirs[session_id]["ok"]}
+    assert refused == {name for name in IMAGE_MUTATIONS if name != "control" and not name.startswith("valid_")}
+    offloaded = [reading for reading in theirs.values() if reading["ok"] and any(
+        block.get("offloaded") is True for message in reading["messages"] for block in message["content"])]
+    assert sum(count > 0 for count in drawn) >= IMAGE_RANDOM_LOGS // 2 and len(offloaded) >= IMAGE_RANDOM_LOGS // 2
+    assert len(paths) >= len(IMAGE_MUTATIONS) + IMAGE_RANDOM_LOGS
+
+
+def _restarted_with_images(log: Log) -> Log:
+    """A v3 log whose last turn a restart reopened (dsh's migration inserts an
+    interrupted turn/end there, so every later seq moves by one), with images
+    in a tool result and in the new turn's user message, and an offload of
+    both after the move."""
+    events = log.events()
+    end = next(index for index, event in enumerate(events) if event["type"] == "turn/end")
+    kept = events[:end]
+    result = next(event for event in kept if event["type"] == "tool/result")
+    result["data"]["message"]["content"][0]["content"].append(image("shot.png"))
+    answer = next(event for event in reversed(kept) if event["type"] == "assistant/message")
+    header = next(event for event in kept if event["type"] == "request/header")
+    context = next(event for event in kept if event["type"] == "request/context")
+    user = {"id": "user-restart", "role": "user", "source": {"kind": "user"},
+            "content": [{"type": "text", "text": "and these?"}, image("a.png"), image("b.png")]}
+    time = kept[-1]["time"]
+    added = [("agent/inbox/spliced", {"target": "next-turn", "start": 0, "inserted": [user]}, {}),
+             ("turn/start", {"turn": 2}, {}),
+             ("step/start", {"turn": 2, "step": 1}, {}),
+             ("user/message", user, {"surfaceOp": "append"}),
+             ("request/header", {**header["data"], "reason": "resume"}, {}),
+             ("request/context", context["data"], {}),
+             ("image/offload", {"targets": [{"seq": result["seq"], "imageIndexes": [0]},
+                                            {"seq": len(kept) + 3, "imageIndexes": [1]}]}, {}),
+             ("assistant/message", {**answer["data"], "turn": 2, "step": 1}, {"surfaceOp": "append"}),
+             ("step/end", {"turn": 2, "step": 1}, {}),
+             ("turn/end", {"turn": 2, "reason": {"kind": "completed"}}, {})]
+    for kind, data, envelope in added:
+        kept.append({"type": kind, "seq": len(kept), "time": time, "data": data, **envelope})
+    return Log((log.frames[0], tuple(json.dumps(event, separators=(",", ":"), ensure_ascii=False) for event in kept)))
+
+
+#: Image mutations for the v3 log: the remap of the moved offload, then the projection.
+_V3_IMAGE_MUTATIONS = ["control", "valid_offload_all_remaining", "data_not_object", "targets_not_array",
+                       "target_not_object", "target_no_seq", "target_seq_string", "target_later_event",
+                       "index_missing", "offload_again", "target_system"]
+
+
+def test_v3_image_offloads_move_with_their_targets_as_dsh_migrates_them(oracle, tmp_path):
+    log = _restarted_with_images(read_log(FIXTURES.parent / "dsh-0.1.5" / "tools.v3.jsonl.zstd"))
+    written = write_mutations(log, tmp_path, _V3_IMAGE_MUTATIONS, file_name="session.v3.jsonl.zstd",
+                              table=IMAGE_MUTATIONS)
+    theirs = run_oracle(tmp_path)
+    assert set(written) == set(_V3_IMAGE_MUTATIONS)
+    disagreements = []
+    for name, session_id in written.items():
+        path = next(tmp_path.glob(f"*/{encode_segment(session_id)}/session.v3.jsonl.zstd"))
+        problem = _disagreement(_ours(path), theirs[session_id], None)
+        if problem is not None:
+            disagreements.append((name, problem))
+    assert disagreements == []
+    control = theirs[written["control"]]
+    assert control["ok"] and [event["type"] for event in control["events"]].count("turn/end") == 2
+    offload = next(event for event in control["events"] if event["type"] == "image/offload")
+    moved = offload["data"]["targets"][1]["seq"]
+    assert moved == next(event["seq"] for event in log.events() if event["type"] == "image/offload") - 3 + 1
+    assert [message["content"][2].get("offloaded") for message in control["messages"]
+            if message["id"] == "user-restart"] == [True]

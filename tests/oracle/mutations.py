@@ -19,7 +19,7 @@ catalogue (§7) for when no real log is at hand."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -409,17 +409,19 @@ MUTATIONS: dict[str, Callable[[Log], bytes | None]] = {
 
 
 def write_mutations(source: Log | Path, root: Path, names: list[str] | None = None,
-                    file_name: str = "session.v4.jsonl.zstd") -> dict[str, str]:
-    """Write each applicable mutation of ``source`` as its own session under
-    ``root``; return ``{mutation: session id}`` (inapplicable ones left out)."""
+                    file_name: str = "session.v4.jsonl.zstd",
+                    table: Mapping[str, Callable[[Log], bytes | None]] = MUTATIONS) -> dict[str, str]:
+    """Write each applicable mutation of ``source`` (from ``table``) as its own
+    session under ``root``; return ``{mutation: session id}`` (inapplicable
+    ones left out)."""
     log = read_log(source) if isinstance(source, Path) else source
     header = log.header
     original = header["id"]
     written: dict[str, str] = {}
-    for name in names or list(MUTATIONS):
+    for name in names or list(table):
         new_id = f"{original}--{name}"
         renamed = _renamed(log, original, new_id)
-        data = MUTATIONS[name](renamed)
+        data = table[name](renamed)
         if data is None:
             continue
         target = session_dir(root, header.get("cwd"), new_id)

@@ -98,8 +98,8 @@ def _attributes(value, seen=None) -> dict[str, list[str]]:
     return seen
 
 
-#: What layout 1 saves. A change here is a new layout: bump V4_SNAPSHOT_LAYOUT.
-LAYOUT_1 = {
+#: What layout 2 saves. A change here is a new layout: bump V4_SNAPSHOT_LAYOUT.
+LAYOUT_2 = {
     "V3Fold": ["_foreign_delivery", "_issue", "_line_no", "_mapping", "_next_turn_spliced", "_refusal",
                "_step_open", "_turn", "count", "events", "v4", "where"],
     "V4Fold": ["_admission_error", "_adoption_error", "_artifact_error", "_fold_error", "_foreign_delivery",
@@ -111,7 +111,8 @@ LAYOUT_1 = {
     "ToolsBySeq": ["_by_seq", "_distinct"],
     "SessionHeader": ["agentPreset", "createdAt", "cwd", "delegationDepth", "id", "isSeeded", "origin",
                       "parentSession", "seedLength", "version"],
-    "V4State": ["_events", "_header_tools", "context", "header", "last_time", "next_seq", "session_id", "surface"],
+    "V4State": ["_events", "_header_tools", "_projected", "context", "header", "last_time", "next_seq", "session_id",
+                "surface"],
     "_Surface": ["nodes", "replace_generation"],
     "_Compaction": ["command", "id", "seq", "summarized", "turn"],
     "_Marker": ["name"],  # saved by name: ABSENT, NO_SOURCE
@@ -125,8 +126,8 @@ def test_the_saved_layout_is_pinned():
     for line in lines[1:]:  # every state the fold passes through (a compaction is open only midway)
         fold.apply(line)
         _attributes(fold, layout)
-    assert V4_SNAPSHOT_LAYOUT == 1
-    assert layout == LAYOUT_1
+    assert V4_SNAPSHOT_LAYOUT == 2
+    assert layout == LAYOUT_2
 
 
 def test_snapshots_of_another_layout_or_foreign_classes_are_refused():
