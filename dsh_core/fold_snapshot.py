@@ -47,9 +47,11 @@ __all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4_SNAPSHOT_LAYOUT", "snaps
 
 #: The one v0 snapshot layout this build writes and reads.
 FOLD_SNAPSHOT_VERSION = 1
-#: The one v3/v4 snapshot layout this build writes and reads (2: a v4
-#: state keeps the messages image offloads projected) ...
+#: The v3/v4 snapshot layout this build writes (2: a v4 state keeps the
+#: messages image offloads projected) ...
 V4_SNAPSHOT_LAYOUT = 2
+#: ... and those it reads (1: without projected messages, as no log with an offload was read then) ...
+_READ_V4_LAYOUTS = (1, 2)
 #: ... behind this first line.
 V4_SNAPSHOT_MAGIC = b"dsh-pipeline v4 fold snapshot, layout %d\n"
 
@@ -135,9 +137,9 @@ def _snapshot_v4(fold: SessionFold, with_surface_events: bool) -> bytes:
 def _restore_v4(blob: bytes, where: str, observer: FoldObserver | None,
                 surface_events: list[tuple[int, str, Any]] | None) -> SessionFold:
     first, _, body = blob.partition(b"\n")
-    if first + b"\n" != V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT:
+    if first + b"\n" not in [V4_SNAPSHOT_MAGIC % layout for layout in _READ_V4_LAYOUTS]:
         raise FormatUnsupportedError(f"{where}: fold snapshot is {first.decode('ascii', 'replace')!r}, but this "
-                                     f"build writes and reads only layout {V4_SNAPSHOT_LAYOUT}")
+                                     f"build reads only layouts {', '.join(map(str, _READ_V4_LAYOUTS))}")
     stream = io.BytesIO(body)
 
     class Unpickler(pickle.Unpickler):

@@ -319,6 +319,12 @@ class V4State:
     def message_count(self) -> int:
         return len(self.messages())
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A fold snapshot of layout 1, saved before image offloads were
+        read, holds no projected messages."""
+        state.setdefault("_projected", {})
+        self.__dict__.update(state)
+
     def surface_events(self) -> Mapping[int, tuple[str, Any]]:
         """The current surface events, seq → ``(type, frozen data)``, as
         logged (image offloads leave them as they are): a read-only live view."""

@@ -140,3 +140,17 @@ def test_snapshots_of_another_layout_or_foreign_classes_are_refused():
     foreign = (V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT) + pickle.dumps(Path("/etc/passwd"))
     with pytest.raises(DecodeError, match="is not part of a fold"):
         restore_fold(foreign, "session 's'", None)
+
+
+def test_a_layout_1_snapshot_still_restores():
+    """Stores written before image offloads were read hold layout 1: a v4
+    state without projected messages."""
+    lines = stored_lines(FIXTURES / "dsh-0.2.1" / "tools.v4.jsonl.zstd")
+    fold = open_fold(lines[0], "session")
+    for line in lines[1:]:
+        fold.apply(line)
+    expected = fold.state.messages()
+    del fold.state._projected  # what layout 1 saved
+    blob = snapshot_fold(fold).replace(V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT, V4_SNAPSHOT_MAGIC % 1, 1)
+    restored = restore_fold(blob, "session 's'", None)
+    assert restored.state.messages() == expected and restored.state._projected == {}
