@@ -258,42 +258,55 @@ def _tags(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def _remap(event: dict[str, Any], seq: int, mapping: list[int]) -> dict[str, Any]:
-    """dsh's ``remapV3References``: the event at its new seq, its references moved."""
+    """dsh's ``remapV3References``: the event at its new seq, its references
+    moved; a reference or container of another shape is refused with dsh's
+    words, in dsh's order."""
     if seq == event["seq"]:
         return event
 
     def one(value: Any) -> int:
-        source = value if type(value) is int and 0 <= value < event["seq"] else None
-        if source is None:
+        if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
+            raise _Refusal("V3 source event reference must be a non-negative safe integer")
+        if value >= event["seq"] or value >= len(mapping):
             raise _Refusal("V3 reference must name an earlier source event")
-        return mapping[source]
+        return mapping[value]
 
-    data = event["data"]
-    if event["type"] == "command/done" and "sourceEventSeq" in data:
-        data = {**data, "sourceEventSeq": one(data["sourceEventSeq"])}
-    elif event["type"] in ("compaction/summary", "compaction/prune"):
-        span = data["shadowedRange"]
-        data = {**data, "shadowedRange": {**span, "start": one(span["start"]), "end": one(span["end"])},
-                "shadowedSeqs": [one(value) for value in data["shadowedSeqs"]]}
-    elif event["type"] in ("session/title", "session/title-llm-request"):
-        data = {**data, "messageSeqs": [one(value) for value in data["messageSeqs"]]}
-    elif event["type"] == "image/offload":
-        if not isinstance(data, dict):
+    def many(value: Any) -> list[int]:
+        if not isinstance(value, list):
+            raise _Refusal("V3 event references must be an array")
+        return [one(item) for item in value]
+
+    def container(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
             raise _Refusal("V3 event reference container must be an object")
-        if not isinstance(data.get("targets"), list):
+        return value
+
+    data, kind = event["data"], event["type"]
+    if kind == "command/done":
+        source = container(data)
+        if "sourceEventSeq" in source:
+            data = {**source, "sourceEventSeq": one(source["sourceEventSeq"])}
+    elif kind in ("compaction/summary", "compaction/prune"):
+        source = container(data)
+        span = container(source.get("shadowedRange"))
+        data = {**source, "shadowedRange": {**span, "start": one(span.get("start")), "end": one(span.get("end"))},
+                "shadowedSeqs": many(source.get("shadowedSeqs"))}
+    elif kind in ("session/title", "session/title-llm-request"):
+        source = container(data)
+        data = {**source, "messageSeqs": many(source.get("messageSeqs"))}
+    elif kind == "image/offload":
+        source = container(data)
+        if not isinstance(source.get("targets"), list):
             raise _Refusal("V3 image offload targets must be an array")
-        moved_targets = []
-        for target in data["targets"]:
-            if not isinstance(target, dict):
-                raise _Refusal("V3 event reference container must be an object")
-            moved_targets.append({**target, "seq": one(target.get("seq"))})
-        data = {**data, "targets": moved_targets}
+        data = {**source, "targets": [{**target, "seq": one(target.get("seq"))}
+                                      for target in map(container, source["targets"])]}
+    operation = container(event["surfaceOp"]) if event.get("surfaceOp", "append") != "append" else None
     moved = {**event, "seq": seq, "data": data}
     if "sourceEventSeqs" in event:
-        moved["sourceEventSeqs"] = [one(value) for value in event["sourceEventSeqs"]]
-    operation = event.get("surfaceOp")
-    if isinstance(operation, dict):
-        moved["surfaceOp"] = {**operation, "startSeq": one(operation["startSeq"]), "endSeq": one(operation["endSeq"])}
+        moved["sourceEventSeqs"] = many(event["sourceEventSeqs"])
+    if operation is not None:
+        moved["surfaceOp"] = {**operation, "startSeq": one(operation.get("startSeq")),
+                              "endSeq": one(operation.get("endSeq"))}
     return moved
 
 
