@@ -56,7 +56,8 @@ ARCHIVED = Counter("dsh_archiver_events_total", "Session events written to archi
 FRAMES = Counter("dsh_archiver_frames_total", "Append batches (zstd frames) written.")
 ARCHIVE_SKIPPED = Counter("dsh_archiver_records_skipped_total", "Records not archived, by reason.", ["reason"])
 V4_COPIES = Counter("dsh_archiver_v4_copies_total",
-                    "v4 copies of v0/v3 sessions written, or refused where dsh refuses to migrate the log.", ["outcome"])
+                    "v4 copies of v0/v3 sessions written, or refused where dsh refuses to migrate the log.",
+                    ["outcome"])
 
 #: The archiver's held records, in the archive root.
 HELD_FILE = ".dsh-archiver-held.sqlite"

@@ -65,7 +65,11 @@ class ViewReader(Protocol):
     ``messages`` (the derived model-visible messages, identical to dsh's:
     ``[{"role", "content", ...}]``), ``surface`` (``[{"seq", "type",
     "data"}]`` the current surface events: system prompt, request header
-    changes, compaction replaces), ``requestHeader``, ``replaceGeneration``
+    changes, compaction replaces), ``requestHeader`` (in force now),
+    ``requestHeaderChanges`` (``[{"seq", "reason", "system", "toolsAdded",
+    "toolsRemoved", "toolsChanged", "config", "configRemoved"}]``, one per
+    ``request/header`` event, each with only what it changed:
+    :func:`dsh_core.analysis.header_change`), ``replaceGeneration``
     (how often the history was replaced: compactions), ``messageSeqs``
     (``{message id: seq}`` of the surface event each message comes from),
     ``findings`` (as in ``findings``).

@@ -147,7 +147,8 @@ class ProjectedSession:
             view |= {"surfaceLength": len(surface.nodes), "replaceGeneration": surface.replace_generation,
                      "messageCount": len(messages),
                      "messagesDigest": self.digest.of(messages, surface.replace_generation),
-                     "requestHeader": fold.state.header, "requestContext": fold.state.context}
+                     "requestHeader": fold.state.header, "requestContext": fold.state.context,
+                     "requestHeaderChanges": analysis.header_changes}
         if self.status == "held":
             view["heldFrom"] = next_seq
             view["heldRecords"] = len(self.held)

@@ -138,6 +138,7 @@ class StoreReader:
                 "findingCount": finding_count, "error": view.get("error"), "models": view.get("usage") or [],
                 "header": header, "nextSeq": view["nextSeq"], "turns": view.get("turns") or [],
                 "requestHeader": view.get("requestHeader"), "replaceGeneration": view.get("replaceGeneration", 0),
+                "requestHeaderChanges": view.get("requestHeaderChanges") or [],
                 "messages": messages, "messageSeqs": _message_seqs(surface),
                 "surface": [{"seq": seq, "type": kind, "data": data} for seq, kind, data in surface],
                 "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"]}

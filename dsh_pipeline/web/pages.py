@@ -1,7 +1,8 @@
 """The transcript viewer: server-rendered pages (Jinja2, autoescaped) over
 the same reader and tokens as the API. ``/`` lists sessions with the API's
 filters; ``/sessions/{id}`` shows one conversation: the request header
-(system prompt, tools, model settings), every derived message (reasoning
+(system prompt, tools, model settings) and where in the conversation each
+change of it was logged, every derived message (reasoning
 folded, tool calls with their arguments, tool results), compaction
 summaries marked, token usage per turn, and each finding beside the
 message it concerns (the last message at or before the finding's seq).
@@ -96,20 +97,30 @@ def add_pages(app: FastAPI) -> None:
 
 def conversation_entries(session: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Each derived message with its seq and the findings it concerns (the
-    last message at or before a finding's seq); and the findings no message
-    precedes."""
+    last message at or before a finding's seq), each request header change
+    after the last message before it; and the findings no message precedes."""
     seqs = session["messageSeqs"]
     entries = [{"message": message, "seq": seqs.get(message.get("id")), "findings": [],
                 "kind": _kind(message)} for message in session["messages"]]
     placed = sorted((entry["seq"], index) for index, entry in enumerate(entries) if entry["seq"] is not None)
     starts = [seq for seq, _ in placed]
+
+    def last_at_or_before(seq: Any) -> dict[str, Any] | None:
+        at = bisect.bisect_right(starts, seq if isinstance(seq, int) else -1) - 1
+        return entries[placed[at][1]] if at >= 0 else None
+
     before = []
     for finding in session["findings"]:
-        at = bisect.bisect_right(starts, finding["seq"] if isinstance(finding["seq"], int) else -1) - 1
-        if at >= 0:
-            entries[placed[at][1]]["findings"].append(finding)
+        entry = last_at_or_before(finding["seq"])
+        if entry is not None:
+            entry["findings"].append(finding)
         else:
             before.append(finding)
+    headers = [{"kind": "header", "change": change, "seq": change["seq"], "findings": []}
+               for change in session.get("requestHeaderChanges") or ()]
+    for header in reversed(headers):  # after the message before it; the first ones ahead of every message
+        entry = last_at_or_before(header["seq"])
+        entries.insert(next(i + 1 for i, e in enumerate(entries) if e is entry) if entry is not None else 0, header)
     return entries, before
 
 

@@ -43,7 +43,7 @@ def _session(index: int) -> dict[str, Any]:
             "turnCount": 1, "messageCount": len(messages), "models": models, "error": None,
             "header": {} if index == 0 else {"cwd": f"/home/dev/project-{index % 3}"}, "nextSeq": 4,
             "turns": [{"turn": 1, "reason": {"kind": "completed"}, "steps": 1}], "requestHeader": None,
-            "replaceGeneration": 0, "messages": messages, "messageSeqs": {f"u-{index}": 1, f"a-{index}": 3},
+            "requestHeaderChanges": [], "replaceGeneration": 0, "messages": messages, "messageSeqs": {f"u-{index}": 1, f"a-{index}": 3},
             "surface": [{"seq": 1, "type": "user/message", "data": messages[0]},
                         {"seq": 3, "type": "assistant/message", "data": {"turn": 1, "step": 1, "message": messages[1]}}]}
 
@@ -66,6 +66,10 @@ def _rich_session() -> dict[str, Any]:
     session = _session(1)
     session.update(sessionId="s-rich", messages=messages, messageCount=len(messages),
                    messageSeqs={"u-1": 2, "a-1": 5, "t-1": 8, "c-1": 12},
+                   requestHeaderChanges=[{"seq": 1, "reason": "initial", "system": f"be brief {INJECTED}",
+                                          "toolsAdded": ["shell"], "config": {"model": "m-0"}},
+                                         {"seq": 9, "reason": "change", "toolsRemoved": ["shell"],
+                                          "config": {"reasoningEffort": "off"}}],
                    turns=[{"turn": 1, "reason": {"kind": "completed"}, "steps": 2},
                           {"turn": 2, "reason": {"kind": "error", "error": {"message": "upstream 500"}}, "steps": 1}])
     return session
@@ -387,6 +391,15 @@ def test_a_conversation_shows_every_message_escaped_with_its_finding(client_of, 
     assert "<td>error</td>" in page.text  # turn 2 ended in an error
     flagged = [chunk for chunk in page.text.split('<li class="message')[1:] if 'class="finding' in chunk]
     assert len(flagged) == 1 and 'data-id="a-1"' in flagged[0]  # seq 6: the last message at or before it is seq 5
+    # each request header change where it was logged: before u-1 (seq 2), between t-1 (8) and c-1 (12)
+    order = re.findall(r'<li class="(header-change|message [a-z]+[^"]*)" data-seq="(\d+)"', page.text)
+    assert [seq for _, seq in order] == ["1", "2", "5", "8", "9", "12"]
+    assert [kind for kind, _ in order].count("header-change") == 2
+    first, second = page.text.split('<li class="header-change"')[1:3]
+    assert "(initial)" in first and "tools added: shell" in first and "model = &#34;m-0&#34;" in first
+    assert "be brief &lt;script&gt;" in first and "<summary>system prompt</summary>" in first
+    assert "(change)" in second and "tools removed: shell" in second and "reasoningEffort = &#34;off&#34;" in second
+    assert "system prompt" not in second.split("</li>")[0]
 
 
 def test_an_unknown_session_page_is_a_404_naming_it(client_of):
