@@ -53,11 +53,11 @@ def pipeline_acls(principal: str, names: TopicNames = TopicNames(), group_prefix
 
 
 #: What each service reads besides the events topic: the projector indexes
-#: findings and dead letters into its store (in its group, then ``-outcomes``).
-_READS = {"projector": ("findings", "dead_letter")}
+#: findings, dead letters and verdict counts into its store (in its group, then ``-outcomes``).
+_READS = {"projector": ("findings", "dead_letter", "verdicts")}
 #: What each service writes (its reads are the events topic, in its group).
 _WRITES = {"shipper": ("events",), "publisher": ("events",), "projector": ("views", "dead_letter"),
-           "auditor": ("findings", "dead_letter"), "archiver": ("dead_letter",)}
+           "auditor": ("findings", "dead_letter", "verdicts"), "archiver": ("dead_letter",)}
 #: The services :func:`service_acls` knows, and their default consumer groups.
 SERVICES = {"shipper": None, "publisher": None, "projector": "dsh-projector", "auditor": "dsh-auditor",
             "archiver": "dsh-archiver"}
@@ -72,7 +72,7 @@ def service_acls(principal: str, service: str, names: TopicNames = TopicNames(),
     findings and dead letters it indexes; the outputs it writes; the
     auditor's transactional ids (its group, then ``.``)."""
     topics = {"events": names.events, "views": names.views, "findings": names.findings,
-              "dead_letter": names.dead_letter}
+              "dead_letter": names.dead_letter, "verdicts": names.verdicts}
     acls = [Acl(principal, "topic", name, operation, "literal")
             for name in topics.values() for operation in ("Describe", "DescribeConfigs")]
     acls += [Acl(principal, "topic", topics[topic], "Write", "literal") for topic in _WRITES[service]]

@@ -8,7 +8,7 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, retry, retry_if_exception_type, retry_if_result, stop_after_delay, wait_exponential
 
 from dsh_core.errors import BrokerAbsentError, ClusterUnavailableError, PipelineError
 
@@ -20,6 +20,8 @@ from .topics import TopicLayout, TopicNames, TopicSpec, replication_for, topic_s
 __all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
 
 _log = logging.getLogger("dsh.kafka")
+#: How long topics just created may take to appear in the cluster's metadata (seconds).
+_LISTED_WITHIN = 30
 
 
 async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True,
@@ -62,6 +64,15 @@ async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int
         await admin.close()
 
 
+@retry(retry=retry_if_result(bool), stop=stop_after_delay(_LISTED_WITHIN),
+       wait=wait_exponential(multiplier=0.05, max=1), retry_error_callback=lambda state: state.outcome.result())
+async def _unlisted(admin: AIOKafkaAdminClient, names: set[str]) -> set[str]:
+    """Which of the topics just created the cluster does not list yet: a
+    broker learns of a new topic shortly after the controller made it, so
+    the next client (or this one's next step) may not see it at once."""
+    return names - set(await admin.list_topics())
+
+
 async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:
     """The end offset of every partition of ``topic``."""
     consumer = make_consumer(kafka, ConsumerSettings(group_id=None), topic)
@@ -98,6 +109,10 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
                                     "`dsh-pipeline acls` lists")
             if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS (a concurrent creator)
                 raise PipelineError(f"creating topic {topic} failed: error {code} {rest[-1] if rest else ''}")
+        unlisted = await _unlisted(admin, {spec.name for spec in missing})
+        if unlisted:
+            raise PipelineError(f"topics {', '.join(sorted(unlisted))} were created, but the cluster's metadata does "
+                                f"not list them after {_LISTED_WITHIN} s")
     present = [spec for spec in specs if spec.name in existing]
     if not present:
         return

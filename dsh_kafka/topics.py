@@ -25,11 +25,13 @@ class TopicNames:
     views: str = "dsh.session-views"
     findings: str = "dsh.audit-findings"
     dead_letter: str = "dsh.dead-letter"
+    verdicts: str = "dsh.audit-verdicts"  # each session's request verdict counts, compacted
 
     @classmethod
     def with_prefix(cls, prefix: str) -> "TopicNames":
         base = cls()
-        return cls(*(f"{prefix}{name}" for name in (base.events, base.views, base.findings, base.dead_letter)))
+        return cls(*(f"{prefix}{name}" for name in (base.events, base.views, base.findings, base.dead_letter,
+                                                    base.verdicts)))
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ class TopicSpec:
     replication: int = 1
 
 
-#: The topics whose retention a deployment sets (the views topic is compacted: it keeps every session's last view).
+#: The topics whose retention a deployment sets (the views and verdicts topics are compacted: they keep every
+#: session's last view and verdict counts).
 RETAINED = ("events", "findings", "dead-letter")
 
 
@@ -64,8 +67,8 @@ def replication_for(brokers: int) -> int:
 
 def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, replication: int = 1,
                 layout: TopicLayout = TopicLayout()) -> list[TopicSpec]:
-    """Events: delete policy, long retention; views: compacted; findings and
-    dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`.
+    """Events: delete policy, long retention; views and verdict counts:
+    compacted; findings and dead letters: delete. All accept records up to :data:`MAX_MESSAGE_BYTES`.
     Each partition has ``replication`` copies, of which ``acks=all`` waits
     for all but one (``min.insync.replicas``).
 
@@ -88,4 +91,5 @@ def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, replica
         TopicSpec(names.views, partitions, common | {"cleanup.policy": "compact"}, replication),
         TopicSpec(names.findings, partitions, common | deleted("findings"), replication),
         TopicSpec(names.dead_letter, partitions, common | deleted("dead-letter"), replication),
+        TopicSpec(names.verdicts, partitions, common | {"cleanup.policy": "compact"}, replication),
     ]

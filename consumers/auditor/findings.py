@@ -1,8 +1,10 @@
-"""What the auditor reports: findings, and the lossless-JSON check."""
+"""What the auditor reports: findings, each session's verdict counts, and
+the lossless-JSON check."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,22 +45,53 @@ class Finding:
 @dataclass
 class Report:
     """What auditing one session's records found since it was last taken:
-    findings, request verdicts and the number of events audited."""
+    findings, request verdicts and the number of events audited; and the
+    session's verdict counts so far (``totals``: ``attested/<verdict>`` for
+    worker attestations, ``wire/<kind>/<verdict>`` for a gateway's), with
+    whether they changed since last taken."""
 
     session_id: str
     findings: list[Finding] = field(default_factory=list)
     verdicts: list[str] = field(default_factory=list)
     wire_verdicts: list[tuple[str, str, str]] = field(default_factory=list)  # (wire, kind, verdict)
     events: int = 0
+    totals: Counter[str] = field(default_factory=Counter)
+    totals_changed: bool = False
 
     def finding(self, rule: str, seq: Any, detail: str, turn: Any = None, step: Any = None) -> None:
         self.findings.append(Finding(rule, self.session_id, seq, detail, turn, step))
+
+    def verdict(self, verdict: str) -> None:
+        """The verdict on a worker's attestation."""
+        self.verdicts.append(verdict)
+        self.totals[f"attested/{verdict}"] += 1
+        self.totals_changed = True
+
+    def wire_verdict(self, wire: str, kind: str, verdict: str) -> None:
+        """The verdict on a request a gateway attested."""
+        self.wire_verdicts.append((wire, kind, verdict))
+        self.totals[f"wire/{kind}/{verdict}"] += 1
+        self.totals_changed = True
+
+    def counts_json(self) -> bytes:
+        """The ``dsh.audit-verdicts`` value: ``{"session", "attested":
+        {verdict: n}, "wire": {kind: {verdict: n}}}``."""
+        attested: dict[str, int] = {}
+        wire: dict[str, dict[str, int]] = {}
+        for name, count in sorted(self.totals.items()):
+            source, *rest = name.split("/")
+            if source == "attested":
+                attested[rest[0]] = count
+            else:
+                wire.setdefault(rest[0], {})[rest[1]] = count
+        return encode_json({"session": self.session_id, "attested": attested, "wire": wire})
 
     def clear(self) -> None:
         self.findings.clear()
         self.verdicts.clear()
         self.wire_verdicts.clear()
         self.events = 0
+        self.totals_changed = False
 
 
 # Pre-filter, a C-speed scan of the whole value (a per-byte regex costs more

@@ -20,8 +20,11 @@ Per session it runs dsh_core's staged fold with the auditor's checks
   session's log is refused;
 * ``invariant:<rule>`` — a turn/step/tool relation of spec §7.1 is broken.
 
-Findings, dead letters and offsets are committed exactly once per
-partition (:mod:`.transactions`). Session state lives in a bounded LRU
+Each session's verdict counts so far (worker attestations by verdict;
+gateway requests by kind and verdict) go to the compacted
+``dsh.audit-verdicts`` topic, one record per batch in which they changed.
+Findings, verdict counts, dead letters and offsets are committed exactly
+once per partition (:mod:`.transactions`). Session state lives in a bounded LRU
 backed by a state store (:mod:`.store`) that only ever holds committed
 state: a session the LRU evicts is written once the commit covering it has
 landed, and every ``checkpoint_seconds`` (and on revoke and clean
@@ -96,6 +99,7 @@ class Audit(Policy[AuditedSession]):
         self._clocks: dict[int, int] = {}  # partition -> the latest record timestamp seen (ms)
         self._settled_at: dict[int, int] = {}  # partition -> its clock when last settled
         self._wire_waiting: dict[int, set[str]] = {}  # partition -> sessions with requests waiting to be matched
+        self._counted: dict[str, AuditedSession] = {}  # sessions whose verdict counts this batch changed
 
     def open_store(self) -> AuditStore:
         return AuditStore(self.config.state, self.config.group, self.config.topics.events)
@@ -219,6 +223,8 @@ class Audit(Policy[AuditedSession]):
             for labels in report.wire_verdicts:
                 WIRE_REQUESTS.labels(*labels).inc()
             report.wire_verdicts.clear()
+        if report.totals_changed:
+            self._counted[session.session_id] = session
         if report.events:
             self.tally.add(AUDITED, report.events)
             report.events = 0
@@ -244,6 +250,12 @@ class Audit(Policy[AuditedSession]):
     # ---------------------------------------------------------- state store
 
     def persist(self) -> None:
+        # Each changed session's counts so far, once, in the transaction of the batch's offsets.
+        for session_id, session in self._counted.items():
+            self.outputs.send(session.partition, self.config.topics.verdicts, session_id.encode(),
+                              session.report.counts_json())
+            session.report.totals_changed = False
+        self._counted.clear()
         # Memory now holds exactly the state the coming commit covers.
         if time.monotonic() >= self._next_checkpoint:
             self._next_checkpoint = time.monotonic() + self.config.checkpoint_seconds

@@ -140,7 +140,7 @@ class AuditedSession:
                               "object")
         position = self.fold.count if self.fold is not None else 0
         if position > boundary:
-            self.report.verdicts.append("late")
+            self.report.verdict("late")
             self.report.finding("attestation-late", boundary, f"attestation for boundary {boundary} arrived after "
                                 f"seq {position - 1}; its prefix is gone")
             return
@@ -161,7 +161,7 @@ class AuditedSession:
         state = self.fold.state
         self.attested.add(boundary)
         if state.header is None:
-            self.report.verdicts.append("no-header")
+            self.report.verdict("no-header")
             self.report.finding("no-request-header", boundary, "an attested request with no request/header in force",
                                 body.get("turn"), body.get("step"))
             return
@@ -169,9 +169,9 @@ class AuditedSession:
             self.frame_header, self.frame = state.header, request_frame(state.header, self.session_id)
         rebuilt = self.request_digest.of(state.current_messages(), state.surface.replace_generation, *self.frame)
         if rebuilt == body.get("digest"):
-            self.report.verdicts.append("verified")
+            self.report.verdict("verified")
             return
-        self.report.verdicts.append("mismatch")
+        self.report.verdict("mismatch")
         self.report.finding("request-mismatch", boundary,
                             f"the request sent (digest {body.get('digest')}) is not the one the log rebuilds "
                             f"({rebuilt}): model-visible content outside the log", body.get("turn"), body.get("step"))
@@ -182,7 +182,7 @@ class AuditedSession:
         """Everything later records need, for the state store."""
         fold = self.fold
         state: dict[str, Any] = {"refused": self.refused, "gapReported": self.gap_reported,
-                                 "wire": self.wire.to_json()}
+                                 "wire": self.wire.to_json(), "verdicts": dict(self.report.totals)}
         if fold is not None:
             self.attested.difference_update([seq for seq in self.attested if seq < fold.count])
             state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
@@ -200,6 +200,7 @@ class AuditedSession:
                       wire=WireMatcher.from_json(thaw(state["wire"]), report, require_gateway) if "wire" in state
                       else WireMatcher(report, require_gateway))
         session.refused, session.gap_reported = state["refused"], state["gapReported"]
+        report.totals.update(state.get("verdicts", {}))  # (states stored before counts were kept have none)
         if saved.fold is not None:
             session.attested.update(state["attested"])
             observer = BoundaryAudit(session.report, session.attested, BoundaryTracker.from_json(state["boundaries"]),

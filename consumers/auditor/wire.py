@@ -125,7 +125,7 @@ class WireMatcher:
         self.active = True
         wire, kind = str(body.get("wire")), str(body.get("kind"))
         if kind != "agent":
-            self._verdict(wire, kind, "classified")
+            self.report.wire_verdict(wire, kind, "classified")
             return
         sent = _Sent(str(body.get("gateway")), body.get("arrival"), wire, body.get("status"),
                      str(body.get("outcome")), timestamp, body.get("digest"), body.get("parts"), body.get("problem"))
@@ -134,7 +134,7 @@ class WireMatcher:
                 earlier, self.logged = self.logged[:index], self.logged[index + 1:]
                 self._settle(self.sent, earlier)
                 self.sent = []
-                self._verdict(wire, "agent", "verified")
+                self.report.wire_verdict(wire, "agent", "verified")
                 return
         self.sent.append(sent)
         if len(self.sent) > _LIMIT:
@@ -149,7 +149,7 @@ class WireMatcher:
                     earlier, self.sent = self.sent[:index], self.sent[index + 1:]
                     self._settle(earlier, self.logged)
                     self.logged = []
-                    self._verdict(sent.wire, "agent", "verified")
+                    self.report.wire_verdict(sent.wire, "agent", "verified")
                     return
         self.logged.append(logged)
         limit = _LIMIT if self.active or self.require else _IDLE_WINDOW
@@ -173,26 +173,26 @@ class WireMatcher:
         unmatched = []
         for request in sent:
             if request.digest is not None and request.digest in self.recent:
-                self._verdict(request.wire, "agent", "verified")  # sent again; the log holds it
+                self.report.wire_verdict(request.wire, "agent", "verified")  # sent again; the log holds it
             else:
                 unmatched.append(request)
         for request, boundary in zip(unmatched, logged):
             self._mismatch(request, boundary)
         for request in unmatched[len(logged):]:
-            self._verdict(request.wire, "agent", "unlogged")
+            self.report.wire_verdict(request.wire, "agent", "unlogged")
             why = f": {request.problem}" if request.problem else ""
             self.report.finding("unlogged-request", None, f"{request.named()} matches no request boundary of the "
                                 f"log{why}: the model saw a request the log cannot rebuild")
         for boundary in logged[len(unmatched):]:
             if self.active or self.require:
-                self._verdict(boundary.wire or "unknown", "agent", "unattested")
+                self.report.wire_verdict(boundary.wire or "unknown", "agent", "unattested")
             if self.require:
                 self.report.finding("unattested-request", boundary.seq, "a request boundary of the log that no "
                                     "gateway attested: the request reached the model some other way, or not at all",
                                     boundary.turn, boundary.step)
 
     def _mismatch(self, request: _Sent, boundary: Logged) -> None:
-        self._verdict(request.wire, "agent", "mismatch")
+        self.report.wire_verdict(request.wire, "agent", "mismatch")
         if boundary.problem is not None:
             what = f"the log's request could not be rebuilt ({boundary.problem})"
         elif request.parts is not None and boundary.parts is not None:
@@ -201,9 +201,6 @@ class WireMatcher:
             what = "the digests differ" + ("" if request.parts is not None else " (the attestation carries no parts)")
         self.report.finding("request-mismatch", boundary.seq, f"{request.named()} is not the request the log "
                             f"rebuilds at seq {boundary.seq}: {what}", boundary.turn, boundary.step)
-
-    def _verdict(self, wire: str, kind: str, verdict: str) -> None:
-        self.report.wire_verdicts.append((wire, kind, verdict))
 
     # ----------------------------------------------------------------- state
 

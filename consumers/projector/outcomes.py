@@ -1,13 +1,14 @@
-"""The findings and dead letters, materialized into the view store where
-readers query them.
+"""The findings, dead letters and audit verdict counts, materialized into
+the view store where readers query them.
 
-The auditor publishes its findings (in Kafka transactions) and every
-service its dead letters to their topics; the topics stay the record of
-truth. :class:`OutcomeIndex`, run by the projector command beside the
-projection, reads both topics committed-only and writes each record as
-one row keyed by where it was read (topic, partition, offset), in one
-store transaction per batch together with the next offset of every
-partition it covers. On assignment it resumes from the offsets the store
+The auditor publishes its findings and each session's verdict counts (in
+Kafka transactions) and every service its dead letters to their topics;
+the topics stay the record of truth. :class:`OutcomeIndex`, run by the
+projector command beside the projection, reads the three topics
+committed-only and writes each finding and dead letter as one row keyed by
+where it was read (topic, partition, offset) and each session's latest
+counts as its row, in one store transaction per batch together with the
+next offset of every partition it covers. On assignment it resumes from the offsets the store
 holds, not from the group's: a crash between the store's commit and the
 group's can neither lose nor repeat a row. The group's offsets are
 committed too, for lag to show.
@@ -25,17 +26,18 @@ from aiokafka.errors import CommitFailedError, IllegalStateError
 from prometheus_client import Counter
 
 from dsh_core.errors import DecodeError
-from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_kafka.clients import make_consumer
 from dsh_kafka.config import ConsumerSettings
 
 from ..runtime.config import ServiceConfig
 from .store import ViewStore
 
-__all__ = ["OutcomeIndex", "finding_row", "letter_row"]
+__all__ = ["OutcomeIndex", "finding_row", "letter_row", "verdict_row"]
 
-INDEXED = Counter("dsh_projector_outcomes_indexed_total", "Findings and dead letters written to the view store.",
-                  ["kind"])
+INDEXED = Counter("dsh_projector_outcomes_indexed_total",
+                  "Findings, dead letters and verdict counts written to the view store (kind unreadable: verdict "
+                  "records that are no counts object, logged and passed over).", ["kind"])
 _HEAD_BYTES = 256
 _POLL_MS = 500
 
@@ -70,6 +72,20 @@ def letter_row(record: Any) -> tuple:
             record.timestamp, size, value[:_HEAD_BYTES])
 
 
+def verdict_row(record: Any) -> tuple | None:
+    """The ``audit_verdicts`` row of a verdicts-topic record, ``None`` for a
+    value that is no counts object (only the auditor writes the topic)."""
+    try:
+        counts = decode_json(record.value or b"")
+    except DecodeError:
+        counts = None
+    if not (isinstance(counts, dict) and isinstance(counts.get("session"), str)
+            and isinstance(counts.get("attested"), dict) and isinstance(counts.get("wire"), dict)):
+        return None
+    text = encode_json({"attested": counts["attested"], "wire": counts["wire"]}).decode()
+    return (counts["session"], text, record.topic, record.partition, record.offset, record.timestamp)
+
+
 def _integer(value: Any) -> int | None:
     """A safe integer (what the services write), else ``None``: a record's
     header or field is anything its producer put there."""
@@ -86,7 +102,7 @@ class OutcomeIndexConfig(ServiceConfig):
 
 
 class OutcomeIndex:
-    """Reads the findings and dead-letter topics into the view store."""
+    """Reads the findings, dead-letter and verdicts topics into the view store."""
 
     def __init__(self, config: OutcomeIndexConfig) -> None:
         self.config = config
@@ -95,7 +111,7 @@ class OutcomeIndex:
 
     async def run(self, stop: asyncio.Event) -> None:
         config = self.config
-        topics = (config.topics.findings, config.topics.dead_letter)
+        topics = (config.topics.findings, config.topics.dead_letter, config.topics.verdicts)
         self.store = store = ViewStore(config.store)
         consumer = make_consumer(config.kafka, ConsumerSettings(group_id=config.group, max_records=config.max_records,
                                                                 session_timeout_ms=config.session_timeout_ms))
@@ -107,16 +123,21 @@ class OutcomeIndex:
                 batch = await consumer.getmany(timeout_ms=_POLL_MS, max_records=config.max_records)
                 if not batch:
                     continue
-                findings, letters, offsets = [], [], {}
+                findings, letters, verdicts, offsets = [], [], {}, {}
                 for partition, records in batch.items():
                     if partition.topic == config.topics.findings:
                         findings += [finding_row(record) for record in records]
+                    elif partition.topic == config.topics.verdicts:
+                        for record in records:
+                            self._verdict(record, verdicts)
                     else:
                         letters += [letter_row(record) for record in records]
                     offsets[partition] = records[-1].offset + 1
-                store.index_outcomes(findings, letters, {(tp.topic, tp.partition): n for tp, n in offsets.items()})
+                store.index_outcomes(findings, letters, list(verdicts.values()),
+                                     {(tp.topic, tp.partition): n for tp, n in offsets.items()})
                 INDEXED.labels("finding").inc(len(findings))
                 INDEXED.labels("dead-letter").inc(len(letters))
+                INDEXED.labels("verdicts").inc(len(verdicts))
                 try:  # for lag only: the store's offsets are where reading resumes
                     await consumer.commit(offsets)
                 except (CommitFailedError, IllegalStateError) as error:  # a rebalance moved the partitions on
@@ -124,6 +145,18 @@ class OutcomeIndex:
         finally:
             await consumer.stop()
             store.close()
+
+
+    def _verdict(self, record: Any, latest: dict[str, tuple]) -> None:
+        """Keep the record's counts as its session's latest of the batch (a
+        session's records are in order on one partition)."""
+        row = verdict_row(record)
+        if row is None:
+            INDEXED.labels("unreadable").inc()
+            self.log.warning("%s[%d]@%d: not a verdict-counts object; passed over", record.topic, record.partition,
+                             record.offset)
+        else:
+            latest[row[0]] = row
 
 
 class _ResumeFromStore(ConsumerRebalanceListener):

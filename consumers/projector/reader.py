@@ -72,7 +72,9 @@ class ViewReader(Protocol):
     :func:`dsh_core.analysis.header_change`), ``replaceGeneration``
     (how often the history was replaced: compactions), ``messageSeqs``
     (``{message id: seq}`` of the surface event each message comes from),
-    ``findings`` (as in ``findings``).
+    ``findings`` (as in ``findings``), ``audit`` (the auditor's verdict
+    counts so far: ``{"attested": {verdict: n}, "wire": {kind: {verdict:
+    n}}}``, ``None`` before it published any).
 
     finding: ``{"id", "sessionId", "rule", "severity", "seq", "turn",
     "step", "detail", "at"}``.

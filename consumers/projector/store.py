@@ -1,7 +1,7 @@
 """The projector's view store, on SQLite (one file, WAL: the embedded
 default) or PostgreSQL (projectors on many hosts in one group). Every
 statement that writes it is here; the schema is documented in
-docs/view-store.md (layout 4).
+docs/view-store.md (layout 5).
 
 ``sessions`` holds each session's view (JSON), fold snapshot and status,
 and the columns sessions are listed and filtered by (cwd, creation, last
@@ -13,7 +13,8 @@ against it); ``unacknowledged_heads`` the sessions whose view head is
 committed here but not yet acknowledged by the cluster. ``findings`` and
 ``dead_letters`` are the auditor's findings and every service's dead
 letters, keyed by where they were read (topic, partition, offset).
-``partition_owners`` fences members: each assignment of a partition
+``audit_verdicts`` holds each session's audit verdict counts (the
+auditor's latest). ``partition_owners`` fences members: each assignment of a partition
 raises its epoch, and a batch is written only by the member holding the
 current epoch of every partition it touches.
 """
@@ -37,7 +38,7 @@ from ..runtime.sequencing import AppliedDigest, HeldRecords
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
-_KIND, LAYOUT = "view-store", 4
+_KIND, LAYOUT = "view-store", 5
 _SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
                     "message_count INTEGER NOT NULL DEFAULT 0")
 TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
@@ -62,12 +63,16 @@ _LISTING = (
     "CREATE TABLE redriven (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
     "at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
 )
+#: Each session's verdict counts as the auditor last published them (where they were read).
+_VERDICTS = ("CREATE TABLE audit_verdicts (session_id TEXT PRIMARY KEY, counts TEXT NOT NULL, topic TEXT NOT NULL, "
+             "partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, at INTEGER NOT NULL)")
 #: Each events partition's owner epoch: raised by every assignment (:meth:`ViewStore.claim`).
 _OWNERS = "CREATE TABLE partition_owners (partition INTEGER PRIMARY KEY, epoch INTEGER NOT NULL)"
 #: A surface row's searchable text: its message's texts, lower-cased (:func:`message_texts`).
 _SURFACE_TEXT = "text TEXT NOT NULL DEFAULT ''"
 #: The tables holding rows of a session (what deleting a session removes).
-_SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters")
+_SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters",
+                   "audit_verdicts")
 _SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
     "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(_SESSION_COLUMNS) + ")",
@@ -78,6 +83,7 @@ _SCHEMA = (
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
     *_LISTING,
     _OWNERS,
+    _VERDICTS,
 )
 
 
@@ -127,6 +133,11 @@ def _layout_3_to_4(db: Any) -> None:
     db.execute(_OWNERS)
 
 
+def _layout_4_to_5(db: Any) -> None:
+    """Layout 4 kept no verdict counts: the index reads them from the topic."""
+    db.execute(_VERDICTS)
+
+
 def _store_listing(db: Any, session_id: str, view: dict[str, Any]) -> None:
     """The listing columns and usage rows of a stored view (the migration's;
     a change writes them with its row)."""
@@ -172,7 +183,7 @@ class ViewStore:
 
     def __init__(self, location: Path | str) -> None:
         """``location``: a SQLite file's path, or a ``postgresql://`` URI."""
-        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4}
+        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5}
         self.database = (PostgresDatabase(location, _KIND, LAYOUT, _SCHEMA, migrations)
                          if is_postgres_location(location) else Database(Path(location), _KIND, LAYOUT, _SCHEMA,
                                                                          migrations))
@@ -267,11 +278,13 @@ class ViewStore:
         return {(topic, partition): offset for topic, partition, offset in self.db.execute(
             "SELECT topic, partition, next_offset FROM outcome_offsets").fetchall()}
 
-    def index_outcomes(self, findings: list[tuple], letters: list[tuple],
+    def index_outcomes(self, findings: list[tuple], letters: list[tuple], verdicts: list[tuple],
                        offsets: dict[tuple[str, int], int]) -> None:
-        """Findings and dead-letter rows (:mod:`.outcomes`) and the next
-        offsets they bring their partitions to, in one transaction; a row
-        already there (the same coordinates) is left as it is."""
+        """Findings, dead-letter and verdict-count rows (:mod:`.outcomes`)
+        and the next offsets they bring their partitions to, in one
+        transaction; a finding or dead letter already there (the same
+        coordinates) is left as it is, a session's counts are replaced by
+        later ones."""
         with self.database.transaction() as db:
             db.executemany("INSERT INTO findings (topic, partition, \"offset\", session_id, rule, severity, seq, turn, "
                            "step, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -279,6 +292,10 @@ class ViewStore:
             db.executemany("INSERT INTO dead_letters (topic, partition, \"offset\", service, reason, detail, "
                            "source_topic, source_partition, source_offset, session_id, seq, at, size, head) "
                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", letters)
+            db.executemany("INSERT INTO audit_verdicts (session_id, counts, topic, partition, \"offset\", at) "
+                           "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET counts = excluded.counts, "
+                           "topic = excluded.topic, partition = excluded.partition, \"offset\" = excluded.\"offset\", "
+                           "at = excluded.at", verdicts)
             db.executemany("INSERT INTO outcome_offsets (topic, partition, next_offset) VALUES (?, ?, ?) "
                            "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
                            [(topic, partition, offset) for (topic, partition), offset in offsets.items()])

@@ -132,6 +132,7 @@ class StoreReader:
             fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
             messages = thaw(fold.state.messages())
         header = view.get("header") or {}
+        audit = self._rows("SELECT counts FROM audit_verdicts WHERE session_id = ?", (session_id,))
         return {"sessionId": session_id, "status": view["status"], "cwd": header.get("cwd"),
                 "createdAt": header.get("createdAt"), "lastActivity": last_activity,
                 "turnCount": len(view.get("turns") or ()), "messageCount": len(messages),
@@ -141,7 +142,8 @@ class StoreReader:
                 "requestHeaderChanges": view.get("requestHeaderChanges") or [],
                 "messages": messages, "messageSeqs": _message_seqs(surface),
                 "surface": [{"seq": seq, "type": kind, "data": data} for seq, kind, data in surface],
-                "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"]}
+                "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"],
+                "audit": decode_json(audit[0][0]) if audit else None}
 
     def session_exists(self, session_id: str) -> bool:
         return bool(self._rows("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)))

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import json
+import sqlite3
 from typing import Any
 
 import httpx
@@ -49,6 +52,13 @@ def test_every_endpoint_answers_the_ground_truth(kafka, topics, group_id, tmp_pa
                                                                      formats=(0, 3, 4))))
     expected = expected_findings(truths)
     db = tmp_path / "views.sqlite"
+    clean = [truth for truth in truths if not truth.defects]
+
+    def audited() -> bool:  # every clean session's verdict counts indexed, each attestation verified
+        with contextlib.closing(sqlite3.connect(db)) as connection:
+            rows = dict(connection.execute("SELECT session_id, counts FROM audit_verdicts"))
+        return all(json.loads(rows.get(truth.session_id, "{}")) == {"attested": {"verified": truth.attestations},
+                                                                     "wire": {}} for truth in clean)
 
     def indexed() -> tuple[int, int]:
         reader = StoreReader(db)
@@ -66,7 +76,7 @@ def test_every_endpoint_answers_the_ground_truth(kafka, topics, group_id, tmp_pa
                              run_until(auditing, lambda: caught_up(auditing, ends)))
         await run_until(OutcomeIndex(OutcomeIndexConfig(kafka=kafka, topics=names, group=group_id("outcomes"),
                                                         store=db)),
-                        lambda: db.exists() and indexed()[0] == sum(expected.values()))
+                        lambda: db.exists() and indexed()[0] == sum(expected.values()) and audited())
 
     asyncio.run(fill())
 
@@ -95,11 +105,14 @@ def test_every_endpoint_answers_the_ground_truth(kafka, topics, group_id, tmp_pa
         assert (await client.get("/api/v1/summary")).json()["sessionsByStatus"] == dict(by_status)
         for status, count in by_status.items():
             assert len(await _pages(client, "/api/v1/sessions", status=status)) == count
-        clean = [truth for truth in truths if not truth.defects]
         for truth in clean[:8]:
             session = (await client.get(f"/api/v1/sessions/{truth.session_id}")).json()
             assert messages_digest(session["messages"]) == truth.messages_digest
             assert session["nextSeq"] == truth.next_seq and len(session["turns"]) == truth.turns
+            assert session["audit"] == {"attested": {"verified": truth.attestations}, "wire": {}} and truth.attestations
+        for truth in [truth for truth in truths if [d.kind for d in truth.defects] == ["unlogged"]]:
+            session = (await client.get(f"/api/v1/sessions/{truth.session_id}")).json()
+            assert session["audit"]["attested"] == {"mismatch": 1, "verified": truth.attestations - 1}
         findings = await _pages(client, "/api/v1/findings", limit=7)
         assert collections.Counter((f["sessionId"], f["rule"], f["seq"]) for f in findings) == expected
         flagged = {f["sessionId"] for f in findings}

@@ -43,7 +43,7 @@ def _session(index: int) -> dict[str, Any]:
             "turnCount": 1, "messageCount": len(messages), "models": models, "error": None,
             "header": {} if index == 0 else {"cwd": f"/home/dev/project-{index % 3}"}, "nextSeq": 4,
             "turns": [{"turn": 1, "reason": {"kind": "completed"}, "steps": 1}], "requestHeader": None,
-            "requestHeaderChanges": [], "replaceGeneration": 0, "messages": messages, "messageSeqs": {f"u-{index}": 1, f"a-{index}": 3},
+            "requestHeaderChanges": [], "audit": None, "replaceGeneration": 0, "messages": messages, "messageSeqs": {f"u-{index}": 1, f"a-{index}": 3},
             "surface": [{"seq": 1, "type": "user/message", "data": messages[0]},
                         {"seq": 3, "type": "assistant/message", "data": {"turn": 1, "step": 1, "message": messages[1]}}]}
 
@@ -70,6 +70,7 @@ def _rich_session() -> dict[str, Any]:
                                           "toolsAdded": ["shell"], "config": {"model": "m-0"}},
                                          {"seq": 9, "reason": "change", "toolsRemoved": ["shell"],
                                           "config": {"reasoningEffort": "off"}}],
+                   audit={"attested": {"mismatch": 1, "verified": 2}, "wire": {"agent": {"unlogged": 1}}},
                    turns=[{"turn": 1, "reason": {"kind": "completed"}, "steps": 2},
                           {"turn": 2, "reason": {"kind": "error", "error": {"message": "upstream 500"}}, "steps": 1}])
     return session
@@ -400,6 +401,8 @@ def test_a_conversation_shows_every_message_escaped_with_its_finding(client_of, 
     assert "be brief &lt;script&gt;" in first and "<summary>system prompt</summary>" in first
     assert "(change)" in second and "tools removed: shell" in second and "reasoningEffort = &#34;off&#34;" in second
     assert "system prompt" not in second.split("</li>")[0]
+    audit = page.text.split('id="audit">')[1].split("</p>")[0]
+    assert audit == "audit: 1 attested mismatch, 2 attested verified; gateway agent: 1 unlogged"
 
 
 def test_an_unknown_session_page_is_a_404_naming_it(client_of):
