@@ -10,7 +10,7 @@ import pytest
 
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from consumers.projector.reader import SessionFilter
-from consumers.projector.store import SessionChange, view_head
+from consumers.projector.store import LAYOUT, SessionChange, view_head
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import Database
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
@@ -146,8 +146,9 @@ def test_a_layout_2_store_is_migrated_on_start(store_location):
         assert _columns(store, "s-old") == ("idle", 9, 2, 4, "/w", 1700000000000, 1700000000000)
         assert [tuple(r) for r in store.db.execute("SELECT provider, model, inputTokens FROM usage")] == [
             ("deepseek", "m", 10)]
-        assert store.db.execute("SELECT version FROM dsh_layout").fetchone()[0] == 4
-        assert store.claim([0]) == {0: 1}  # layout 4's owners table, added by the step from 3
+        assert store.db.execute("SELECT version FROM dsh_layout").fetchone()[0] == LAYOUT
+        assert store.claim([0]) == {0: 1}  # the owners table, added by the step from 3
+        assert store.db.execute("SELECT count(*) FROM audit_verdicts").fetchone()[0] == 0  # added by the step from 4
     finally:
         store.close()
 
@@ -155,7 +156,7 @@ def test_a_layout_2_store_is_migrated_on_start(store_location):
 def test_a_store_of_another_kind_is_refused_naming_both(store_location):
     _open(store_location, "auditor-state", 4, ["CREATE TABLE t (x INTEGER)"]).close()
     with pytest.raises(StateStoreError, match=r"a 'auditor-state' store in layout 4, not the 'view-store' store in "
-                                              r"layout 4 this service writes"):
+                                              rf"layout {LAYOUT} this service writes"):
         ViewStore(store_location)
 
 
