@@ -9,8 +9,16 @@
         .complete                                       written last
 
 A file lock serialises concurrent callers; every later call only checks the
-marker. The 0.1.2+ wheels (``0.1.5rc1``, ``0.2.1rc2``) ship this executable;
-older ones ship a JSON-RPC agent under another name and are refused.
+marker. Each release line ships one of two executables, and the one the wheel
+holds is the one returned (the marker records which):
+
+| releases | executable | driven |
+|---|---|---|
+| 0.1.0rc6, 0.1.0rc7, 0.1.1rc1 | ``dsh-jsonrpc-agent-pkg-linux-x64`` with ``cordis.yml`` beside it | JSON-RPC on stdio (:class:`producers.bridge.WorkerBridge`) |
+| 0.1.2a3 and later | ``deepseek-harness-sdk-runtime-linux-x64`` (CLI ``dsh``) | ``--profile sdk`` (JSON-RPC) or ``--profile headless`` |
+
+``jsonrpc_agent(version)`` is the first kind with its ``cordis.yml``, for the
+releases before the CLI.
 """
 
 from __future__ import annotations
@@ -27,10 +35,13 @@ from pathlib import Path
 
 from dsh_core.errors import PipelineError
 
-__all__ = ["EXECUTABLE_IN_WHEEL", "WHEEL_PROJECT", "runtime_executable", "runtimes_root"]
+__all__ = ["EXECUTABLE_IN_WHEEL", "JSONRPC_AGENT_IN_WHEEL", "WHEEL_PROJECT", "jsonrpc_agent", "runtime_executable",
+           "runtimes_root"]
 
 WHEEL_PROJECT = "deepseek-harness-runtime-bin"
 EXECUTABLE_IN_WHEEL = "deepseek_harness_runtime/runtime/deepseek-harness-sdk-runtime-linux-x64"
+JSONRPC_AGENT_IN_WHEEL = "deepseek_harness_runtime/runtime/dsh-jsonrpc-agent-pkg-linux-x64"
+_EXECUTABLES = (EXECUTABLE_IN_WHEEL, JSONRPC_AGENT_IN_WHEEL)  # the first a wheel holds is its runtime
 _MARKER = ".complete"
 _DOWNLOAD_TIMEOUT_S = 900
 
@@ -41,40 +52,69 @@ def runtimes_root() -> Path:
 
 
 def runtime_executable(version: str) -> Path:
-    """The dsh runtime CLI of ``version``, downloading and unpacking it first
-    when the cache lacks it. Raises :class:`PipelineError` (one line, naming
-    the version) when pip, the download, the wheel or the executable fails."""
+    """The dsh runtime executable of ``version`` (the CLI from 0.1.2 on, the
+    JSON-RPC agent before it), downloading and unpacking the wheel first when
+    the cache lacks it. Raises :class:`PipelineError` (one line, naming the
+    version) when pip, the download, the wheel or the executable fails."""
     if not version or "/" in version or version.startswith("."):
         raise PipelineError(f"dsh runtime version {version!r} is not a version number")
     root = runtimes_root() / version
-    executable = root / EXECUTABLE_IN_WHEEL
-    if (root / _MARKER).is_file() and executable.is_file():
+    executable = _installed(root)
+    if executable is not None:
         return executable
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ((root / _MARKER).is_file() and executable.is_file()):
-            _install(version, root)
+        executable = _installed(root) or _install(version, root)
     return executable
 
 
-def _install(version: str, root: Path) -> None:
+def jsonrpc_agent(version: str) -> tuple[Path, Path]:
+    """The JSON-RPC agent of a release before the CLI (0.1.0rc6 to 0.1.1rc1)
+    and the ``cordis.yml`` beside it, as :class:`producers.bridge.RuntimeConfig`
+    takes them; :class:`PipelineError` for a release that ships the CLI."""
+    executable = runtime_executable(version)
+    if executable.name != Path(JSONRPC_AGENT_IN_WHEEL).name:
+        raise PipelineError(f"dsh runtime {version} ships {executable.name}, not the JSON-RPC agent "
+                            f"{Path(JSONRPC_AGENT_IN_WHEEL).name}: drive it with --profile sdk")
+    cordis = executable.with_name("cordis.yml")
+    if not cordis.is_file():
+        raise PipelineError(f"dsh runtime {version}: no cordis.yml beside {executable}")
+    return executable, cordis
+
+
+def _installed(root: Path) -> Path | None:
+    """The executable a completed unpack recorded (markers written before
+    the JSON-RPC agent was known name none: the CLI), or None."""
+    try:
+        marker = json.loads((root / _MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    executable = root / marker.get("executable", EXECUTABLE_IN_WHEEL)
+    return executable if executable.is_file() else None
+
+
+def _install(version: str, root: Path) -> Path:
     requirement = f"{WHEEL_PROJECT}=={version}"
     with tempfile.TemporaryDirectory(prefix="download-", dir=root) as download:
         wheel = _download(requirement, version, Path(download))
         with zipfile.ZipFile(wheel) as archive:
-            if EXECUTABLE_IN_WHEEL not in archive.namelist():
-                raise PipelineError(f"dsh runtime {version}: wheel {wheel.name} has no {EXECUTABLE_IN_WHEEL}")
+            inside = next((name for name in _EXECUTABLES if name in archive.namelist()), None)
+            if inside is None:
+                raise PipelineError(f"dsh runtime {version}: wheel {wheel.name} has none of "
+                                    f"{', '.join(_EXECUTABLES)}")
             try:
                 archive.extractall(root)  # overwrites what an interrupted earlier unpack left
             except (OSError, zipfile.BadZipFile) as exc:
                 raise PipelineError(f"dsh runtime {version}: unpacking {wheel.name} failed: {exc}") from None
             for entry in archive.infolist():  # zipfile drops the unix modes; put the executable bits back
                 mode = entry.external_attr >> 16
-                if mode & 0o111 or entry.filename == EXECUTABLE_IN_WHEEL:
+                if mode & 0o111 or entry.filename == inside:
                     target = root / entry.filename
                     target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        (root / _MARKER).write_text(json.dumps({"requirement": requirement, "wheel": wheel.name}) + "\n")
+        (root / _MARKER).write_text(json.dumps({"requirement": requirement, "wheel": wheel.name,
+                                                "executable": inside}) + "\n")
+    return root / inside
 
 
 def _download(requirement: str, version: str, into: Path) -> Path:
