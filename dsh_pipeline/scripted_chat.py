@@ -36,6 +36,7 @@ class Reply:
     finish: str = "stop"  # stop | tool_calls | length
     status: int = 200
     hang: bool = False  # stream the text, then hold the response open until the client goes away
+    error: str = "scripted failure"  # the message of a non-200 answer's error body
 
 
 SCRIPTS: dict[str, list[Reply]] = {
@@ -66,16 +67,19 @@ _TAG = re.compile(r"\[script:([a-z0-9-]+)#([0-9a-z-]+)\]")
 
 
 def script_tag(body: dict[str, Any]) -> tuple[str, str]:
-    """``(NAME, ID)`` of the ``[script:NAME#ID]`` tag in a request's first
-    user message; :class:`ValueError` without one."""
-    first_user = next((m for m in body.get("messages", []) if m.get("role") == "user"), {})
-    content = first_user.get("content")
-    text = content if isinstance(content, str) else json.dumps(content)
-    match = _TAG.search(text)
-    if not match:
-        raise ValueError(f"no [script:NAME#ID] tag in the first user message: {text[:200]}")
-    name, instance = match.groups()
-    return name, instance
+    """``(NAME, ID)`` of the ``[script:NAME#ID]`` tag in the first of a
+    request's user messages that holds one (after a compaction the first is
+    the checkpoint summary, which may not); :class:`ValueError` without one."""
+    texts = []
+    for message in body.get("messages", []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            texts.append(content if isinstance(content, str) else json.dumps(content))
+            match = _TAG.search(texts[-1])
+            if match:
+                name, instance = match.groups()
+                return name, instance
+    raise ValueError(f"no [script:NAME#ID] tag in any user message: {(texts or [''])[0][:200]}")
 
 
 def _stream(reply: Reply, model: str) -> list[dict[str, Any]]:
@@ -146,7 +150,7 @@ class ScriptedChat:
         reply = script[min(self.served.get(key, 0), len(script) - 1)]
         self.served[key] = self.served.get(key, 0) + 1
         if reply.status != 200:
-            await _json(send, reply.status, {"error": {"message": "scripted failure", "type": "server_error"}})
+            await _json(send, reply.status, {"error": {"message": reply.error, "type": "server_error"}})
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})

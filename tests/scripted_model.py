@@ -29,15 +29,17 @@ class _Session:
 
 @dataclass
 class ScriptedModel(LocalEndpoint):
-    """Runs on its own thread and event loop; ``url`` once started."""
+    """Runs on its own thread and event loop; ``url`` once started.
+    ``scripts`` are :data:`SCRIPTS` unless given."""
 
+    scripts: dict[str, list[Reply]] = field(default_factory=lambda: dict(SCRIPTS))
     requests: list[dict[str, Any]] = field(default_factory=list)
     _sessions: dict[str, _Session] = field(default_factory=dict)
 
 
     def _script_of(self, body: dict[str, Any]) -> _Session:
         name, instance = script_tag(body)
-        return self._sessions.setdefault(f"{name}#{instance}", _Session(SCRIPTS[name]))
+        return self._sessions.setdefault(f"{name}#{instance}", _Session(self.scripts[name]))
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -58,7 +60,7 @@ class ScriptedModel(LocalEndpoint):
             reply = session.script[min(session.served, len(session.script) - 1)]
             session.served += 1
             if reply.status != 200:
-                payload = json.dumps({"error": {"message": "scripted failure", "type": "server_error"}}).encode()
+                payload = json.dumps({"error": {"message": reply.error, "type": "server_error"}}).encode()
                 writer.write(f"HTTP/1.1 {reply.status} Error\r\ncontent-type: application/json\r\n"
                              f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n".encode() + payload)
                 return
