@@ -45,6 +45,19 @@ const ops = {
     }
     return { outcomes, ...stateOf(session) };
   },
+  // A stored log as the resume path restores it: the header line (without
+  // its `type`) and the storage lines after it (already parsed; packed rows
+  // decoded here), or the refusal. `stored` counts the decoded events;
+  // `appended` names the types restore adds after them (its end-seed marker).
+  restore({ header, records }) {
+    try {
+      const { type, ...fields } = header;
+      const events = records.flatMap((r) => decodeStorageRecord(r));
+      const session = Session.fromRestore(fields.id, events, fields);
+      const appended = session.events.slice(events.length).map((event) => event.type);
+      return { ...stateOf(session), stored: events.length, appended };
+    } catch (e) { return refused(e); }
+  },
   // Storage records of one batch.
   pack({ events }) { return packChunkRuns(events); },
   // Decode storage lines (already parsed) into events, or the refusal.
