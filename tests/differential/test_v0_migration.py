@@ -1,8 +1,9 @@
 """Our v0→v4 migration against dsh 0.2.1rc2's own (its reader migrates a v0
 log in memory through its v0→v1→v2→v3→v4 chain): every v0 log of the
-conformance corpus that the 0.1.x reference accepts, the logs dsh 0.1.2rc1
-wrote and simulated v0 sessions, side by side in one sessions root (so
-parents and their subagent children meet, as dsh's catalog migration needs).
+conformance corpus that the 0.1.x reference accepts, the logs dsh 0.1.0rc7,
+0.1.1rc1 and 0.1.2rc1 wrote (``tests/fixtures``) and simulated v0 sessions,
+side by side in one sessions root (so parents and their subagent children
+meet, as dsh's catalog migration needs).
 dsh's verdict and category must be ours, a refusal must give dsh's reason,
 and an accepted log must migrate to exactly dsh's events, key order included.
 """
@@ -14,12 +15,21 @@ from pathlib import Path
 import pytest
 
 from dsh_core.errors import DshError
+from dsh_core.inspect import inspect_path
 from dsh_core.jsonvalue import thaw
 from dsh_core.v4.migrate import migrated_log
 from tests.conftest import ROOT, corpus_logs, expected_of
 from tests.differential.test_simulated_logs import _write
 from tests.layout_helpers import place
 from tests.oracle import place_log, run_oracle
+
+
+V0_RELEASES = ("dsh-0.1.0", "dsh-0.1.1", "dsh-0.1.2")  # the fixture folders of the releases that write v0
+
+
+def _release_logs() -> list[Path]:
+    folders = [ROOT / "tests" / "fixtures" / release for release in V0_RELEASES]
+    return sorted(log for folder in folders for log in folder.glob("*.jsonl.zstd"))
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +40,7 @@ def readings(oracle: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tup
         want = expected_of(log)
         if want["accepted"] and want["sessionHeader"]["id"] not in paths:
             paths[want["sessionHeader"]["id"]] = place(root, log.read_bytes(), "zstd")
-    for log in sorted((ROOT / "tests" / "fixtures" / "dsh-0.1.2").glob("*.jsonl.zstd")):
+    for log in _release_logs():
         session_id = place_log(log, root)
         paths[session_id] = next(root.glob(f"*/{session_id}/session.jsonl.zstd"))
     paths |= {session_id: path for session_id, (path, _) in _write(root, 0).items()}
@@ -73,3 +83,11 @@ def test_accepted_logs_migrate_to_exactly_dsh_s_events(readings):
         assert ours.header.to_dict() | {"version": 4} == theirs["header"], session_id
         compared += 1
     assert compared >= 85
+
+
+def test_every_v0_release_s_own_logs_are_migrated(readings):
+    """A log a released dsh wrote is one its successor must open: dsh 0.2.1
+    accepts each (and the test above holds ours to its events)."""
+    ids = {inspect_path(log).to_json()["sessionHeader"]["id"] for log in _release_logs()}
+    verdicts = {session_id: theirs["ok"] for session_id, _, theirs in readings if session_id in ids}
+    assert len(verdicts) == len(ids) >= 21 and all(verdicts.values()), verdicts
