@@ -3,16 +3,15 @@
 Rows decode as dsh's released v0 codec decodes them: a packed chunk row
 stays whole (:class:`~.v1_to_v2.ChunkRun`), an event's range-encoded
 ``sourceEventSeqs`` expand. The edge then normalizes each event in dsh's
-order — ``compact/*`` renamed, retired ``request/header-delta``/``mode/set``
-and the ``fallback`` header reason refused, legacy ``turn/start``,
-``turn/end``, ``messagePrefix``, steering and message shapes upgraded
-(:mod:`dsh_core.storage.legacy`, with dsh 0.2.1's rule that a replacing
-legacy tool result takes the id of the message it replaces), retries and
-compactions without ids given dsh's legacy ids — and checks its payload
-members against dsh's frozen v0 inventory (the key sets; the nested
-per-type checks of dsh's inventory are not repeated here: what they refuse
-is refused by the v4 reading of the result or, where it is not, named in
-the differential test's gaps).
+order, with dsh 0.2.1's own checks and texts — ``compact/*`` renamed,
+retired ``request/header-delta``/``mode/set`` and the ``fallback`` header
+reason refused, a pre-react-loop ``turn/start`` and ``turn/end`` upgraded,
+``messagePrefix`` dropped, steering turned into a user message, retries
+and compactions without ids given dsh's legacy ids, messages stored before
+ids wrapped (a replacing legacy tool result takes the id of the message it
+replaces) — and checks every event but ``assistant/chunk`` against dsh's
+frozen v0 inventory (:mod:`.v0_inventory`: the member sets, then every
+nested per-type check).
 """
 
 from __future__ import annotations
@@ -21,82 +20,17 @@ from typing import Any
 
 from ..errors import DshError, FormatUnsupportedError
 from ..jsonvalue import encode_json
-from ..storage.legacy import upgrade_event
+from ..storage.legacy import legacy_message_id
 from .rows import decode_seq_ranges
+from .v0_inventory import check_payload, count, keys, record, refusal
 from .v1_to_v2 import ChunkRun
 
 __all__ = ["V0ToV1", "decode_v0_row", "refusal"]
 
-EDGE = "@deepseek-ai/dsh-session-format-v0-to-v1"
+_PLAIN_ENDS = ("completed", "blocked", "max-tokens", "interrupted")
 _PACKED = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 _RENAMED = {"compact/start": "compaction/start", "compact/summary": "compaction/summary",
             "compact/end": "compaction/end", "compact/prune": "compaction/prune"}
-
-#: dsh's frozen v0 inventory: each type's required and optional ``data`` members.
-INVENTORY: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "agent-preset/selected": (("agentPreset",), ()),
-    "agent/inbox/spliced": (("target", "start", "inserted"), ("removedCount", "outcome")),
-    "approval/asked": (("id", "toolName"), ("callId", "reason")),
-    "approval/decided": (("id", "outcome"), ()),
-    "approval/policy": (("policy",), ("source",)),
-    "assistant/chunk": (("turn", "step", "chunk"), ()),
-    "assistant/message": (("turn", "step", "message"), ("usage", "interrupted")),
-    "command/done": (("commandId", "kind"), ("text", "sourceEventSeq")),
-    "command/run": (("commandId", "name", "source"), ("args",)),
-    "compaction/end": (("compactionId", "turn"), ("sourceCommandId", "error")),
-    "compaction/prune": (("shadowedRange", "shadowedSeqs", "shadowedTokenCount"), ()),
-    "compaction/start": (("compactionId", "turn"), ("sourceCommandId",)),
-    "compaction/summary": (("compactionId", "summary", "shadowedRange", "shadowedSeqs", "shadowedTokenCount",
-                            "provider", "model"), ("sourceCommandId", "maxTokens", "usage", "rawOutput",
-                                                   "llmStreamCall")),
-    "feedback/record": (("text",), ()),
-    "goal/change": (("kind", "version", "operation"), ("goal", "roundsStarted", "createdAt", "updatedAt", "cleared",
-                                                       "clearedAt")),
-    "hook/invoked": (("turn", "point", "dialect", "handlerId"), ("matcher",)),
-    "hook/result": (("turn", "point", "handlerId", "decision", "durationMs"), ("exitCode", "stderrSummary")),
-    "llm/retry": (("retryId", "turn", "step", "provider", "mode", "policyKey", "retry", "delayMs", "failure"),
-                  ("maxRetries",)),
-    "llm/retry-started": (("retryId", "turn", "step", "retry"), ()),
-    "model/selection": (("provider", "model"), ("reasoningEffort",)),
-    "permission/preset": (("preset",), ()),
-    "plan/mode": (("active",), ()),
-    "request/context": (("provider", "model"), ("contextWindow",)),
-    "request/header": (("header", "reason"), ("startsSeries",)),
-    "sandbox/mode": (("mode",), ("source",)),
-    "schedule/change": (("version", "operation"), ("schedule", "id", "acceptedAt")),
-    "session-log-deepseek/delivery-accepted": (("sessionId", "throughSeq"), ()),
-    "session/end-seed": ((), ()),
-    "session/title": (("title", "messageSeqs", "source"), ()),
-    "session/title-llm-request": (("titleProvider", "messageSeqs", "route", "system", "messages", "maxTokens"), ()),
-    "step/end": (("turn", "step"), ()),
-    "step/start": (("turn", "step"), ()),
-    "subagent/descriptor": (("mode", "version", "provider"), ("label", "agentProvider", "agentModel",
-                                                              "agentReasoningEffort", "persona", "toolFilter")),
-    "subagent/model-selection-policy": (("allowedModels",), ()),
-    "team/member": (("version", "teamId", "member"), ()),
-    "team/message/delivered": (("version", "teamId", "messageId", "targetId"), ()),
-    "team/message/queued": (("version", "teamId", "message"), ()),
-    "team/task": (("version", "teamId", "task"), ()),
-    "todo/write": (("todos",), ()),
-    "tool-workflow/agent-end": (("runId", "seq", "outcome"), ()),
-    "tool-workflow/agent-start": (("runId", "seq", "label", "childId"), ("phase",)),
-    "tool-workflow/run-end": (("runId", "stopReason"), ()),
-    "tool-workflow/run-start": (("runId", "name"), ()),
-    "tool/call": (("turn", "step", "callId", "name", "arguments"), ()),
-    "tool/code-dispatch": (("rootCallId", "parentCallId", "subCallId", "name", "arguments", "isError", "content"), ()),
-    "tool/code-dispatch-start": (("rootCallId", "parentCallId", "subCallId", "name", "arguments"), ()),
-    "tool/result": (("turn", "step", "message"), ("error", "meta")),
-    "turn/end": (("turn", "reason"), ()),
-    "turn/start": (("turn",), ()),
-    "user/message": (("role", "id", "content", "source"), ()),
-    "web/deepseek-search-llm-request": (("endpoint", "apiVersion", "body"), ()),
-}
-
-
-def refusal(message: str, edge: str = EDGE, version: int = 0) -> FormatUnsupportedError:
-    """A refusal of an edge, worded as dsh wraps its format errors."""
-    return FormatUnsupportedError(f"{edge} refuses this format v{version} Session: {message}")
-
 
 def _js(value: Any) -> str:
     return encode_json(value).decode()
@@ -176,17 +110,119 @@ class V0ToV1:
         if event_type == "request/header" and data.get("reason") == "fallback":
             raise FormatUnsupportedError(f'session {_js(sid)} contains unsupported request/header reason "fallback" '
                                          f"at seq {seq}")
-        try:
-            event = upgrade_event(event, sid, self._replaced_id)
-        except DshError as error:
-            raise refusal(error.message) from None
-        event = self._compaction(self._retry(self._request_header(event)))
+        event = self._message(self._compaction(self._retry(self._steering(self._request_header(
+            self._turn_end(self._turn_start(event)))))))
         if event["type"] != "assistant/chunk":
-            self._inventory(event)
+            check_payload(event)
         message = event["data"] if event["type"] == "user/message" else event["data"].get("message")
         if isinstance(message, dict) and type(message.get("id")) is str:
             self.message_ids[seq] = message["id"]
         return event
+
+    def _malformed(self, event_type: str, seq: Any) -> FormatUnsupportedError:
+        return refusal(f"session {_js(self.session_id)} contains malformed pre-react-loop {event_type} at seq {seq}")
+
+    def _turn_start(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A pre-react-loop ``turn/start`` loses its ``trigger``."""
+        data, seq = event["data"], event["seq"]
+        if event["type"] != "turn/start" or "trigger" not in data:
+            return event
+        keys(data, ("turn", "trigger"), (), f"turn/start {seq} data")
+        turn = count(data["turn"], f"turn/start {seq} turn")
+        trigger = record(data["trigger"], f"turn/start {seq} trigger")
+        if turn < 1 or type(trigger.get("kind")) is not str or not trigger["kind"]:
+            raise self._malformed("turn/start", seq)
+        return {**event, "data": {"turn": turn}}
+
+    def _turn_end(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Every ``turn/end`` checked; a pre-react-loop reason upgraded."""
+        if event["type"] != "turn/end":
+            return event
+        data, seq = event["data"], event["seq"]
+        keys(data, ("turn", "reason"), (), f"turn/end {seq} data")
+        if count(data["turn"], f"turn/end {seq} turn") < 1:
+            raise self._malformed("turn/end", seq)
+        reason = record(data["reason"], f"turn/end {seq} reason")
+        kind = reason.get("kind")
+        if type(kind) is not str:
+            raise self._malformed("turn/end", seq)
+        if kind in _PLAIN_ENDS or (kind == "aborted" and "reason" not in reason) or kind == "disposed":
+            keys(reason, ("kind",), (), f"turn/end {seq} reason")
+            if kind in _PLAIN_ENDS:
+                return event
+            current = {"kind": "aborted", "reason": {"kind": "legacy" if kind == "aborted" else "disposed"}}
+        elif kind == "error" and "error" not in reason:
+            current = self._error_reason(reason, seq)
+        else:
+            return event
+        return {**event, "data": {**data, "reason": current}}
+
+    def _error_reason(self, reason: dict[str, Any], seq: Any) -> dict[str, Any]:
+        count(reason.get("step"), f"turn/end {seq} error step")
+        if "failure" in reason:
+            keys(reason, ("kind", "step", "failure"), (), f"turn/end {seq} reason")
+            failure = record(reason["failure"], f"turn/end {seq} failure")
+            keys(failure, ("message", "code"), ("status", "providerRetryAfterMs", "requestId"),
+                 f"turn/end {seq} failure")
+            if type(failure["message"]) is not str or type(failure["code"]) is not str:
+                raise self._malformed("turn/end", seq)
+            return {"kind": "error", "error": failure}
+        keys(reason, ("kind", "step", "message"), ("code",), f"turn/end {seq} reason")
+        code = reason.get("code", "UNKNOWN")
+        if type(reason["message"]) is not str or type(code) is not str:
+            raise self._malformed("turn/end", seq)
+        return {"kind": "error", "error": {"message": reason["message"], "code": code}}
+
+    def _steering(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A ``steering/message`` becomes the ``user/message`` it carries."""
+        if event["type"] != "steering/message":
+            return event
+        data, seq = event["data"], event["seq"]
+        label = f"steering/message {seq}"
+        if "message" in data:
+            keys(data, ("turn", "message"), (), f"{label} data")
+            count(data["turn"], f"{label} turn")
+            return {**event, "type": "user/message", "data": data["message"]}
+        keys(data, ("turn", "content", "source"), (), f"{label} data")
+        count(data["turn"], f"{label} turn")
+        message = {key: value for key, value in data.items() if key != "turn"}
+        return {**event, "type": "user/message",
+                "data": {**message, "id": legacy_message_id(self.session_id, seq), "role": "user"}}
+
+    def _message(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A message stored before message ids gets dsh's legacy shape and id."""
+        event_type, data, seq = event["type"], event["data"], event["seq"]
+        if not isinstance(data, dict):
+            raise refusal(f"{event_type} {seq} data must be a JSON object")
+        if event_type == "user/message":
+            if "id" in data or "role" in data or "message" in data or "content" not in data or "source" not in data:
+                return event
+            return {**event, "data": {**data, "id": legacy_message_id(self.session_id, seq), "role": "user"}}
+        if event_type == "assistant/message":
+            if "message" in data or "content" not in data or "provenance" not in data:
+                return event
+            rest = {key: value for key, value in data.items() if key not in ("content", "provenance")}
+            source = record(data["provenance"], f"assistant/message {seq} legacy source")
+            rest["message"] = {"id": legacy_message_id(self.session_id, seq), "role": "assistant",
+                               "content": data["content"], "source": {**source, "kind": "model"}}
+            return {**event, "data": rest}
+        if event_type != "tool/result" or "message" in data or any(key not in data for key in
+                                                                     ("callId", "content", "isError")):
+            return event
+        call_id, is_error = data["callId"], data["isError"]
+        if type(call_id) is not str or type(is_error) is not bool:
+            return event
+        operation = event.get("surfaceOp")
+        start = operation.get("start") if isinstance(operation, dict) and operation.get("op") == "replace" else None
+        message_id = legacy_message_id(self.session_id, seq) if start is None else self._replaced_id(start)
+        if message_id is None:
+            raise refusal(f"tool/result {seq} replacement cites a message without identity")
+        rest = {key: value for key, value in data.items() if key not in ("callId", "content", "isError")}
+        rest["message"] = {"id": message_id, "role": "user",
+                           "content": [{"type": "tool-result", "toolCallId": call_id, "content": data["content"],
+                                        "isError": is_error}],
+                           "source": {"kind": "tool", "callId": call_id}}
+        return {**event, "data": rest}
 
     def _replaced_id(self, start: Any) -> str | None:
         return self.message_ids.get(start) if type(start) is int else None
@@ -194,8 +230,8 @@ class V0ToV1:
     def _request_header(self, event: dict[str, Any]) -> dict[str, Any]:
         if event["type"] != "request/header":
             return event
-        header = event["data"].get("header")
-        if not isinstance(header, dict) or "messagePrefix" not in header:
+        header = record(event["data"].get("header"), f"request/header {event['seq']} header")
+        if "messagePrefix" not in header:
             return event
         if not isinstance(header["messagePrefix"], list):
             raise refusal(f"session {_js(self.session_id)} contains malformed request/header messagePrefix at seq "
@@ -240,22 +276,3 @@ class V0ToV1:
                     and "compactionId" not in source:
                 return {**event, "data": {**data, "source": {**source, "compactionId": self.compaction_id}}}
         return event
-
-    def _inventory(self, event: dict[str, Any]) -> None:
-        """dsh's ``assertReleasedEventPayload`` key checks."""
-        event_type, seq, data = event["type"], event["seq"], event["data"]
-        members = INVENTORY.get(event_type)
-        if members is None:
-            raise FormatUnsupportedError(f"format v0 contains unknown historical event type {_js(event_type)} at seq "
-                                         f"{seq}; migration refuses unknown historical events even when ignorable")
-        label = f"{event_type} {seq}"
-        if event_type == "subagent/descriptor" and data.get("version") != 3:
-            raise FormatUnsupportedError(f"{label} uses unsupported descriptor version "
-                                         f"{_count(data.get('version'), f'{label} version')}")
-        required, optional = members
-        unexpected = next((key for key in data if key not in required and key not in optional), None)
-        if unexpected is not None:
-            raise refusal(f"{label} data has unexpected member {_js(unexpected)}")
-        missing = next((key for key in required if key not in data), None)
-        if missing is not None:
-            raise refusal(f"{label} data lacks required member {_js(missing)}")
