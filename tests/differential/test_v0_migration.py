@@ -6,10 +6,14 @@ side by side in one sessions root (so parents and their subagent children
 meet, as dsh's catalog migration needs).
 dsh's verdict and category must be ours, a refusal must give dsh's reason,
 and an accepted log must migrate to exactly dsh's events, key order included.
+The same holds for those logs with one event's payload mutated
+(:mod:`tests.differential.v0_mutations`), which dsh's v0 inventory checks.
 """
 
 from __future__ import annotations
 
+import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +24,7 @@ from dsh_core.jsonvalue import thaw
 from dsh_core.v4.migrate import migrated_log
 from tests.conftest import ROOT, corpus_logs, expected_of
 from tests.differential.test_simulated_logs import _write
+from tests.differential.v0_mutations import write_mutations
 from tests.layout_helpers import place
 from tests.oracle import place_log, run_oracle
 
@@ -55,7 +60,33 @@ def _ours(path: Path):
         return None, error
 
 
-def test_dsh_s_verdict_category_and_reason_are_ours(readings):
+#: sessions per sessions root read by one Node process: dsh's reader slows
+#: down with the number of sessions beside the one it opens.
+_SHARD = 120
+
+
+@pytest.fixture(scope="module")
+def mutated(oracle: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Path, dict]]:
+    """Every payload mutation, as dsh's reader reads it, with what was mutated."""
+    written = list(write_mutations(tmp_path_factory.mktemp("v0-mutations-all")).items())
+    roots = []
+    for start in range(0, len(written), _SHARD):
+        root = tmp_path_factory.mktemp("v0-mutations")
+        for session_id, (path, _) in written[start:start + _SHARD]:
+            moved = root / path.relative_to(path.parents[2])
+            moved.parent.mkdir(parents=True)
+            path.rename(moved)
+        roots.append(root)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        theirs = {key: value for shard in pool.map(run_oracle, roots) for key, value in shard.items()}
+    return [(f"{session_id} ({mutation.event_type} {mutation.what})",
+             next(root for root in roots if (root / path.relative_to(path.parents[2])).exists())
+             / path.relative_to(path.parents[2]), theirs[session_id])
+            for session_id, (path, mutation) in written]
+
+
+def _disagreements(readings) -> tuple[list[tuple], int]:
+    """Where our verdict, category or reason is not dsh's; and how many dsh refused."""
     disagreements, refused = [], 0
     for session_id, path, theirs in readings:
         ours, error = _ours(path)
@@ -63,12 +94,51 @@ def test_dsh_s_verdict_category_and_reason_are_ours(readings):
             disagreements.append((session_id, error and error.message, theirs.get("message")))
         elif error is not None:
             refused += 1
-            reason = theirs["message"].split("; source v0 artifact remains unchanged")[0].split("refuses this format v0 "
-                                                                                           "Session: ")[-1]
-            if error.category != theirs["category"] or reason not in error.message:
+            if error.category != theirs["category"] or _reason(theirs) not in error.message:
                 disagreements.append((session_id, error.message, theirs["message"]))
+    return disagreements, refused
+
+
+def _reason(theirs: dict) -> str:
+    return theirs["message"].split("; source v0 artifact remains unchanged")[0].split("refuses this format v0 "
+                                                                                      "Session: ")[-1]
+
+
+def test_dsh_s_verdict_category_and_reason_are_ours(readings):
+    disagreements, refused = _disagreements(readings)
     assert disagreements == [], "\n".join(map(str, disagreements))
     assert refused >= 25 and len(readings) - refused >= 85
+
+
+_MEMBER_SET = re.compile(r"^\S+ \d+ data (?:has unexpected|lacks required) member ")
+#: refusals of dsh's later edges (v1→v2, v2→v3) that our chain does not make:
+#: a content block or message source of a kind no release knows (the v0
+#: inventory keeps both as opaque; dsh's v2→v3 edge refuses them), and an
+#: error result whose block says it is not one. These alone may disagree.
+_LATER_EDGE_GAPS = re.compile(r"cannot safely transform unclassified message (?:content kind|source)"
+                              r"|carries error metadata for a non-error tool result")
+
+
+def test_payload_mutations_get_dsh_s_verdict_category_and_reason(mutated):
+    """dsh's v0 inventory refuses most mutations, each with the text of the
+    nested check that failed first; we refuse the same ones, alike."""
+    disagreements, refused = _disagreements(mutated)
+    gaps = [case for case in disagreements if case[2] and _LATER_EDGE_GAPS.search(case[2])]
+    others = [case for case in disagreements if case not in gaps]
+    assert others == [], f"{len(others)} of {len(mutated)}:\n" + "\n".join(map(str, others))
+    assert len(gaps) <= 25, gaps
+    nested = [theirs for _, _, theirs in mutated if not theirs["ok"] and "refuses this format v0 Session: " in
+              theirs["message"] and not _MEMBER_SET.match(_reason(theirs))]
+    assert len(mutated) >= 1500 and refused >= 1400 and len(nested) >= 750, (len(mutated), refused, len(nested))
+
+
+def test_accepted_mutations_migrate_to_exactly_dsh_s_events(mutated):
+    compared = 0
+    for session_id, path, theirs in mutated:
+        if theirs["ok"]:
+            assert [thaw(event) for event in migrated_log(path).events] == theirs["events"], session_id
+            compared += 1
+    assert compared >= 100
 
 
 def test_accepted_logs_migrate_to_exactly_dsh_s_events(readings):
