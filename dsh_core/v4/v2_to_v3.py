@@ -7,9 +7,14 @@ whose ``system`` differs from the prompt in force is preceded by a
 ``tools`` and ``adapterDefaults`` go too). Generated messages get dsh's id,
 ``v2-to-v3-system-`` and the SHA-256 of ``["session-format-v2-to-v3",
 session id, source seq, source type]``. Replace ops become
-``{op, startSeq, endSeq}``; "code" names become "ptc". A message on the
-surface before the first step cannot get a head below it: refused, as dsh
-refuses it.
+``{op, startSeq, endSeq}``; "code" names become "ptc".
+
+Refused as dsh refuses them, in its order: a content block or message
+source of a kind the edge does not classify (:data:`CONTENT_KINDS`,
+:data:`SOURCE_KINDS`; the v0 inventory keeps any named kind), a message on
+the surface before the first step (it cannot get a head below it), and a
+migrated ``tool/result`` whose error metadata sits on a result that is not
+an error.
 """
 
 from __future__ import annotations
@@ -19,12 +24,21 @@ import json
 from typing import Any, Callable
 
 from ..errors import FormatUnsupportedError
+from ..jsonvalue import is_safe_int
+from .v0_messages import content_blocks
 from .v0_to_v1 import refusal
+from .v0_values import ABSENT, js, js_keys
 
 __all__ = ["V2ToV3"]
 
 EDGE = "@deepseek-ai/dsh-session-format-v2-to-v3"
 _SURFACE = frozenset({"system/message", "user/message", "assistant/message", "tool/result"})
+#: the content block kinds and message source kinds dsh's v2→v3 edge can carry;
+#: it refuses any other (the v0 inventory keeps an unknown named kind as it is).
+CONTENT_KINDS = frozenset({"text", "reasoning", "image", "file", "tool-call", "tool-result"})
+SOURCE_KINDS = frozenset({"user", "plugin", "model", "tool", "agent-instructions", "session-reference",
+                          "team-message", "goal", "skill-invocation", "skill-catalog", "coordinator",
+                          "subagent-report", "subagent-settled", "webhook", "agent-message"})
 _RENAMED_TYPES = {"tool/code-dispatch-start": "tool/ptc-dispatch-start", "tool/code-dispatch": "tool/ptc-dispatch"}
 
 
@@ -46,6 +60,7 @@ class V2ToV3:
         event_type, data = event["type"], event["data"]
         if event["seq"] != len(self.mapping):
             raise refusal("format v2 source events must be dense", EDGE, 2)
+        _check_classified(event)
         self._observe_ids(event)
         if event_type == "request/header" and isinstance(data.get("header"), dict):
             header = {key: value for key, value in data["header"].items() if key != "system"}
@@ -57,10 +72,11 @@ class V2ToV3:
         if event_type in _SURFACE and self.head is None:
             raise FormatUnsupportedError("format v2 surface before first step cannot acquire a system head without "
                                          "changing chronology")
-        target = self._remap(event)
+        target = _renamed(self._remap(event))
+        _check_error_metadata(target)
         self.mapping.append(self.target)
         self.target += 1
-        self.emit(_renamed(target))
+        self.emit(target)
         if event_type == "step/start":
             self.step = (data.get("turn"), data.get("step"))
             if self.head is None:
@@ -96,6 +112,7 @@ class V2ToV3:
         if message_id in self.original_ids or message_id in self.generated_ids:
             raise FormatUnsupportedError("generated system message id collides with an existing message id")
         self.generated_ids.add(message_id)
+        _coordinates({"turn": turn, "step": step})  # the v3 form of a system message (``assertSystem``)
         event: dict[str, Any] = {"type": "system/message", "seq": self.target, "time": anchor["time"], "data": {
             "turn": turn, "step": step, "message": {
                 "id": message_id, "role": "system", "source": {"kind": "plugin", "plugin": "@deepseek-ai/dsh-system-prompt"},
@@ -162,3 +179,144 @@ def _ptc_source(message: Any) -> Any:
     if isinstance(source, dict) and source.get("kind") == "plugin" and source.get("plugin") == "tools-code-mode":
         return {**message, "source": {**source, "plugin": "tools-ptc"}}
     return message
+
+
+# ------------------------------------------------------- v2 admission, v3 form
+
+
+def _check_classified(event: dict[str, Any]) -> None:
+    """What of dsh's v2 admission (``assertEvent``) a v0 log that passed its
+    earlier edges can still fail: content kinds (``assertOwnedContent``), an
+    assistant's turn and step, then message sources (``assertSource``)."""
+    event_type, data = event["type"], event["data"]
+    label = f"format v2 {event_type} at seq {event['seq']} data"
+    match event_type:
+        case "user/message" | "tool/code-dispatch":
+            _content(data.get("content", ABSENT), f"{label}.content")
+        case "assistant/message" | "tool/result" | "team/message/queued":
+            message = _record(data.get("message", ABSENT), f"{label}.message")
+            _content(message.get("content", ABSENT), f"{label}.message.content")
+        case "agent/inbox/spliced" | "session/title-llm-request":
+            field = "inserted" if event_type == "agent/inbox/spliced" else "messages"
+            for index, value in enumerate(_array(data.get(field, ABSENT), f"{label}.{field}")):
+                path = f"{label}.{field}[{index}]"
+                _content(_record(value, path).get("content", ABSENT), f"{path}.content")
+        case "compaction/summary":
+            _content(data.get("summary", ABSENT), f"{label}.summary")
+            if "rawOutput" in data:
+                _content(data["rawOutput"], f"{label}.rawOutput")
+    if event_type in ("assistant/message", "assistant/attempt"):
+        for index, value in enumerate(_array(data.get("stream", ABSENT), f"{label}.stream")):
+            path = f"{label}.stream[{index}]"
+            if _record(value, path).get("type") != "chunk":
+                continue
+            chunk = _record(value.get("chunk", ABSENT), f"{path}.chunk")
+            if chunk.get("type") == "block-end":
+                _block(chunk.get("block", ABSENT), f"{path}.chunk.block")
+            if chunk.get("type") == "block-start":
+                _kind(chunk.get("blockType", ABSENT), f"{path}.chunk.blockType")
+        _coordinates(data)
+    match event_type:
+        case "user/message":
+            _source(data)
+        case "assistant/message" | "tool/result":
+            _source(_record(data["message"], "message"))
+        case "agent/inbox/spliced" | "session/title-llm-request":
+            for message in data["inserted" if event_type == "agent/inbox/spliced" else "messages"]:
+                _source(message)
+
+
+def _content(value: Any, label: str) -> None:
+    for index, block in enumerate(_array(value, label)):
+        _block(block, f"{label}[{index}]")
+
+
+def _block(value: Any, label: str) -> None:
+    """dsh's ``assertContentBlock``: the kind, a tool result's blocks, a file's
+    attachment, then any other block as dsh's v0 checks see it in a user message."""
+    block = _record(value, label)
+    kind = block.get("type", ABSENT)
+    _kind(kind, label)
+    if kind == "tool-result":
+        if not isinstance(block.get("content"), list):
+            raise refusal(f'{label}.content: invalid message content kind "tool-result": content must be an array',
+                          EDGE, 2)
+        _content(block["content"], f"{label}.content")
+    elif kind == "file":
+        subject = f'{label} kind "file"'
+        _fields(block, ("type", "attachment"), subject)
+        attachment = _record(block["attachment"], f"{subject} attachment")
+        _fields(attachment, ("attachmentId", "name", "bytes"), f"{subject} attachment")
+        if type(attachment["attachmentId"]) is not str or not attachment["attachmentId"] \
+                or type(attachment["name"]) is not str:
+            raise refusal(f"{subject}: file attachment requires attachmentId and name", EDGE, 2)
+        if not is_safe_int(attachment["bytes"]) or attachment["bytes"] < 0:
+            raise refusal(f"{subject} attachment bytes must be a non-negative safe integer", EDGE, 2)
+        return
+    try:
+        content_blocks([{**block, "content": []} if kind == "tool-result" else block], "user/message 0 content")
+    except FormatUnsupportedError as error:
+        reason = error.message.removeprefix(refusal("").message)  # the v0 check's own text
+        raise refusal(f"{label}: invalid message content kind {js(kind)}: SessionFormatError: {reason}", EDGE,
+                      2) from None
+
+
+def _kind(kind: Any, label: str) -> None:
+    if type(kind) is not str or kind not in CONTENT_KINDS:
+        shown = "undefined" if kind is ABSENT else js(kind)
+        raise FormatUnsupportedError(f"{label}: cannot safely transform unclassified message content kind {shown}")
+
+
+def _source(message: dict[str, Any]) -> None:
+    source = _record(message.get("source", ABSENT), "message source")
+    kind = source.get("kind")
+    if type(kind) is not str or kind not in SOURCE_KINDS:
+        raise FormatUnsupportedError("cannot safely transform unclassified message source")
+    if kind == "agent-message":
+        _fields(source, ("kind", "form", "senderSessionId"), "agent-message source")
+        if source["form"] != "relay" or type(source["senderSessionId"]) is not str or not source["senderSessionId"]:
+            raise refusal("agent-message source requires relay form and senderSessionId", EDGE, 2)
+
+
+def _coordinates(data: dict[str, Any]) -> None:
+    for coordinate in ("turn", "step"):
+        value = data.get(coordinate, ABSENT)
+        if not is_safe_int(value) or value < 0:
+            raise refusal(f"{coordinate} must be a non-negative safe integer", EDGE, 2)
+        if value == 0:
+            raise refusal(f"{coordinate} must be positive", EDGE, 2)
+
+
+def _check_error_metadata(event: dict[str, Any]) -> None:
+    """dsh's v3 form of a migrated ``tool/result`` (``assertCanonicalPayload``):
+    error metadata only on a result whose one block is an error."""
+    data = event["data"]
+    if event["type"] != "tool/result" or "error" not in data:
+        return
+    subject = f"format v3 tool/result at seq {event['seq']}"
+    content = _record(data.get("message", ABSENT), f"{subject} message").get("content")
+    if not (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
+            and content[0].get("type") == "tool-result" and content[0].get("isError") is True):
+        raise refusal(f"{subject} carries error metadata for a non-error tool result", EDGE, 2)
+
+
+def _record(value: Any, label: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise refusal(f"{label} must be an object", EDGE, 2)
+    return value
+
+
+def _array(value: Any, label: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise refusal(f"{label}: content must be an array", EDGE, 2)
+    return value
+
+
+def _fields(value: dict[str, Any], required: tuple[str, ...], label: str) -> None:
+    """dsh's v2→v3 ``keys``: the first missing field, then the first unexpected one."""
+    missing = next((key for key in required if key not in value), None)
+    unexpected = next((key for key in js_keys(value) if key not in required), None)
+    if missing is not None:
+        raise refusal(f"{label} lacks required field {missing}", EDGE, 2)
+    if unexpected is not None:
+        raise refusal(f"{label} has unexpected field {unexpected}", EDGE, 2)
