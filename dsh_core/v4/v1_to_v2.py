@@ -9,7 +9,9 @@ claims become an ``assistant/attempt``. Events that arrive inside an attempt
 wait: they come out before its message, after an unclaimed attempt. Seqs
 are renumbered densely and every seq reference remapped; a reference to a
 chunk is refused. A turn left open before a queued next-turn splice gets
-its ``turn/end {interrupted}``; a seeded log gets its inherited
+its ``turn/end {interrupted}``; a legacy goal message (a goal source that
+carries its ``change``) becomes that ``goal/change`` and the message with
+the goal plugin's source; a seeded log gets its inherited
 ``session/end-seed`` marker at the cut.
 """
 
@@ -20,9 +22,11 @@ from typing import Any, Callable
 
 from ..errors import FormatUnsupportedError
 from ..jsonvalue import MAX_SAFE_INTEGER, encode_json
+from .v0_values import refusal
 
 __all__ = ["ChunkRun", "V1ToV2"]
 
+EDGE = "@deepseek-ai/dsh-session-format-v1-to-v2"
 Emit = Callable[[dict[str, Any]], None]
 _CLOSERS = frozenset({"turn/end", "step/end", "llm/retry", "llm/retry-started"})
 _DELTAS = {"text-delta": "text-chunks", "reasoning-delta": "reasoning-chunks"}
@@ -86,7 +90,12 @@ class V1ToV2:
         if interrupted is not None:
             self._finish_attempt()
             self._generated(seq, interrupted)
-        if event_type == "assistant/chunk":
+        source = data.get("source") if event_type == "user/message" else None
+        if isinstance(source, dict) and source.get("kind") == "goal" and "change" in source:
+            # a legacy goal message: its change becomes a goal/change, the message the goal plugin's
+            self._generated(seq, {"type": "goal/change", "seq": seq, "time": event["time"], "data": source["change"]})
+            self._source({**event, "data": {**data, "source": {"kind": "plugin", "plugin": "goal"}}})
+        elif event_type == "assistant/chunk":
             self._chunk(event)
         elif event_type == "assistant/message":
             self._message(event)
@@ -183,20 +192,21 @@ class V1ToV2:
 
     @staticmethod
     def _accumulate(group: _Group, time: Any, chunk: Any) -> None:
-        """dsh's ``AssistantStreamAccumulator.push``: deltas of one block join a run."""
+        """dsh's ``AssistantStreamAccumulator.push``: deltas of one block join a run
+        (its errors are not format errors, so the edge wraps them)."""
         if not _safe(time):
-            raise FormatUnsupportedError(f"Assistant stream time must be a safe integer, got {_js(time)}")
+            raise refusal(f"Assistant stream time must be a safe integer, got {_js(time)}", EDGE, 1)
         if not isinstance(chunk, dict):
-            raise FormatUnsupportedError(f"unreachable variant in AssistantStreamAccumulator.push: {_js(chunk)}")
+            raise refusal(f"unreachable variant in AssistantStreamAccumulator.push: {_js(chunk)}", EDGE, 1)
         kind = chunk.get("type")
         records = group.pending_chunks
         last = records[-1] if records else None
         if kind in _DELTAS:
             run_type, index, text = _DELTAS[kind], chunk.get("index"), chunk.get("text")
             if type(index) is not int or index < 0:
-                raise FormatUnsupportedError(f"{kind} index must be a non-negative safe integer")
+                raise refusal(f"{kind} index must be a non-negative safe integer", EDGE, 1)
             if type(text) is not str:
-                raise FormatUnsupportedError(f"{kind} text must be a string")
+                raise refusal(f"{kind} text must be a string", EDGE, 1)
             if last is not None and last[0]["type"] == run_type and last[0]["index"] == index \
                     and _safe(time - last[1]):
                 last[0]["dt"].append(time - last[1])
@@ -207,10 +217,10 @@ class V1ToV2:
         elif kind == "tool-call-delta":
             index, call_id, delta = chunk.get("index"), chunk.get("id"), chunk.get("argumentsDelta")
             if type(index) is not int or index < 0:
-                raise FormatUnsupportedError("tool-call-delta index must be a non-negative safe integer")
+                raise refusal("tool-call-delta index must be a non-negative safe integer", EDGE, 1)
             if type(call_id) is not str or ("name" in chunk and type(chunk["name"]) is not str) \
                     or type(delta) is not str:
-                raise FormatUnsupportedError("tool-call-delta id, name and argumentsDelta must be strings")
+                raise refusal("tool-call-delta id, name and argumentsDelta must be strings", EDGE, 1)
             if call_id == "" or chunk.get("name") == "":
                 records.append([{"type": "chunk", "time": time, "chunk": chunk}, time])
                 return
@@ -230,7 +240,7 @@ class V1ToV2:
         elif kind in ("block-start", "block-end", "usage", "finish"):
             records.append([{"type": "chunk", "time": time, "chunk": chunk}, time])
         else:
-            raise FormatUnsupportedError(f"unreachable variant in AssistantStreamAccumulator.push: {_js(chunk)}")
+            raise refusal(f"unreachable variant in AssistantStreamAccumulator.push: {_js(chunk)}", EDGE, 1)
 
     def _flush_accumulator(self, group: _Group) -> None:
         for record, last_time in group.pending_chunks:

@@ -1,10 +1,13 @@
-"""v0 sessions with one event's payload mutated, for dsh's v0 inventory checks.
+"""v0 sessions with one event's payload mutated, for the checks of dsh's migration chain.
 
 The sources are the real v0 logs of the conformance corpus that stand alone
-(no parent, no children) and, for the event types and message sources no
+(no parent, no children), those whose first message comes inside a step
+taken first (dsh's v2→v3 edge refuses a message before the first step, and
+before it checks anything later in the log), and, for the event types and message sources no
 real log holds, valid payloads built here: a log-level event appended after
-a real log's last event, a message source put on a real ``user/message``.
-From each distinct event shape (its type and its message source kind) every
+a real log's last event, a message source put on a real ``user/message``
+that no title cites. From each distinct event shape (its type, its message
+source kind, an assistant chunk's block start or end) every
 member path of its ``data`` is mutated one way at a time: a value of the
 wrong JSON type, an object member removed, an unexpected member added, a
 string that no enumeration holds, an empty string or array, a zero or
@@ -46,7 +49,19 @@ def _base_logs() -> list[list[dict[str, Any]]]:
             logs.append([json.loads(line) for line in log.read_bytes().split(b"\n") if line.strip()])
     parents = {lines[0].get("parentSession") for lines in logs}
     return sorted((lines for lines in logs if "parentSession" not in lines[0] and lines[0]["id"] not in parents
-                   and lines[0].get("version") == 0), key=len)
+                   and lines[0].get("version") == 0), key=lambda lines: (not _stepped(lines), len(lines)))
+
+
+_SURFACE = frozenset({"user/message", "assistant/message", "tool/result"})
+
+
+def _stepped(lines: list[dict[str, Any]]) -> bool:
+    """Whether a step opens before the log's first message: dsh's v2→v3 edge
+    refuses a message before the first step, and refuses it first, so only in
+    such a log do the checks of every later event and edge meet a mutation."""
+    types = [line.get("type") for line in lines]
+    step = types.index("step/start") if "step/start" in types else len(types)
+    return all(kind not in _SURFACE for kind in types[:step]) and step < len(types)
 
 
 def _text(text: str) -> list[dict[str, Any]]:
@@ -115,6 +130,8 @@ SOURCES: list[tuple[dict[str, Any], list[dict[str, Any]] | None]] = [
     ({"kind": "webhook", "provider": "github", "source": "repo", "deliveryId": "d1", "ruleId": "r1",
       "form": "notice", "summary": "pushed"}, None),
     ({"kind": "user", "rpcId": "rpc-1", "clientTimeZone": "UTC"}, [*_text("look"), _IMAGE]),
+    ({"kind": "agent-message", "form": "relay", "senderSessionId": "s-c"},
+     [*_text("relayed"), {"type": "file", "attachment": {"attachmentId": "att-2", "name": "notes.txt", "bytes": 12}}]),
     ({"kind": "goal", "goalId": "goal-1", "revision": 1, "round": 0, "change": _GOAL_CHANGE},
      _text(f"<goal_state>{json.dumps(_LEGACY_GOAL_PAYLOAD, separators=(',', ':'))}</goal_state>")),
 ]
@@ -128,8 +145,9 @@ def _shape(event: dict[str, Any]) -> tuple[Any, ...]:
     source = message.get("source") if isinstance(message, dict) else None
     kind = (source.get("kind"), source.get("form"), "change" in source) if isinstance(source, dict) else None
     reason = data.get("reason") if event["type"] == "turn/end" else None
+    chunk = data.get("chunk") if event["type"] == "assistant/chunk" else None
     return (event["type"], kind, reason.get("kind") if isinstance(reason, dict) else None,
-            data.get("operation"), data.get("mode"))
+            data.get("operation"), data.get("mode"), chunk.get("type") if isinstance(chunk, dict) else None)
 
 
 #: members dsh keeps as opaque JSON: mutated whole, never inside.
@@ -198,7 +216,7 @@ def _payload_mutations(event: dict[str, Any]) -> Iterator[tuple[tuple[Any, ...],
         if not path:
             continue
         where = _pattern(path)
-        shaped = "source" in path or path[0] == "reason" or event["type"] in _VARIANT_TYPES
+        shaped = "source" in path or path[0] in ("reason", "chunk") or event["type"] in _VARIANT_TYPES
         key = (event["type"], _shape(event) if shaped else None, where)
         for what, replacement in _variants(value):
             yield key, f"{where}: {what}", _set(data, path, replacement)
@@ -217,20 +235,27 @@ def _through_turn(lines: list[dict[str, Any]], index: int) -> list[dict[str, Any
     return lines[:end + 1]
 
 
+def _titled(lines: list[dict[str, Any]], event: dict[str, Any]) -> bool:
+    """Whether a session title cites ``event`` (so it must stay a human's message)."""
+    return any(line.get("type") == "session/title" and event["seq"] in line["data"].get("messageSeqs", [])
+               for line in lines)
+
+
 def _sources(bases: list[list[dict[str, Any]]]) -> Iterator[tuple[list[dict[str, Any]], int]]:
-    """Each base event to mutate, once per distinct shape, in the shortest log
-    that holds it, cut after its turn: (log lines, line index)."""
+    """Each base event to mutate, once per distinct shape, in the first log
+    that holds it (:func:`_base_logs` order), cut after its turn: (log lines,
+    line index)."""
     seen: set[tuple[Any, ...]] = set()
     for lines in bases:
         for index, event in enumerate(lines[1:], start=1):
             shape = _shape(event)
-            if event.get("type") not in ("assistant/chunk", "text-chunks", "reasoning-chunks", "tool-call-chunks") \
-                    and shape not in seen:
+            if event.get("type") not in ("text-chunks", "reasoning-chunks", "tool-call-chunks") \
+                    and shape[-1] in (None, "block-start", "block-end") and shape not in seen:
                 seen.add(shape)
                 yield _through_turn(lines, index), index
     plain, user = next((lines, index) for lines in bases if lines[-1].get("type") == "turn/end"
                        for index, event in enumerate(lines) if event.get("type") == "user/message"
-                       and event["data"].get("source", {}).get("kind") == "user")
+                       and event["data"].get("source", {}).get("kind") == "user" and not _titled(lines, event))
     for source, content in SOURCES:
         data = {**plain[user]["data"], "source": source, **({"content": content} if content else {})}
         yield [*plain[:user], {**plain[user], "data": data}, *plain[user + 1:]], user
