@@ -9,20 +9,21 @@ dsh's ``assertReleasedPayloadSemantics`` run. Those are a table
 (:data:`PAYLOAD`): per type, its steps in dsh's order, so the first failure
 is dsh's; a step checks one member (:func:`~.v0_values.need`,
 :func:`~.v0_values.opt`, :func:`~.v0_values.each`) or the whole payload.
-Messages and what they carry are checked by :mod:`.v0_messages`, turn ends,
-request headers, schedules, titles, subagents, teams and search requests
-here; the primitives are :mod:`.v0_values`. Every failure is dsh's text and
-its category (``unsupported-format``).
+Messages and what they carry are checked by :mod:`.v0_messages`; turn
+ends and request headers here; the records in schedules, titles,
+subagents, teams and search requests by :mod:`.v0_records`; the primitives
+are :mod:`.v0_values`. Every failure is dsh's text and its category
+(``unsupported-format``).
 """
 
 from __future__ import annotations
 
-import re
-from datetime import date
 from typing import Any
 
 from ..errors import FormatUnsupportedError
 from .v0_messages import content_blocks, failure, goal_change, message, token_usage
+from .v0_records import (allowed_models, model_route, schedule_change, search_body, subagent_descriptor, team_member,
+                         team_message, team_task, title_source, todo, tool_error)
 from .v0_values import (ABSENT, COORDS, Step, array, array_of, before, boolean, count, each, earlier, exact,
                         finite, js, js_keys, keys, lossless, need, nonempty, nonnegative, one_of, opt, positive, record,
                         refusal, safe_integer, seq_array, seqs, string, whole)
@@ -80,197 +81,6 @@ def request_header(value: Any, label: str) -> None:
         string(header["system"], f"{label} system")
     if "tools" in header:
         array(header["tools"], f"{label} tools", _tool_schema)
-
-
-# -------------------------------------------------------------------- schedules
-
-_INSTANT = re.compile(r"^(?!0000)\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d"
-                      r"\.\d{3}Z$", re.ASCII)
-#: ECMAScript's WhiteSpace and LineTerminator, what ``String.prototype.trim`` strips.
-_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
-            "\u2028\u2029\u202f\u205f\u3000\ufeff"
-
-
-def _instant(value: Any, label: str) -> None:
-    valid = type(value) is str and _INSTANT.match(value) is not None
-    if valid:
-        try:
-            date(int(value[:4]), int(value[5:7]), int(value[8:10]))
-        except ValueError:  # Date.parse rolls 02-30 over, so toISOString differs
-            valid = False
-    if not valid:
-        raise refusal(f"{label} must be a canonical UTC instant")
-
-
-def _schedule_id(value: Any, label: str) -> None:
-    if nonempty(value, label).strip(_JS_SPACE) != value:
-        raise refusal(f"{label} must not have surrounding whitespace")
-
-
-def _schedule_record(value: Any, label: str) -> None:
-    found = record(value, label)
-    kind = found.get("kind")
-    if kind == "after":
-        keys(found, ("id", "kind", "prompt", "afterSeconds", "scheduledAt"), (), label)
-        positive(found["afterSeconds"], f"{label} afterSeconds")
-    elif kind == "at":
-        keys(found, ("id", "kind", "prompt", "scheduledAt"), (), label)
-    elif kind == "every":
-        keys(found, ("id", "kind", "prompt", "everySeconds", "scheduledAt"), (), label)
-        if positive(found["everySeconds"], f"{label} everySeconds") < 300:
-            raise refusal(f"{label} everySeconds must be at least 300")
-    else:
-        raise refusal(f"{label} has unknown schedule kind")
-    _schedule_id(found["id"], f"{label} id")
-    nonempty(found["prompt"], f"{label} prompt")
-    _instant(found["scheduledAt"], f"{label} scheduledAt")
-
-
-def _schedule_change(data: dict[str, Any], label: str) -> None:
-    one_of(1)(data.get("version", ABSENT), f"{label} version")
-    operation = data.get("operation")
-    if operation == "create":
-        keys(data, ("version", "operation", "schedule"), (), f"{label} data")
-        _schedule_record(data["schedule"], f"{label} schedule")
-        return
-    keys(data, ("version", "operation", "id"), ("acceptedAt",) if operation == "dispatch" else (), f"{label} data")
-    one_of("delete", "dispatch")(operation, f"{label} operation")
-    _schedule_id(data["id"], f"{label} id")
-    if "acceptedAt" in data:
-        _instant(data["acceptedAt"], f"{label} acceptedAt")
-
-
-# ------------------------------------------------- titles, subagents, teams, search
-
-
-def _model_route(value: Any, label: str) -> None:
-    route = exact(value, label, ("provider", "model"))
-    nonempty(route["provider"], f"{label} provider")
-    nonempty(route["model"], f"{label} model")
-
-
-def _title_source(value: Any, label: str) -> None:
-    source = record(value, label)
-    if source.get("kind") == "provider":
-        keys(source, ("kind", "provider"), ("model",), label)
-        nonempty(source["provider"], f"{label} provider")
-        if "model" in source:
-            _model_route(source["model"], f"{label} model")
-        return
-    keys(source, ("kind",), (), label)
-    one_of("fallback", "user")(source["kind"], f"{label} kind")
-
-
-def _subagent_descriptor(data: dict[str, Any], label: str) -> None:
-    nonempty(data["provider"], f"{label} provider")  # version 3 is checked before the member sets
-    if data["mode"] == "one-shot":
-        keys(data, ("mode", "version", "provider"), ("label",), f"{label} data")
-        if "label" in data:
-            string(data["label"], f"{label} label")
-        return
-    one_of("continuable")(data["mode"], f"{label} mode")
-    nonempty(data.get("label", ABSENT), f"{label} label")
-    for key in ("agentProvider", "agentModel", "agentReasoningEffort", "persona"):
-        if key in data:
-            nonempty(data[key], f"{label} {key}")
-    if ("agentProvider" in data) != ("agentModel" in data):
-        raise refusal(f"{label} agentProvider and agentModel must be paired")
-    if "toolFilter" in data:
-        tool_filter = exact(data["toolFilter"], f"{label} toolFilter", (), ("allow", "deny"))
-        if not tool_filter:
-            raise refusal(f"{label} toolFilter requires allow or deny")
-        for key in ("allow", "deny"):
-            if key in tool_filter:
-                array(tool_filter[key], f"{label} {key}", nonempty)
-
-
-def _allowed_models(value: Any, label: str) -> None:
-    seen: set[str] = set()
-
-    def route(member: Any, item: str) -> None:
-        _model_route(member, item)
-        key = f"{member['provider']}\0{member['model']}"
-        if key in seen:
-            raise refusal(f"{label} repeats route {key}")
-        seen.add(key)
-    if not array(value, label, route):
-        raise refusal(f"{label} must be non-empty")
-
-
-def _team_member(value: Any, label: str) -> None:
-    member = exact(value, label, ("id", "name", "description", "provider", "context", "phase"), ("error",))
-    nonempty(member["id"], f"{label} id")
-    for key in ("name", "description", "provider"):
-        string(member[key], f"{label} {key}")
-    one_of("fresh", "fork")(member["context"], f"{label} context")
-    one_of("provisioning", "active", "failed")(member["phase"], f"{label} phase")
-    if "error" in member:
-        string(member["error"], f"{label} error")
-
-
-def _team_task(value: Any, label: str) -> None:
-    task = exact(value, label, ("id", "revision", "subject", "description", "status", "blockedBy", "writeScopes"),
-                 ("ownerId",))
-    nonempty(task["id"], f"{label} id")
-    positive(task["revision"], f"{label} revision")
-    string(task["subject"], f"{label} subject")
-    string(task["description"], f"{label} description")
-    one_of("pending", "in_progress", "completed", "deleted")(task["status"], f"{label} status")
-    if "ownerId" in task:
-        nonempty(task["ownerId"], f"{label} ownerId")
-    array(task["blockedBy"], f"{label} blockedBy", nonempty)
-    array(task["writeScopes"], f"{label} writeScopes", string)
-
-
-def _team_message(value: Any, label: str) -> None:
-    found = exact(value, label, ("id", "senderId", "senderName", "targetId", "delivery", "content"))
-    for key in ("id", "senderId", "targetId"):
-        nonempty(found[key], f"{label} {key}")
-    string(found["senderName"], f"{label} senderName")
-    one_of("quiet", "wakeup")(found["delivery"], f"{label} delivery")
-    content_blocks(found["content"], f"{label} content")
-
-
-def _search_text(value: Any, label: str) -> None:
-    text = exact(value, label, ("type", "text"))
-    one_of("text")(text["type"], f"{label} type")
-    string(text["text"], f"{label} text")
-
-
-def _search_message(value: Any, label: str) -> None:
-    found = exact(value, label, ("role", "content"))
-    one_of("user")(found["role"], f"{label} role")
-    if len(array(found["content"], f"{label} content", _search_text)) != 1:
-        raise refusal(f"{label} content must contain one text block")
-
-
-def _search_tool(value: Any, label: str) -> None:
-    tool = exact(value, label, ("type", "name", "max_uses"))
-    one_of("web_search_20250305")(tool["type"], f"{label} type")
-    one_of("web_search")(tool["name"], f"{label} name")
-    positive(tool["max_uses"], f"{label} max_uses")
-
-
-def _search_body(value: Any, label: str) -> None:
-    body = exact(value, label, ("model", "max_tokens", "messages", "tools"))
-    nonempty(body["model"], f"{label} model")
-    positive(body["max_tokens"], f"{label} max_tokens")
-    if len(array(body["messages"], f"{label} messages", _search_message)) != 1:
-        raise refusal(f"{label} messages must contain one user message")
-    if len(array(body["tools"], f"{label} tools", _search_tool)) != 1:
-        raise refusal(f"{label} tools must contain one web search tool")
-
-
-def _todo(value: Any, label: str) -> None:
-    item = exact(value, label, ("content", "status"))
-    string(item["content"], f"{label} content")
-    one_of("pending", "in_progress", "completed")(item["status"], f"{label} status")
-
-
-def _tool_error(value: Any, label: str) -> None:
-    error = exact(value, label, ("name", "code"))
-    nonempty(error["name"], f"{label} name")
-    nonempty(error["code"], f"{label} code")
 
 
 # ------------------------------------------------------------ whole-payload rules
@@ -362,22 +172,22 @@ PAYLOAD: dict[str, tuple[Step, ...]] = {
                        opt("startsSeries", one_of(True))),
     "sandbox/mode": (need("mode", one_of("read-only", "workspace-write", "danger-full-access")),
                      opt("source", one_of("delegation"))),
-    "schedule/change": (whole(_schedule_change),),
+    "schedule/change": (whole(schedule_change),),
     "session-log-deepseek/delivery-accepted": (need("sessionId", nonempty), before("throughSeq")),
     "session/end-seed": (),
-    "session/title": (need("title", nonempty), seqs("messageSeqs", False), need("source", _title_source)),
+    "session/title": (need("title", nonempty), seqs("messageSeqs", False), need("source", title_source)),
     "session/title-llm-request": (need("titleProvider", nonempty), seqs("messageSeqs", True),
-                                  need("route", _model_route), need("system", string),
+                                  need("route", model_route), need("system", string),
                                   each("messages", message(None), "message"), need("maxTokens", positive)),
     "step/end": COORDS,
     "step/start": COORDS,
-    "subagent/descriptor": (whole(_subagent_descriptor),),
-    "subagent/model-selection-policy": (need("allowedModels", _allowed_models),),
-    "team/member": (*_TEAM, need("member", _team_member)),
+    "subagent/descriptor": (whole(subagent_descriptor),),
+    "subagent/model-selection-policy": (need("allowedModels", allowed_models),),
+    "team/member": (*_TEAM, need("member", team_member)),
     "team/message/delivered": (*_TEAM, need("messageId", nonempty), need("targetId", nonempty)),
-    "team/message/queued": (*_TEAM, need("message", _team_message)),
-    "team/task": (*_TEAM, need("task", _team_task)),
-    "todo/write": (need("todos", array_of(_todo)),),
+    "team/message/queued": (*_TEAM, need("message", team_message)),
+    "team/task": (*_TEAM, need("task", team_task)),
+    "todo/write": (need("todos", array_of(todo)),),
     "tool-workflow/agent-end": (*_WORKFLOW, need("outcome", one_of("completed", "failed", "cancelled"))),
     "tool-workflow/agent-start": (*_WORKFLOW, need("label", string), opt("phase", string), need("childId", nonempty)),
     "tool-workflow/run-end": (need("runId", nonempty), need("stopReason", one_of("completed", "cancelled", "error"))),
@@ -385,12 +195,12 @@ PAYLOAD: dict[str, tuple[Step, ...]] = {
     "tool/call": (*COORDS, need("callId", nonempty), need("name", nonempty), need("arguments", string)),
     "tool/code-dispatch": (*_CODE_DISPATCH, need("isError", boolean), need("content", content_blocks)),
     "tool/code-dispatch-start": _CODE_DISPATCH,
-    "tool/result": (*COORDS, need("message", message("tool")), opt("error", _tool_error, "error")),
+    "tool/result": (*COORDS, need("message", message("tool")), opt("error", tool_error, "error")),
     "turn/end": (need("turn", count), need("reason", turn_end_reason)),
     "turn/start": (need("turn", count),),
     "user/message": (whole(message("user")),),
     "web/deepseek-search-llm-request": (need("endpoint", nonempty), need("apiVersion", nonempty),
-                                        need("body", _search_body)),
+                                        need("body", search_body)),
 }
 
 #: dsh's frozen v0 inventory: each type's required, optional and opaque ``data`` members.
