@@ -89,6 +89,26 @@ async def consume_all(kafka: KafkaConfig, topic: str, expected: int, timeout: fl
     return records
 
 
+async def publish_records(kafka: KafkaConfig, names: TopicNames, records: list[Any]) -> None:
+    """Send session records to the events topic and wait for the cluster's acknowledgement."""
+    from producers.publisher import Publisher
+    async with Publisher(kafka, names) as publisher:
+        await publisher.send_many(records)
+        await publisher.flush()
+
+
+async def wait_committed(kafka: KafkaConfig, group: str, topic: str, offset: int, service: asyncio.Task,
+                         timeout: float = 60.0) -> None:
+    """Wait until ``group`` has committed ``offset`` on partition 0 of ``topic``
+    while ``service`` (the task running its member) still runs."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (await committed_offsets(kafka, group)).get((topic, 0), 0) < offset:
+        assert not service.done(), service
+        assert loop.time() < deadline, f"group {group} did not commit offset {offset} of {topic}[0]"
+        await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
+
+
 def caught_up(service, ends: dict[int, int]) -> bool:
     """Whether a consumer service has read every partition to ``ends``."""
     consumed = {tp.partition: offset for tp, offset in service.positions().items()}

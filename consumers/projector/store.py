@@ -253,8 +253,9 @@ class ViewStore:
     def write(self, changes: Iterable["SessionChange"], epochs: dict[int, int]) -> None:
         """Store changed sessions in one transaction, each noted as having an
         unacknowledged head, if ``epochs`` (from :meth:`claim`) are still the
-        current ones of their partitions; raises :class:`FencedError`
-        (nothing written) when a newer member claimed one. The check locks
+        current ones of their partitions (a partition nobody claimed yet has
+        no owner to check); raises :class:`FencedError` (nothing written)
+        when a newer member claimed one. The check locks
         the partitions' rows until the commit, so a claim cannot come
         between it and the writes."""
         changes = list(changes)

@@ -10,12 +10,11 @@ import pytest
 from consumers.archiver import ArchiverConfig, archiver_service
 from dsh_kafka.records import KIND_RECORD
 from dsh_core.storage.reader import load_session
-from producers.publisher import Publisher
 from dsh_core.storage.layout import find_session_files
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests.integration.handover import hand_over
 from tests.integration.test_projector import run_until
-from tests.kafka_fixtures import committed_offsets, end_offsets
+from tests.kafka_fixtures import committed_offsets, end_offsets, publish_records
 
 pytestmark = pytest.mark.kafka
 
@@ -35,10 +34,6 @@ def test_restarts_continue_the_files_and_keep_held_records(kafka, topics, group_
     root = tmp_path / "archive"
     archiving = ArchiverConfig(kafka=kafka, topics=names, group=group_id("archiver"), root=root, hot_sessions=5)
 
-    async def publish(records) -> None:
-        async with Publisher(kafka, names) as publisher:
-            await publisher.send_many(records)
-            await publisher.flush()
 
     async def archive() -> None:  # one archiver's life: read what its group has not committed, stop
         committed = await committed_offsets(kafka, archiving.group)
@@ -52,11 +47,11 @@ def test_restarts_continue_the_files_and_keep_held_records(kafka, topics, group_
 
         await run_until(archiver, caught_up)
 
-    asyncio.run(publish([r for r in halves[0] if r is not missing]))
+    asyncio.run(publish_records(kafka, names, [r for r in halves[0] if r is not missing]))
     asyncio.run(archive())
-    asyncio.run(publish(halves[1]))
+    asyncio.run(publish_records(kafka, names, halves[1]))
     asyncio.run(archive())
-    asyncio.run(publish([missing]))  # re-shipped
+    asyncio.run(publish_records(kafka, names, [missing]))  # re-shipped
     asyncio.run(archive())
 
     assert_archive_is_the_truth(root, truths)

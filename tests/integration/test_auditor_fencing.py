@@ -14,9 +14,8 @@ from dsh_kafka.clients import make_producer
 from dsh_core.errors import FencedError
 from dsh_kafka.config import SERVICE_PRODUCER
 from dsh_kafka.records import KIND_HEADER
-from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
-from tests.kafka_fixtures import committed_offsets, consume_all, end_offsets
+from tests.kafka_fixtures import committed_offsets, consume_all, end_offsets, publish_records, wait_committed
 from tests.services import auditor
 
 pytestmark = pytest.mark.kafka
@@ -30,29 +29,20 @@ def test_a_replaced_member_is_fenced(kafka, topics, group_id):
     group = group_id("auditor")
     partition = TopicPartition(names.events, 0)
 
-    async def publish(records) -> None:
-        async with Publisher(kafka, names) as publisher:
-            await publisher.send_many(records)
-            await publisher.flush()
-
     async def committed() -> int:
         return (await committed_offsets(kafka, group)).get((names.events, 0), 0)
 
     async def scenario() -> tuple[int, int]:
-        await publish(honest)
+        await publish_records(kafka, names, honest)
         end = (await end_offsets(kafka, names.events))[0]
         zombie = auditor(kafka, names, group)
         task = asyncio.create_task(zombie.run(asyncio.Event()))
-        deadline = asyncio.get_running_loop().time() + 60
-        while await committed() < end:
-            assert not task.done(), task
-            assert asyncio.get_running_loop().time() < deadline, "the auditor did not commit the honest session"
-            await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
+        await wait_committed(kafka, group, names.events, end, task)
         # What a member that takes the partition over does first.
         successor = make_producer(kafka, SERVICE_PRODUCER, transactional_id=zombie.outputs.transactional_id(partition))
         await successor.start()
         try:
-            await publish(headless)  # a sequence-gap finding for the zombie's next transaction
+            await publish_records(kafka, names, headless)  # a sequence-gap finding for the zombie's next transaction
             with pytest.raises(FencedError, match=rf"{names.events}\[0\].*taken over by a newer member"):
                 await asyncio.wait_for(task, 60)
         finally:

@@ -10,10 +10,9 @@ import pytest
 
 from consumers.runtime import ConsumerService
 from dsh_kafka.records import KIND_HEADER
-from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.integration.test_projector import run_until
-from tests.kafka_fixtures import caught_up, consume_all, end_offsets
+from tests.kafka_fixtures import caught_up, consume_all, end_offsets, publish_records
 from tests.services import auditor
 
 pytestmark = pytest.mark.kafka
@@ -26,10 +25,6 @@ def test_lost_header_is_reported_and_heals(kafka, topics, group_id):
     header = next(r for r in records if r.kind == KIND_HEADER)
     group = group_id("auditor")
 
-    async def publish(chosen) -> None:
-        async with Publisher(kafka, names) as publisher:
-            await publisher.send_many(chosen)
-            await publisher.flush()
 
     async def audit() -> ConsumerService:
         ends = await end_offsets(kafka, names.events)
@@ -37,9 +32,9 @@ def test_lost_header_is_reported_and_heals(kafka, topics, group_id):
         await run_until(service, lambda: caught_up(service, ends))
         return service
 
-    asyncio.run(publish([r for r in records if r is not header]))
+    asyncio.run(publish_records(kafka, names, [r for r in records if r is not header]))
     asyncio.run(audit())
-    asyncio.run(publish([header]))  # re-shipped: the held records follow it
+    asyncio.run(publish_records(kafka, names, [header]))  # re-shipped: the held records follow it
     healed = asyncio.run(audit()).policy.sessions.get(truth.session_id)
     assert healed.fold.count == truth.next_seq and not healed.held and not healed.pending
     findings = [json.loads(r.value) for r in asyncio.run(consume_all(kafka, names.findings, 1, timeout=30, settle=1.5,

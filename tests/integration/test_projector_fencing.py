@@ -10,10 +10,9 @@ import pytest
 
 from consumers.projector import ViewStore
 from dsh_core.errors import FencedError
-from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests import postgres_fixture
-from tests.kafka_fixtures import committed_offsets, end_offsets
+from tests.kafka_fixtures import committed_offsets, end_offsets, publish_records, wait_committed
 from tests.services import projector
 
 pytestmark = pytest.mark.kafka
@@ -26,30 +25,21 @@ def test_a_replaced_projector_is_fenced_by_the_store(kafka, topics, group_id, st
     first, second = ([r for batch in simulate_session(config, index)[1] for r in batch] for index in (0, 1))
     group = group_id("projector")
 
-    async def publish(records) -> None:
-        async with Publisher(kafka, names) as publisher:
-            await publisher.send_many(records)
-            await publisher.flush()
-
     async def committed() -> int:
         return (await committed_offsets(kafka, group)).get((names.events, 0), 0)
 
     async def scenario() -> tuple[int, int]:
-        await publish(first)
+        await publish_records(kafka, names, first)
         end = (await end_offsets(kafka, names.events))[0]
         stalled = projector(kafka, names, group, store_location)
         task = asyncio.create_task(stalled.run(asyncio.Event()))
-        deadline = asyncio.get_running_loop().time() + 60
-        while await committed() < end:
-            assert not task.done(), task
-            assert asyncio.get_running_loop().time() < deadline, "the projector did not commit the first session"
-            await asyncio.sleep(0.05)  # wait-ok: polling a condition with a deadline
+        await wait_committed(kafka, group, names.events, end, task)
         successor = ViewStore(store_location)  # what a member assigned the partition does first
         try:
             successor.claim([0])
         finally:
             successor.close()
-        await publish(second)
+        await publish_records(kafka, names, second)
         with pytest.raises(FencedError, match=r"events partition 0 was taken over by a newer member"):
             await asyncio.wait_for(task, 60)
         return end, await committed()
