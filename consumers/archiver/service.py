@@ -177,8 +177,7 @@ class Archive(Policy[ArchivedSession]):
                    if session.digests.dirty]
         if digests:
             with self.store.transaction() as db:
-                for session_id, rows in digests:
-                    store_digests(db, session_id, rows)
+                store_digests(db, digests)
         held_changed, copies = [], []
         for session_id, session in self._changed.items():
             if session.lines:
@@ -196,8 +195,7 @@ class Archive(Policy[ArchivedSession]):
         # passed, which the next drain drops as below the next seq.
         if held_changed:
             with self.store.transaction() as db:
-                for held in held_changed:
-                    store_held(db, held)
+                store_held(db, held_changed)
         if self.config.v4_copies:
             self._write_copies(copies)
         self.sessions.evict()  # nothing unwritten is left to lose

@@ -88,7 +88,7 @@ class AuditStore:
                 db.execute("DELETE FROM attestations WHERE session_id = ?", (session_id,))
                 db.executemany("INSERT INTO attestations (session_id, seq, value) VALUES (?, ?, ?)",
                                [(session_id, seq, value) for seq, value in saved.pending.items()])
-                store_digests(db, session_id, saved.digests)
+            store_digests(db, ((session_id, saved.digests) for session_id, saved in sessions.items()))
             db.executemany("INSERT OR REPLACE INTO partitions (partition, next_offset) VALUES (?, ?)",
                            list(offsets.items()))
         STORE_WRITES.inc(len(sessions))

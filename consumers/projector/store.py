@@ -143,7 +143,7 @@ def _store_listing(db: Any, session_id: str, view: dict[str, Any]) -> None:
     a change writes them with its row)."""
     db.execute("UPDATE sessions SET cwd = ?, created_at = ?, last_activity = ?, turn_count = ?, message_count = ? "
                "WHERE session_id = ?", (*_listing(view, None), session_id))
-    store_usage(db, session_id, view.get("usage") or ())
+    store_usage(db, [(session_id, view.get("usage") or ())])
 
 
 def _listing(view: dict[str, Any], last_activity: int | None) -> tuple:
@@ -155,13 +155,14 @@ def _listing(view: dict[str, Any], last_activity: int | None) -> tuple:
             view.get("messageCount", 0))
 
 
-def store_usage(db: Any, session_id: str, usage: Iterable[dict[str, Any]]) -> None:
-    """Replace a session's usage rows (a view's ``usage``)."""
-    db.execute("DELETE FROM usage WHERE session_id = ?", (session_id,))
+def store_usage(db: Any, sessions: Iterable[tuple[str, Iterable[dict[str, Any]]]]) -> None:
+    """Replace sessions' usage rows (``(session_id, view's usage)`` pairs)."""
+    sessions = list(sessions)
+    db.executemany("DELETE FROM usage WHERE session_id = ?", [(session_id,) for session_id, _ in sessions])
     db.executemany(f"INSERT INTO usage (session_id, provider, model, {', '.join(TOKEN_COLUMNS)}) "
                    f"VALUES (?, ?, ?, {', '.join('?' * len(TOKEN_COLUMNS))})",
                    [(session_id, row["provider"], row["model"], *(row.get(kind, 0) for kind in TOKEN_COLUMNS))
-                    for row in usage])
+                    for session_id, usage in sessions for row in usage])
 
 
 _HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
@@ -271,8 +272,7 @@ class ViewStore:
                 raise FencedError(f"{self.database.where}: events partition {taken[0]} was taken over by a newer "
                                   f"member (store epoch {current.get(taken[0])}, this member's "
                                   f"{epochs.get(taken[0])}); this member stops without writing its batch")
-            for change in changes:
-                change.write(db)
+            _write_changes(db, changes)
 
     def outcome_offsets(self) -> dict[tuple[str, int], int]:
         """The next offset to index, by findings and dead-letter partition."""
@@ -345,26 +345,29 @@ class SessionChange:
     last_activity: int | None = None  # ms: when the last record applied was written
     usage_changed: bool = True  # the view's usage differs from what the store holds
 
-    def write(self, db: Any) -> None:
-        session_id = self.session_id
-        db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
-                       [(session_id, seq) for seq in self.surface_gone])
-        db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
-                       [(session_id, seq, kind, dump_json(data).decode(), _searchable(data))
-                        for seq, kind, data in self.surface_new])
-        db.execute("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error, cwd, created_at, "
+
+def _write_changes(db: Any, changes: list[SessionChange]) -> None:
+    """A batch's changed sessions, one statement per kind of row whatever
+    their number (on PostgreSQL each statement costs a round of Python
+    work in the driver, more than its rows do)."""
+    db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
+                   [(change.session_id, seq) for change in changes for seq in change.surface_gone])
+    db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
+                   [(change.session_id, seq, kind, dump_json(data).decode(), _searchable(data))
+                    for change in changes for seq, kind, data in change.surface_new])
+    db.executemany("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error, cwd, created_at, "
                    "last_activity, turn_count, message_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                    "ON CONFLICT(session_id) DO UPDATE SET status = excluded.status, next_seq = excluded.next_seq, "
                    "view = excluded.view, snapshot = excluded.snapshot, error = excluded.error, cwd = excluded.cwd, "
                    "created_at = excluded.created_at, last_activity = COALESCE(?, sessions.last_activity, "
                    "excluded.last_activity), turn_count = excluded.turn_count, message_count = excluded.message_count",
-                   (session_id, self.view["status"], self.view["nextSeq"], dump_json(self.view).decode(),
-                    self.snapshot, self.error, *_listing(self.view, self.last_activity), self.last_activity))
-        if self.usage_changed:
-            store_usage(db, session_id, self.view.get("usage") or ())
-        if self.held is not None:
-            store_held(db, self.held)
-        store_digests(db, session_id, self.digests)
-        db.execute("INSERT INTO unacknowledged_heads (session_id, partition) VALUES (?, ?) "
+                   [(change.session_id, change.view["status"], change.view["nextSeq"], dump_json(change.view).decode(),
+                     change.snapshot, change.error, *_listing(change.view, change.last_activity),
+                     change.last_activity) for change in changes])
+    store_usage(db, [(change.session_id, change.view.get("usage") or ()) for change in changes
+                     if change.usage_changed])
+    store_held(db, [change.held for change in changes if change.held is not None])
+    store_digests(db, [(change.session_id, change.digests) for change in changes])
+    db.executemany("INSERT INTO unacknowledged_heads (session_id, partition) VALUES (?, ?) "
                    "ON CONFLICT (session_id) DO UPDATE SET partition = excluded.partition",
-                   (session_id, self.partition))
+                   [(change.session_id, change.partition) for change in changes])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from dsh_core.errors import StateStoreError
 
@@ -113,12 +113,16 @@ def load_held(db: sqlite3.Connection, session_id: str) -> list[HeldRow]:
     return db.execute("SELECT seq, value, count FROM held WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
 
 
-def store_held(db: sqlite3.Connection, held: HeldRecords) -> None:
-    """Write what changed in a session's held records (inside a transaction)."""
-    removed, added = held.changes()
-    db.executemany("DELETE FROM held WHERE session_id = ? AND seq = ?", [(held.session_id, seq) for seq in removed])
-    db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)",
-                   [(held.session_id, seq, value, count) for seq, value, count in added])
+def store_held(db: sqlite3.Connection, sessions: Iterable[HeldRecords]) -> None:
+    """Write what changed in these sessions' held records (inside a
+    transaction; one statement per kind of change, whatever the sessions)."""
+    removed, added = [], []
+    for held in sessions:
+        gone, new = held.changes()
+        removed += [(held.session_id, seq) for seq in gone]
+        added += [(held.session_id, seq, value, count) for seq, value, count in new]
+    db.executemany("DELETE FROM held WHERE session_id = ? AND seq = ?", removed)
+    db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)", added)
 
 
 def replace_held(db: sqlite3.Connection, session_id: str, rows: Sequence[HeldRow]) -> None:
@@ -140,8 +144,10 @@ def applied_digest(db: sqlite3.Connection, session_id: str, seq: int) -> Applied
     return None if row is None else (row[0], row[1])
 
 
-def store_digests(db: sqlite3.Connection, session_id: str, digests: Mapping[int, AppliedDigest]) -> None:
-    """Write a session's digests by seq (:meth:`AppliedDigests.changes`)."""
+def store_digests(db: sqlite3.Connection, sessions: Iterable[tuple[str, Mapping[int, AppliedDigest]]]) -> None:
+    """Write sessions' digests by seq (``(session_id,``
+    :meth:`AppliedDigests.changes` ``)`` pairs), in one statement."""
     db.executemany("INSERT INTO applied (session_id, seq, count, digest) VALUES (?, ?, ?, ?) ON CONFLICT "
                    "(session_id, seq) DO UPDATE SET count = excluded.count, digest = excluded.digest",
-                   [(session_id, seq, count, digest) for seq, (count, digest) in digests.items()])
+                   [(session_id, seq, count, digest) for session_id, digests in sessions
+                    for seq, (count, digest) in digests.items()])

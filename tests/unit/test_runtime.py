@@ -114,7 +114,7 @@ def test_applied_digests_are_asked_of_the_store_once_written():
     db.execute(DIGESTS_SCHEMA)
     log = _Log()
     deliver(log, 0, b"a", 1)
-    store_digests(db, "s", log.digests.changes())
+    store_digests(db, [("s", log.digests.changes())])
     assert not log.digests.dirty and applied_digest(db, "s", 1) is None
     log.digests = AppliedDigests("s", lambda seq: applied_digest(db, "s", seq))
     assert deliver(log, 0, b"a", 1) is Placement.DUPLICATE
