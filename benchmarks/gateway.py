@@ -7,14 +7,18 @@ A scripted upstream answers every request with a Messages event stream of
 10: a model's token pace). The gateway runs as ``dsh-pipeline gateway`` (its
 own process), publishing its attestations to Kafka (the local broker unless
 ``--bootstrap``). A load generator sends the same streaming requests at 1,
-50 and 200 at a time (``--rounds`` times as many requests, 100 at least),
+50 and 200 at a time (``--rounds`` times as many requests, 100 at least;
+each run first opens its connections with one request each, not measured),
 to the upstream directly (the baseline) and through the gateway,
 alternating, in the same run; it measures time to first byte and to last
-byte per request and the requests completed per second. Upstream and load
-generator are one small Go program (``benchmarks/loadgen``, built once
-into the cache) so that on a 2-core machine their own CPU leaves the
-gateway room. Printed: p50 and p99 of both, their added milliseconds and
-the throughput ratio; the last line is one JSON object.
+byte per request and the requests completed per second. A third target is
+the same gateway sent the requests without their session header, which it
+forwards without attesting: the cost of the HTTP stack alone (uvicorn,
+aiohttp), the floor under the attesting gateway's figures. Upstream and
+load generator are one small Go program (``benchmarks/loadgen``, built
+once into the cache) so that on a 2-core machine their own CPU leaves the
+gateway room. Printed: p50 and p99 of each, their added milliseconds and
+the throughput ratios; the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -62,9 +66,9 @@ def _wait_listening(port: int, process: subprocess.Popen, timeout: float = 60) -
     raise SystemExit(f"nothing listens on port {port} after {timeout} s")
 
 
-def _load(loadgen: Path, url: str, concurrency: int, count: int) -> dict:
-    done = subprocess.run([str(loadgen), "load", url + "/v1/messages", str(concurrency), str(count)],
-                          capture_output=True, text=True)
+def _load(loadgen: Path, url: str, concurrency: int, count: int, anonymous: bool) -> dict:
+    done = subprocess.run([str(loadgen), "load", url + "/v1/messages", str(concurrency), str(count)]
+                          + (["anonymous"] if anonymous else []), capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"the load generator failed on {url}: {done.stderr.strip()}")
     return json.loads(done.stdout)
@@ -72,12 +76,14 @@ def _load(loadgen: Path, url: str, concurrency: int, count: int) -> dict:
 
 def _measure(loadgen: Path, direct: str, gateway: str, rounds: int) -> dict[int, dict[str, dict]]:
     results = {}
+    targets = {"direct": (direct, False), "gateway": (gateway, False), "unattested": (gateway, True)}
     for concurrency in CONCURRENCY:
         count = max(100, concurrency * rounds) // 2
-        runs: dict[str, list[dict]] = {"direct": [], "gateway": []}
-        for order in (("direct", "gateway"), ("gateway", "direct")):  # alternate, so neither always goes first
+        runs: dict[str, list[dict]] = {name: [] for name in targets}
+        for order in (tuple(targets), tuple(reversed(targets))):  # alternate, so none always goes first
             for name in order:
-                runs[name].append(_load(loadgen, direct if name == "direct" else gateway, concurrency, count))
+                url, anonymous = targets[name]
+                runs[name].append(_load(loadgen, url, concurrency, count, anonymous))
         results[concurrency] = {name: {key: sum(r[key] for r in measured) / len(measured) for key in measured[0]}
                                 for name, measured in runs.items()}
     return results
@@ -100,7 +106,7 @@ def main() -> None:
         gateway = subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "gateway", "--listen",
                                     f"127.0.0.1:{gateway_port}", "--upstream", f"http://127.0.0.1:{upstream_port}",
                                     "--bootstrap", bootstrap, "--topic-prefix", f"bench{uuid.uuid4().hex[:6]}.",
-                                    "--partitions", "12", "--log-level", "WARNING"])
+                                    "--partitions", "12", "--log-level", "ERROR"])  # not a warning per unattested request
         stack.callback(_stop, gateway)
         _wait_listening(upstream_port, upstream)
         _wait_listening(gateway_port, gateway)
@@ -108,19 +114,22 @@ def main() -> None:
                            args.rounds)
     summary = {}
     for concurrency, measured in results.items():
-        direct, through = measured["direct"], measured["gateway"]
-        added = {key: round(through[key] - direct[key], 2) for key in ("ttfb_p50", "ttfb_p99", "last_p50", "last_p99")}
-        ratio = through["rps"] / direct["rps"]
-        print(f"c={concurrency:>3}: direct  {direct['rps']:7.0f} req/s, ttfb p50/p99 {direct['ttfb_p50']:.2f}/"
+        direct = measured["direct"]
+        print(f"c={concurrency:>3}: direct     {direct['rps']:7.0f} req/s, ttfb p50/p99 {direct['ttfb_p50']:.2f}/"
               f"{direct['ttfb_p99']:.2f} ms, last byte {direct['last_p50']:.2f}/{direct['last_p99']:.2f} ms")
-        print(f"       gateway {through['rps']:7.0f} req/s ({ratio:.2f}x), ttfb p50/p99 {through['ttfb_p50']:.2f}/"
-              f"{through['ttfb_p99']:.2f} ms (+{added['ttfb_p50']:.2f}/+{added['ttfb_p99']:.2f}), last byte "
-              f"{through['last_p50']:.2f}/{through['last_p99']:.2f} ms (+{added['last_p50']:.2f}/"
-              f"+{added['last_p99']:.2f})")
-        summary[f"ttfb_p50_added_ms_c{concurrency}"] = added["ttfb_p50"]
-        summary[f"ttfb_p99_added_ms_c{concurrency}"] = added["ttfb_p99"]
-        summary[f"last_byte_p99_added_ms_c{concurrency}"] = added["last_p99"]
-        summary[f"throughput_ratio_c{concurrency}"] = round(ratio, 3)
+        for name, suffix in (("gateway", ""), ("unattested", "_unattested")):
+            through = measured[name]
+            added = {key: round(through[key] - direct[key], 2) for key in ("ttfb_p50", "ttfb_p99", "last_p50",
+                                                                           "last_p99")}
+            ratio = through["rps"] / direct["rps"]
+            print(f"       {name:<10} {through['rps']:7.0f} req/s ({ratio:.2f}x), ttfb p50/p99 "
+                  f"{through['ttfb_p50']:.2f}/{through['ttfb_p99']:.2f} ms (+{added['ttfb_p50']:.2f}/"
+                  f"+{added['ttfb_p99']:.2f}), last byte {through['last_p50']:.2f}/{through['last_p99']:.2f} ms "
+                  f"(+{added['last_p50']:.2f}/+{added['last_p99']:.2f})")
+            summary[f"ttfb_p50_added_ms_c{concurrency}{suffix}"] = added["ttfb_p50"]
+            summary[f"ttfb_p99_added_ms_c{concurrency}{suffix}"] = added["ttfb_p99"]
+            summary[f"last_byte_p99_added_ms_c{concurrency}{suffix}"] = added["last_p99"]
+            summary[f"throughput_ratio_c{concurrency}{suffix}"] = round(ratio, 3)
     print(json.dumps(summary))
 
 

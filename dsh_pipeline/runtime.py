@@ -10,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Awaitable, Callable
 
+import uvloop
+
 from dsh_core.errors import PipelineError
 from dsh_pipeline.kafka_jars import cache_root
 from dsh_pipeline.local_kafka import probe_metadata, read_state
@@ -46,12 +48,14 @@ async def prepare_command_topics(kafka: KafkaConfig, names: TopicNames, args: ar
 
 
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
-    """Run ``main(stop)``; SIGTERM/SIGINT set ``stop`` so the service drains."""
-    async def runner() -> int:
+    """Run ``main(stop)`` on a uvloop event loop; SIGTERM/SIGINT set
+    ``stop`` so the service drains."""
+    async def serve() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         return await main(stop)
-    return asyncio.run(runner())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(serve())
 

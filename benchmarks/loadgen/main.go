@@ -2,10 +2,16 @@
 // that on a small machine their own CPU leaves the gateway room to measure.
 //
 //	loadgen upstream PORT INTERVAL_MS     serve a Messages event stream of 24 events
-//	loadgen load URL CONCURRENCY COUNT     send COUNT streaming requests, CONCURRENCY at a time
+//	loadgen load URL CONCURRENCY COUNT [anonymous]
+//	                                       send COUNT streaming requests, CONCURRENCY at a time
+//	                                       (anonymous: without the session header, which a gateway
+//	                                       forwards without attesting)
 //
-// load prints one JSON object: requests per second and the p50/p99 time to
-// the first body byte and to the last, in milliseconds.
+// load first sends one request on each of its CONCURRENCY connections, not
+// measured: a connection's set-up (TCP, the first request through each
+// layer) is paid once per agent, not per request. It then prints one JSON
+// object: requests per second and the p50/p99 time to the first body byte
+// and to the last, in milliseconds.
 package main
 
 import (
@@ -46,10 +52,12 @@ func upstream(port string, interval time.Duration) {
 	}
 }
 
-func one(client *http.Client, url string, session int) (float64, float64, error) {
+func one(client *http.Client, url string, session int, anonymous bool) (float64, float64, error) {
 	request, _ := http.NewRequest("POST", url, bytes.NewReader(body))
 	request.Header.Set("content-type", "application/json")
-	request.Header.Set("x-deepseek-harness-session-id", "bench-"+strconv.Itoa(session%500))
+	if !anonymous {
+		request.Header.Set("x-deepseek-harness-session-id", "bench-"+strconv.Itoa(session%500))
+	}
 	request.Header.Set("authorization", "Bearer benchmark")
 	started := time.Now()
 	response, err := client.Do(request)
@@ -86,12 +94,25 @@ func quantile(values []float64, q float64) float64 {
 	return values[index]
 }
 
-func load(url string, concurrency, count int) {
+func load(url string, concurrency, count int, anonymous bool) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency,
 		DisableCompression: true}}
 	var mutex sync.Mutex
 	var firsts, lasts []float64
 	var failure error
+	var warm sync.WaitGroup // one request per connection first: connections open, caches warm
+	for w := 0; w < concurrency; w++ {
+		warm.Add(1)
+		go func(w int) {
+			defer warm.Done()
+			if _, _, err := one(client, url, w, anonymous); err != nil {
+				mutex.Lock()
+				failure = err
+				mutex.Unlock()
+			}
+		}(w)
+	}
+	warm.Wait()
 	next := make(chan int, count)
 	for i := 0; i < count; i++ {
 		next <- i
@@ -104,7 +125,7 @@ func load(url string, concurrency, count int) {
 		go func() {
 			defer group.Done()
 			for i := range next {
-				first, last, err := one(client, url, i)
+				first, last, err := one(client, url, i, anonymous)
 				mutex.Lock()
 				if err != nil {
 					failure = err
@@ -132,12 +153,12 @@ func main() {
 	case len(os.Args) == 4 && os.Args[1] == "upstream":
 		interval, _ := strconv.Atoi(os.Args[3])
 		upstream(os.Args[2], time.Duration(interval)*time.Millisecond)
-	case len(os.Args) == 5 && os.Args[1] == "load":
+	case (len(os.Args) == 5 || len(os.Args) == 6 && os.Args[5] == "anonymous") && os.Args[1] == "load":
 		concurrency, _ := strconv.Atoi(os.Args[3])
 		count, _ := strconv.Atoi(os.Args[4])
-		load(os.Args[2], concurrency, count)
+		load(os.Args[2], concurrency, count, len(os.Args) == 6)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: loadgen upstream PORT INTERVAL_MS | loadgen load URL CONCURRENCY COUNT")
+		fmt.Fprintln(os.Stderr, "usage: loadgen upstream PORT INTERVAL_MS | loadgen load URL CONCURRENCY COUNT [anonymous]")
 		os.Exit(2)
 	}
 }

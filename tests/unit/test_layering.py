@@ -22,7 +22,8 @@ ALLOWED = {
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "psycopg", "psycopg_pool"},  # the view store on PostgreSQL
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",
-                                     "fastapi", "starlette"},  # the read API and the viewer (FastAPI is Starlette)
+                                     "fastapi", "starlette",  # the read API and the viewer (FastAPI is Starlette)
+                                     "uvloop"},  # the event loop of the long-running commands
 }
 
 
