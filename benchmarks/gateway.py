@@ -13,8 +13,8 @@ to the upstream directly (the baseline) and through the gateway,
 alternating, in the same run; it measures time to first byte and to last
 byte per request and the requests completed per second. A third target is
 the same gateway sent the requests without their session header, which it
-forwards without attesting: the cost of the HTTP stack alone (uvicorn,
-aiohttp), the floor under the attesting gateway's figures. Upstream and
+forwards without attesting: what forwarding and relaying cost without
+the attestation's work. Upstream and
 load generator are one small Go program (``benchmarks/loadgen``, built
 once into the cache) so that on a 2-core machine their own CPU leaves the
 gateway room. Printed: p50 and p99 of each, their added milliseconds and

@@ -138,22 +138,23 @@ def main() -> None:
         ends = asyncio.run(end_offsets(kafka, names.events))
         print(f"filled: {sessions} sessions, {events:,} events, {sum(ends.values()):,} records")
 
-        sqlite_s = postgres_s = 0.0
+        backends = {"sqlite": 0.0, "postgres": 0.0}  # seconds, summed over the rounds
         for turn, backend in enumerate(_ROUNDS):
-            if backend == "sqlite":
-                sqlite_s += _project(kafka, names, ends, work / f"views-{turn}.sqlite")
+            if backend == "postgres":
+                postgres = store = create_database(server, "bench")  # the last is grown for the API in (3)
             else:
-                postgres = create_database(server, "bench")
-                postgres_s += _project(kafka, names, ends, postgres)
+                store = work / f"views-{turn}.sqlite"
+            backends[backend] += _project(kafka, names, ends, store)
+        sqlite_s, postgres_s = backends["sqlite"], backends["postgres"]
         print(f"catch-up: SQLite {2 * events / sqlite_s:,.0f} events/s, PostgreSQL {2 * events / postgres_s:,.0f} "
               f"events/s ({sqlite_s / postgres_s:.2f}x)")
 
-        one_s = two_s = 0.0
-        for turn, members in enumerate((1, 2, 2, 1)):
+        members = {1: 0.0, 2: 0.0}
+        for turn, count in enumerate((1, 2, 2, 1)):
             (work / f"members-{turn}").mkdir()
-            taken = scaled_out("projector", bootstrap, names, ends, members, work / f"members-{turn}",
-                               create_database(server, "bench"))
-            one_s, two_s = (one_s + taken, two_s) if members == 1 else (one_s, two_s + taken)
+            members[count] += scaled_out("projector", bootstrap, names, ends, count, work / f"members-{turn}",
+                                         create_database(server, "bench"))
+        one_s, two_s = members[1], members[2]
         print(f"PostgreSQL, one process {2 * events / one_s:,.0f} events/s, two processes {2 * events / two_s:,.0f} "
               f"events/s ({one_s / two_s:.2f}x)")
 

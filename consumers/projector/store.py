@@ -347,9 +347,9 @@ class SessionChange:
 
 
 def _write_changes(db: Any, changes: list[SessionChange]) -> None:
-    """A batch's changed sessions, one statement per kind of row whatever
-    their number (on PostgreSQL each statement costs a round of Python
-    work in the driver, more than its rows do)."""
+    """A batch's changed sessions, one statement per kind of row however
+    many sessions (the driver's work per statement is paid per batch, not
+    per session)."""
     db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
                    [(change.session_id, seq) for change in changes for seq in change.surface_gone])
     db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
