@@ -27,6 +27,12 @@ from .database import Migrations, claim_layout
 __all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_parameters", "postgres_sql"]
 
 _TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b| WITHOUT ROWID")
+#: An insert of rows whose conflict clause takes no parameters of its own:
+#: many such rows go in by ``COPY`` (see :meth:`_Connection.executemany`).
+_ROW_INSERT = re.compile(r"INSERT INTO (\w+) \(([^)]*)\) VALUES \(\?(?:, \?)*\)([^?]*)")
+#: From this many rows an insert is copied in; fewer go by ``executemany``
+#: (which psycopg pipelines), cheaper than a copy's three round trips.
+_COPY_ROWS = 64
 _TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
 #: The advisory lock the layout is claimed under (any constant: "dsh" in ASCII).
 _LAYOUT_LOCK = 0x647368
@@ -58,15 +64,41 @@ class _Connection:
 
     def __init__(self, connection: psycopg.Connection) -> None:
         self.connection = connection
+        #: Staging tables created on this connection, by ``(table, columns)``.
+        self.staging: dict[tuple[str, str], str] = {}
 
     def execute(self, statement: str, parameters: Sequence[Any] = ()) -> psycopg.Cursor:
         return self.connection.execute(postgres_sql(statement), postgres_parameters(parameters))
 
     def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement for every row. Many rows of an insert are
+        copied into a temporary staging table and inserted from there in
+        one statement, conflict clause and all: the driver's work per row
+        is then the copy protocol's, a fraction of binding a statement's
+        parameters. The rows of one call hold each key once (as every
+        caller writes them): ``ON CONFLICT DO UPDATE`` takes a key once per
+        statement."""
         rows = [postgres_parameters(row) for row in rows]
-        if rows:
+        insert = _ROW_INSERT.fullmatch(statement)
+        if insert is not None and len(rows) >= _COPY_ROWS:
+            self._copy_insert(*insert.groups(), rows)
+        elif rows:
             with self.connection.cursor() as cursor:
                 cursor.executemany(postgres_sql(statement), rows)
+
+    def _copy_insert(self, table: str, columns: str, conflict: str, rows: list[Sequence[Any]]) -> None:
+        staging = self.staging.get((table, columns))
+        if staging is None:
+            staging = f"dsh_staging_{len(self.staging)}"
+            self.connection.execute(f"CREATE TEMPORARY TABLE {staging} ON COMMIT DELETE ROWS AS "
+                                    f"SELECT {columns} FROM {table} WITH NO DATA")
+            self.staging[table, columns] = staging
+        else:
+            self.connection.execute(f"TRUNCATE {staging}")
+        with self.connection.cursor().copy(f"COPY {staging} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        self.connection.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {staging}{conflict}")
 
 
 class PostgresDatabase:
@@ -93,17 +125,19 @@ class PostgresDatabase:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[_Connection]:
-        """One PostgreSQL transaction, rolled back on any failure. Its
-        statements are pipelined: sent without waiting for each answer (a
-        read waits for its own), so a batch costs one round trip, not one
-        per statement."""
+        """One PostgreSQL transaction, rolled back on any failure."""
+        committed = False
         try:
-            with self.raw.transaction(), self.raw.pipeline():
+            with self.raw.transaction():
                 yield self.connection
+            committed = True
         except psycopg.OperationalError as error:
             raise StateStoreError(f"{self.where}: the {self.kind} is unreachable: {_first_line(error)}") from None
         except psycopg.Error as error:
             raise StateStoreError(f"{self.where}: the {self.kind} refused a write: {_first_line(error)}") from None
+        finally:
+            if not committed:
+                self.connection.staging.clear()  # any made in it are gone with it
 
     def close(self) -> None:
         self.raw.close()

@@ -12,7 +12,7 @@ from consumers.projector import Projection, ProjectorConfig, ViewStore
 from consumers.projector.reader import SessionFilter
 from consumers.projector.store import LAYOUT, SessionChange, view_head
 from consumers.projector.store_reader import StoreReader
-from consumers.runtime.database import Database
+from consumers.runtime.database import Database, store_digests
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
 from dsh_core.errors import FencedError, StateStoreError
 from dsh_core.jsonvalue import dump_json, thaw
@@ -252,3 +252,28 @@ def test_text_holding_nul_is_stored_and_found(store_location):
         assert reader.session(found["sessionId"])["surface"][0]["data"] == message
     finally:
         reader.close()
+
+
+def test_a_batch_of_many_rows_upserts_and_a_rolled_back_one_leaves_nothing(store_location):
+    """Hundreds of rows in one statement (PostgreSQL copies them in through
+    a staging table): conflicts update, NUL text survives, and a batch that
+    fails leaves neither its rows nor a stale staging table behind."""
+    store = ViewStore(store_location)
+    try:
+        def rows(count: int, marker: bytes) -> dict[int, tuple[int, bytes]]:
+            return {seq: (seq % 3 + 1, marker * 32) for seq in range(1, count + 1)}
+
+        with pytest.raises(RuntimeError, match="the batch failed"):
+            with store.database.transaction() as db:
+                store_digests(db, [("s\x00many", rows(300, b"a"))])
+                raise RuntimeError("the batch failed")
+        assert store.digest("s\x00many", 1) is None
+        for marker in (b"b", b"c"):  # the second batch updates every row of the first
+            with store.database.transaction() as db:
+                store_digests(db, [("s\x00many", rows(300, marker)), ("other", rows(100, marker))])
+        for session, count in (("s\x00many", 300), ("other", 100)):
+            assert {seq: store.digest(session, seq) for seq in range(1, count + 2)} == {
+                **rows(count, b"c"), count + 1: None}
+        assert store.db.execute("SELECT count(*) FROM applied").fetchone()[0] == 400
+    finally:
+        store.close()
