@@ -149,7 +149,8 @@ class Gateway:
         if wire is not None and session_id:
             arrival = next(self._arrivals.setdefault(session_id, itertools.count(1)))
             exchange = _Exchange(wire, session_id, arrival)
-            body = self._read(exchange, body, named.get(COMPACT_HEADER) == "1")
+            if self.rewrite is not None:
+                body = self._rewritten(exchange, body)
         elif wire is not None:
             REQUESTS.labels(wire, "no-session", "forwarded").inc()
             log.warning("a %s request to %s names no session (%s): forwarded, not attested", wire, scope["path"],
@@ -157,7 +158,8 @@ class Gateway:
         try:
             await self._forward(scope, headers, body, receive, send, exchange)
         finally:
-            if exchange is not None:
+            if exchange is not None:  # read once the exchange is over: none of it delays the response
+                self._read(exchange, body, named.get(COMPACT_HEADER) == "1")
                 REQUESTS.labels(exchange.wire, exchange.kind, exchange.outcome).inc()
                 await self._publish(exchange)
 
@@ -176,25 +178,30 @@ class Gateway:
                 break
         return b"".join(chunks)
 
-    def _read(self, exchange: _Exchange, body: bytes, compact_header: bool) -> bytes:
-        """Normalize and classify the request; apply the rewrite hook."""
+    def _rewritten(self, exchange: _Exchange, body: bytes) -> bytes:
+        """The body as the rewrite hook makes it (a body that is no JSON
+        object is forwarded as it came)."""
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return body
+        return json.dumps(self.rewrite(exchange.wire, parsed)).encode() if isinstance(parsed, dict) else body
+
+    def _read(self, exchange: _Exchange, body: bytes, compact_header: bool) -> None:
+        """Normalize and classify the forwarded request."""
         try:
             parsed = json.loads(body)
             if not isinstance(parsed, dict):
                 raise ValueError("not a JSON object")
         except ValueError as error:
             exchange.problem = f"the request body is not a JSON object: {error}"
-            return body
-        if self.rewrite is not None:
-            parsed = self.rewrite(exchange.wire, parsed)
-            body = json.dumps(parsed).encode()
+            return
         try:
             exchange.normalized = normalize(exchange.wire, parsed)
         except (AttributeError, KeyError, TypeError, ValueError) as error:  # forwarded all the same: the upstream judges
             exchange.problem = f"the request body is not a {exchange.wire} request ({type(error).__name__}: {error})"
-            return body
+            return
         exchange.kind = classify(exchange.normalized, compact_header)
-        return body
 
     async def _forward(self, scope: dict[str, Any], headers: list[tuple[str, str]], body: bytes, receive: Callable,
                        send: Callable, exchange: _Exchange | None) -> None:
@@ -226,35 +233,37 @@ class Gateway:
 
     async def _stream(self, response: aiohttp.ClientResponse, receive: Callable, send: Callable,
                       exchange: _Exchange | None) -> None:
-        """Relay the response; stop when the client goes away."""
-        async def relay() -> None:
+        """Relay the response in this task (no hand-over before the first
+        byte); a watcher cancels it when the client goes away."""
+        relaying = asyncio.current_task()
+        assert relaying is not None
+        client_gone = False
+
+        async def watch() -> None:
+            nonlocal client_gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            client_gone = True
+            relaying.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
             await send({"type": "http.response.start", "status": response.status,
                         "headers": [(k, v) for k, v in response.raw_headers
                                     if k.decode("latin-1").lower() not in _RESPONSE_NOT_FORWARDED]})
             async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-        async def disconnected() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
-        relaying, watching = asyncio.create_task(relay()), asyncio.create_task(disconnected())
-        try:
-            await asyncio.wait({relaying, watching}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (relaying, watching):
-                task.cancel()
-            await asyncio.gather(relaying, watching, return_exceptions=True)
-        if not relaying.cancelled() and relaying.exception() is None:
-            return
-        if relaying.cancelled():
+        except asyncio.CancelledError:
+            if not client_gone:
+                raise
+            relaying.uncancel()
             _outcome(exchange, "client-disconnected", None)
-            return
-        error = relaying.exception()
-        _outcome(exchange, "upstream-stalled" if isinstance(error, TimeoutError) else "upstream-reset",
-                 error)
-        raise error  # the server drops the connection: the client sees the stream break off, as it did
+        except Exception as error:
+            _outcome(exchange, "upstream-stalled" if isinstance(error, TimeoutError) else "upstream-reset", error)
+            raise  # the server drops the connection: the client sees the stream break off, as it did
+        finally:
+            watcher.cancel()  # a response complete reads as a disconnect: the watcher must not see it
 
     async def _publish(self, exchange: _Exchange) -> None:
         value = exchange.value(self.instance)
