@@ -14,7 +14,9 @@ alternating, in the same run; it measures time to first byte and to last
 byte per request and the requests completed per second. A third target is
 the same gateway sent the requests without their session header, which it
 forwards without attesting: what forwarding and relaying cost without
-the attestation's work. Upstream and
+the attestation's work. A fourth is the floor of the gateway's HTTP stack:
+a pass-through proxy on the same server, client and event loop that does
+nothing else (``benchmarks/bare_relay.py``). Upstream and
 load generator are one small Go program (``benchmarks/loadgen``, built
 once into the cache) so that on a 2-core machine their own CPU leaves the
 gateway room. Printed: p50 and p99 of each, their added milliseconds and
@@ -74,9 +76,10 @@ def _load(loadgen: Path, url: str, concurrency: int, count: int, anonymous: bool
     return json.loads(done.stdout)
 
 
-def _measure(loadgen: Path, direct: str, gateway: str, rounds: int) -> dict[int, dict[str, dict]]:
+def _measure(loadgen: Path, direct: str, gateway: str, bare: str, rounds: int) -> dict[int, dict[str, dict]]:
     results = {}
-    targets = {"direct": (direct, False), "gateway": (gateway, False), "unattested": (gateway, True)}
+    targets = {"direct": (direct, False), "gateway": (gateway, False), "unattested": (gateway, True),
+               "bare relay": (bare, False)}
     for concurrency in CONCURRENCY:
         count = max(100, concurrency * rounds) // 2
         runs: dict[str, list[dict]] = {name: [] for name in targets}
@@ -100,7 +103,7 @@ def main() -> None:
     loadgen = _loadgen()
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
-        upstream_port, gateway_port = _free_port(), _free_port()
+        upstream_port, gateway_port, bare_port = _free_port(), _free_port(), _free_port()
         upstream = subprocess.Popen([str(loadgen), "upstream", str(upstream_port), str(args.interval_ms)])
         stack.callback(_stop, upstream)
         gateway = subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "gateway", "--listen",
@@ -108,16 +111,20 @@ def main() -> None:
                                     "--bootstrap", bootstrap, "--topic-prefix", f"bench{uuid.uuid4().hex[:6]}.",
                                     "--partitions", "12", "--log-level", "ERROR"])  # not a warning per unattested request
         stack.callback(_stop, gateway)
+        bare = subprocess.Popen([sys.executable, "-m", "benchmarks.bare_relay", str(bare_port),
+                                 f"http://127.0.0.1:{upstream_port}"])
+        stack.callback(_stop, bare)
         _wait_listening(upstream_port, upstream)
         _wait_listening(gateway_port, gateway)
+        _wait_listening(bare_port, bare)
         results = _measure(loadgen, f"http://127.0.0.1:{upstream_port}", f"http://127.0.0.1:{gateway_port}",
-                           args.rounds)
+                           f"http://127.0.0.1:{bare_port}", args.rounds)
     summary = {}
     for concurrency, measured in results.items():
         direct = measured["direct"]
         print(f"c={concurrency:>3}: direct     {direct['rps']:7.0f} req/s, ttfb p50/p99 {direct['ttfb_p50']:.2f}/"
               f"{direct['ttfb_p99']:.2f} ms, last byte {direct['last_p50']:.2f}/{direct['last_p99']:.2f} ms")
-        for name, suffix in (("gateway", ""), ("unattested", "_unattested")):
+        for name, suffix in (("gateway", ""), ("unattested", "_unattested"), ("bare relay", "_bare_relay")):
             through = measured[name]
             added = {key: round(through[key] - direct[key], 2) for key in ("ttfb_p50", "ttfb_p99", "last_p50",
                                                                            "last_p99")}

@@ -51,6 +51,9 @@ _NOT_FORWARDED = frozenset({"connection", "keep-alive", "proxy-authenticate", "p
 _RESPONSE_NOT_FORWARDED = _NOT_FORWARDED - {"content-length"}
 #: Parts are dropped from an attestation larger than this (the digest stays).
 _PARTS_LIMIT = 48 * 1024
+#: Exchanges over, waiting to be attested: a handler whose exchange finds
+#: the queue full waits (its response is complete already).
+_ATTESTING_QUEUE = 1024
 
 REQUESTS = Counter("dsh_gateway_requests_total", "Requests through the gateway, by wire, kind and outcome.",
                    ["wire", "kind", "outcome"])
@@ -119,6 +122,8 @@ class Gateway:
         self.upstream = config.upstream.rstrip("/")
         self._arrivals: dict[str, itertools.count] = {}
         self._client: aiohttp.ClientSession | None = None
+        self._finished: asyncio.Queue[tuple[_Exchange, bytes, bool]] | None = None
+        self._attesting: asyncio.Task | None = None
 
     def _upstream_client(self) -> aiohttp.ClientSession:
         """The upstream client, opened at the first request (in the loop that serves the app)."""
@@ -131,8 +136,32 @@ class Gateway:
         return self._client
 
     async def aclose(self) -> None:
+        """Attest every exchange that is over, then close the upstream client."""
+        if self._finished is not None and self._attesting is not None:
+            await self._finished.join()
+            self._attesting.cancel()
         if self._client is not None:
             await self._client.close()
+
+    async def _attest_finished(self) -> None:
+        """Read and attest finished exchanges one at a time, letting the
+        loop forward and relay between two: when many streams end together
+        (and their clients' next requests arrive), those requests' first
+        bytes do not wait for every attestation of the round."""
+        assert self._finished is not None
+        while True:
+            exchange, body, compact_header = await self._finished.get()
+            try:
+                self._read(exchange, body, compact_header)
+                REQUESTS.labels(exchange.wire, exchange.kind, exchange.outcome).inc()
+                await self._publish(exchange)
+            except Exception:  # noqa: BLE001 - a fault of ours in one exchange must not stop the others' attestations
+                ATTESTED.labels("failed").inc()
+                log.exception("session %r arrival %d (%s) was not attested", exchange.session_id, exchange.arrival,
+                              exchange.wire)
+            finally:
+                self._finished.task_done()
+            await asyncio.sleep(0)
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":  # served with lifespan="off": nothing else arrives
@@ -158,10 +187,15 @@ class Gateway:
         try:
             await self._forward(scope, headers, body, receive, send, exchange)
         finally:
-            if exchange is not None:  # read once the exchange is over: none of it delays the response
-                self._read(exchange, body, named.get(COMPACT_HEADER) == "1")
-                REQUESTS.labels(exchange.wire, exchange.kind, exchange.outcome).inc()
-                await self._publish(exchange)
+            if exchange is not None:  # read once the exchange is over: none of it delays a response
+                await self._attesting_queue().put((exchange, body, named.get(COMPACT_HEADER) == "1"))
+
+    def _attesting_queue(self) -> asyncio.Queue[tuple[_Exchange, bytes, bool]]:
+        """The queue of finished exchanges, and its worker, made at the first (in the loop that serves the app)."""
+        if self._finished is None:
+            self._finished = asyncio.Queue(_ATTESTING_QUEUE)
+            self._attesting = asyncio.create_task(self._attest_finished())
+        return self._finished
 
     async def _body(self, receive: Callable) -> bytes | None:
         chunks, size = [], 0
