@@ -2,8 +2,9 @@
 a real upstream socket (:mod:`tests.wire_upstream`). Responses arrive byte
 for byte as the upstream wrote them, errors included; a client that goes
 away, an upstream that stalls or resets, and an upstream that is not there
-leave the gateway serving and are attested as what happened; secrets reach
-the upstream and nothing else."""
+leave the gateway serving and are attested as what happened; exchanges
+over when it stops are attested before it is gone; secrets reach the
+upstream and nothing else."""
 
 from __future__ import annotations
 
@@ -167,3 +168,40 @@ def test_secrets_reach_the_upstream_and_no_record_log_line_or_metric(caplog):
     assert SECRET.encode() not in everything
     assert caplog.records and SECRET not in caplog.text
     assert SECRET.encode() not in generate_latest(REGISTRY)
+
+
+def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_spares_the_rest(monkeypatch, caplog):
+    from producers import gateway as gateway_module
+    normalize_exactly = gateway_module.normalize
+
+    def normalize_or_fail(wire, request):
+        if request.get("system") == "fail here":
+            raise RecursionError("a fault of the gateway's own")
+        return normalize_exactly(wire, request)
+    monkeypatch.setattr(gateway_module, "normalize", normalize_or_fail)
+
+    async def scenario(upstream: WireUpstream):
+        records, publishing = [], asyncio.Event()
+
+        async def attest(record) -> None:  # Kafka, slow to take the first: exchanges queue up behind it
+            await publishing.wait()
+            records.append(record)
+
+        gateway = Gateway(GatewayConfig(upstream=upstream.url), attest)
+        closing = gateway.aclose
+
+        async def aclose() -> None:  # the server has stopped: Kafka takes records again
+            publishing.set()
+            await closing()
+        gateway.aclose = aclose
+        async with AsgiServer(gateway, "the gateway") as server, httpx.AsyncClient(timeout=30) as client:
+            await client.post(f"{server.url}/v1/messages", json={**BODY, "system": "fail here"}, headers=_headers("bad"))
+            answers = await asyncio.gather(*(client.post(f"{server.url}/v1/messages", json=BODY,
+                                                         headers=_headers(f"ok-{index}")) for index in range(20)))
+        return answers, list(records)  # as the stopped gateway left them
+
+    with WireUpstream() as upstream:
+        answers, records = asyncio.run(scenario(upstream))
+    assert [answer.status_code for answer in answers] == [200] * 20
+    assert sorted(record.session_id for record in records) == sorted(f"ok-{index}" for index in range(20))
+    assert "session 'bad' arrival 1 (messages) was not attested" in caplog.text
