@@ -130,9 +130,9 @@ def main() -> None:
                                                                            "last_p99")}
             ratio = through["rps"] / direct["rps"]
             print(f"       {name:<10} {through['rps']:7.0f} req/s ({ratio:.2f}x), ttfb p50/p99 "
-                  f"{through['ttfb_p50']:.2f}/{through['ttfb_p99']:.2f} ms (+{added['ttfb_p50']:.2f}/"
-                  f"+{added['ttfb_p99']:.2f}), last byte {through['last_p50']:.2f}/{through['last_p99']:.2f} ms "
-                  f"(+{added['last_p50']:.2f}/+{added['last_p99']:.2f})")
+                  f"{through['ttfb_p50']:.2f}/{through['ttfb_p99']:.2f} ms ({added['ttfb_p50']:+.2f}/"
+                  f"{added['ttfb_p99']:+.2f}), last byte {through['last_p50']:.2f}/{through['last_p99']:.2f} ms "
+                  f"({added['last_p50']:+.2f}/{added['last_p99']:+.2f})")
             summary[f"ttfb_p50_added_ms_c{concurrency}{suffix}"] = added["ttfb_p50"]
             summary[f"ttfb_p99_added_ms_c{concurrency}{suffix}"] = added["ttfb_p99"]
             summary[f"last_byte_p99_added_ms_c{concurrency}{suffix}"] = added["last_p99"]
