@@ -136,7 +136,9 @@ class Gateway:
         return self._client
 
     async def aclose(self) -> None:
-        """Attest every exchange that is over, then close the upstream client."""
+        """Attest every exchange that is over (the server has stopped, its
+        cancelled handlers have queued theirs), then close the upstream
+        client."""
         if self._finished is not None and self._attesting is not None:
             await self._finished.join()
             self._attesting.cancel()
@@ -186,6 +188,9 @@ class Gateway:
                         SESSION_HEADER)
         try:
             await self._forward(scope, headers, body, receive, send, exchange)
+        except asyncio.CancelledError:  # the server is stopping and its grace ran out
+            _outcome(exchange, "gateway-stopped", None)
+            raise
         finally:
             if exchange is not None:  # read once the exchange is over: none of it delays a response
                 await self._attesting_queue().put((exchange, body, named.get(COMPACT_HEADER) == "1"))

@@ -205,3 +205,29 @@ def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_s
     assert [answer.status_code for answer in answers] == [200] * 20
     assert sorted(record.session_id for record in records) == sorted(f"ok-{index}" for index in range(20))
     assert "session 'bad' arrival 1 (messages) was not attested" in caplog.text
+
+
+def test_a_stream_the_stopping_server_cuts_off_is_attested_as_such():
+    async def scenario(upstream: WireUpstream):
+        server, records = await _gateway(upstream.url)
+        first_bytes = asyncio.Event()
+        async with httpx.AsyncClient(timeout=30) as client:
+            async def stalled() -> None:
+                async with client.stream("POST", f"{server.url}/v1/messages", json={**BODY, "scenario": "stall"},
+                                         headers=_headers("cut-off")) as response:
+                    async for _ in response.aiter_raw():
+                        first_bytes.set()
+
+            async with server:
+                streaming = asyncio.create_task(stalled())
+                await asyncio.wait_for(first_bytes.wait(), 10)
+            # the server has stopped (its grace ran out on the stalled stream) and the gateway closed
+            attested = list(records)
+            streaming.cancel()
+            await asyncio.gather(streaming, return_exceptions=True)
+        return attested
+
+    with WireUpstream() as upstream:
+        records = asyncio.run(scenario(upstream))
+    assert [(record.session_id, json.loads(record.value)["outcome"]) for record in records] == [
+        ("cut-off", "gateway-stopped")]
