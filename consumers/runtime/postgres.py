@@ -27,13 +27,14 @@ from .database import Migrations, claim_layout
 __all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_parameters", "postgres_sql"]
 
 _TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b| WITHOUT ROWID")
+_TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
 #: An insert of rows whose conflict clause takes no parameters of its own:
 #: many such rows go in by ``COPY`` (see :meth:`_Connection.executemany`).
 _ROW_INSERT = re.compile(r"INSERT INTO (\w+) \(([^)]*)\) VALUES \(\?(?:, \?)*\)([^?]*)")
 #: From this many rows an insert is copied in; fewer go by ``executemany``
-#: (which psycopg pipelines), cheaper than a copy's three round trips.
+#: (which psycopg pipelines): a copy costs three round trips however few
+#: its rows.
 _COPY_ROWS = 64
-_TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
 #: The advisory lock the layout is claimed under (any constant: "dsh" in ASCII).
 _LAYOUT_LOCK = 0x647368
 
@@ -95,7 +96,7 @@ class _Connection:
             self.staging[table, columns] = staging
         else:
             self.connection.execute(f"TRUNCATE {staging}")
-        with self.connection.cursor().copy(f"COPY {staging} ({columns}) FROM STDIN") as copy:
+        with self.connection.cursor() as cursor, cursor.copy(f"COPY {staging} ({columns}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)
         self.connection.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {staging}{conflict}")
