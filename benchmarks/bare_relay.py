@@ -9,13 +9,12 @@ no attestation, no header filtering, no disconnect watcher, no metrics.
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from typing import Any, Callable
 
 import aiohttp
-import uvloop
 
+from dsh_pipeline.runtime import run_until_signal
 from producers.asgi_server import AsgiServer
 
 
@@ -47,13 +46,13 @@ class BareRelay:
             await self.client.close()
 
 
-async def main(port: int, upstream: str) -> None:
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    async with AsgiServer(BareRelay(upstream), "the bare relay", port=port):
-        await stop.wait()
+def main(port: int, upstream: str) -> int:
+    async def serve(stop: asyncio.Event) -> int:
+        async with AsgiServer(BareRelay(upstream), "the bare relay", port=port):
+            await stop.wait()
+        return 0
+    return run_until_signal(serve)
 
 
 if __name__ == "__main__":
-    uvloop.run(main(int(sys.argv[1]), sys.argv[2]))
+    sys.exit(main(int(sys.argv[1]), sys.argv[2]))
