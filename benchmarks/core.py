@@ -33,7 +33,7 @@ from pathlib import Path
 from dsh_core.storage.reader import load_session, load_session_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT / "tests" / "corpus"))
 REFERENCE_DIR = Path(os.environ.get("DSH_REFERENCE_DIR", Path.home() / ".cache" / "dsh-pipeline" / "reference"))
 
 

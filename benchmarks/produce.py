@@ -39,7 +39,7 @@ from producers.shipper import Shipper, ShipperConfig
 from producers.simulator import SimulatorConfig, simulate_session
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT.parent / "shared" / "corpus"))
+CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT / "tests" / "corpus"))
 
 
 def _batches(min_events: int) -> list[list]:

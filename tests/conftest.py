@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _default_corpus() -> Path:
-    """``../shared/corpus`` beside this checkout, or beside the repository a
-    clone was made from (a fresh clone elsewhere, as CI makes)."""
-    beside = ROOT.parent / "shared" / "corpus"
-    if beside.is_dir():
-        return beside
-    origin = subprocess.run(["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    if origin and Path(origin).is_dir():
-        return Path(origin).resolve().parent / "shared" / "corpus"
-    return beside
-
-
-CORPUS = Path(os.environ["DSH_CORPUS"]) if "DSH_CORPUS" in os.environ else _default_corpus()
+#: The conformance corpus: real dsh logs with the reference's expected outputs
+#: (``tests/corpus``; its README says what each file holds). ``DSH_CORPUS``
+#: points the tests at another copy of the same layout.
+CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT / "tests" / "corpus"))
 
 
 def canonical(value: object) -> str:
