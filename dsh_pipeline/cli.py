@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 import traceback
@@ -219,6 +220,7 @@ class _Cli(argparse.ArgumentParser):
 
 def build_parser() -> _Cli:
     parser = _Cli(prog="dsh-pipeline", description="Kafka pipeline for dsh agent session logs.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {importlib.metadata.version('dsh-pipeline')}")
     parser.add_argument("--config", metavar="FILE", help=f"a TOML configuration file (default ${CONFIG_ENV}); "
                                                          "flags and DSH_KAFKA_* variables win over it")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=CommandParser)

@@ -151,3 +151,11 @@ def test_serve_names_a_missing_token_and_a_missing_store(tmp_path, monkeypatch):
     tokens.write_text("# the dashboard's\nabc123\n")
     done = run("serve", "--store", str(tmp_path / "views.sqlite"), "--tokens-file", str(tokens))
     assert done.returncode == 1 and "views.sqlite: no view store there" in done.stderr
+
+
+def test_version_names_the_installed_distribution():
+    import importlib.metadata
+
+    result = run("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"dsh-pipeline {importlib.metadata.version('dsh-pipeline')}"
