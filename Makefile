@@ -7,14 +7,22 @@ CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
 
-.PHONY: demo test setup reference kafka-jars prometheus postgres chromium bench clean
+.PHONY: demo test check docs setup reference kafka-jars prometheus postgres chromium bench clean
 
 # The main job: the whole pipeline on a local broker, checked end to end.
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
-test: setup reference kafka-jars prometheus postgres chromium
+test: setup reference kafka-jars prometheus postgres chromium docs
 	$(VPY) -m pytest
+
+# The unit tier alone: no broker, no servers; the contributor's fast loop.
+check: setup
+	$(VPY) -m pytest tests/unit tests/docs -q
+
+# The documentation site (Sphinx), warnings as errors.
+docs: setup
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 setup: $(VENV)/.installed
 
@@ -78,4 +86,4 @@ bench: setup reference kafka-jars postgres
 	$(VPY) -m benchmarks.store
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build

@@ -5,7 +5,7 @@ auditor normalizes the body it rebuilds from the log prefix
 (:func:`dsh_core.chat_wire.chat_completions_body` for v0,
 :func:`dsh_core.v4.wire.messages_body` for v4) the same way, so equal
 digests mean the model saw exactly what the log holds. The form
-(``dsh-request/1``, defined for other tools in the README)::
+(``dsh-request/1``, defined for other tools in docs/concepts/request-digest.md)::
 
     {"model": ..., "maxTokens": ..., "effort": ..., "temperature": ...,
      "stop": ...,                       # null when the wire has none

@@ -1,4 +1,4 @@
-"""What ``dsh-pipeline`` exits with (documented in the README)."""
+"""What ``dsh-pipeline`` exits with (documented in docs/howto/troubleshooting.md)."""
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # an input, a file, a setting or a state was refused (the message says which)

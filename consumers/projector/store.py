@@ -1,7 +1,7 @@
 """The projector's view store, on SQLite (one file, WAL: the embedded
 default) or PostgreSQL (projectors on many hosts in one group). Every
 statement that writes it is here; the schema is documented in
-docs/view-store.md (layout 5).
+docs/reference/view-store.md (layout 5).
 
 ``sessions`` holds each session's view (JSON), fold snapshot and status,
 and the columns sessions are listed and filtered by (cwd, creation, last
