@@ -7,7 +7,7 @@ CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
 
-.PHONY: demo test check docs setup reference kafka-jars prometheus postgres chromium bench clean
+.PHONY: demo test check docs lock setup reference kafka-jars prometheus postgres chromium bench clean
 
 # The main job: the whole pipeline on a local broker, checked end to end.
 demo: setup kafka-jars
@@ -26,11 +26,19 @@ docs: setup
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Every package, pip and the build backend included, at the version and
+# hashes requirements.lock pins; then the project itself, without resolving.
+$(VENV)/.installed: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install --quiet --upgrade pip
-	$(VPY) -m pip install --quiet -e '.[dev]'
+	$(VPY) -m pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
+
+# Pin every dependency (dev and docs extras, pip and setuptools) with hashes.
+lock: setup
+	printf 'pip\nsetuptools>=77\n' | $(VENV)/bin/uv pip compile pyproject.toml - --extra dev \
+	  --generate-hashes --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
+	  --no-header --quiet -o requirements.lock
 
 # The reference implementation (npm, Node 20+). Without node/npm the
 # differential tests skip and say why.
