@@ -36,11 +36,15 @@ from pathlib import Path as FilePath
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dsh_core.errors import StateStoreError
+from producers.http_limits import ListenerLimits
 from .browser_sessions import SESSION_COOKIE, BrowserSessions
 from .paging import CURSOR, session_page
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter, ViewReader
 
-__all__ = ["SECURITY_HEADERS", "read_api"]
+__all__ = ["API_LIMITS", "SECURITY_HEADERS", "read_api"]
+
+#: What ``serve``'s listener holds its clients to (:mod:`producers.http_limits`).
+API_LIMITS = ListenerLimits(request_seconds=10.0, idle_seconds=5.0, max_connections=512, max_head_bytes=32 * 1024)
 
 #: The longest query string taken (a request is no place for a document).
 MAX_QUERY_BYTES = 4096
