@@ -22,6 +22,7 @@ between threads).
 from __future__ import annotations
 
 import hmac
+import json
 import math
 import threading
 from typing import Any, Callable, Literal
@@ -64,6 +65,18 @@ SECURITY_HEADERS = (
 )
 
 
+class _Json(JSONResponse):
+    """JSON as UTF-8; a text UTF-8 cannot hold (a lone surrogate, which
+    dsh's lossless JSON keeps) makes the whole answer ``\\u``-escaped
+    ASCII, the same value, rather than a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 class _Guarded:
     """The reader, one call at a time."""
 
@@ -86,7 +99,8 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
     signed-in browsers and the sign-in throttle (a new one by default)."""
     if not tokens or not all(tokens):
         raise ValueError("the read API needs at least one non-empty token")
-    app = FastAPI(title="dsh-pipeline read API", version="1", openapi_url=None, docs_url=None, redoc_url=None)
+    app = FastAPI(title="dsh-pipeline read API", version="1", openapi_url=None, docs_url=None, redoc_url=None,
+                  default_response_class=_Json)
     read = _Guarded(reader)
     secrets = [token.encode() for token in tokens]
     browsers = browsers or BrowserSessions()

@@ -8,18 +8,17 @@ violation on the way while the stylesheet applies. A failing test leaves screens
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
 
 from consumers.projector.store_reader import StoreReader
 from dsh_pipeline.cli import main
+from dsh_pipeline.ops_server import OpsServer
 from dsh_pipeline.web import read_api
-from producers.asgi_server import AsgiServer
+from dsh_pipeline.web.app import API_LIMITS
 from tests.view_store_helpers import stored_fleet
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
@@ -32,29 +31,20 @@ PER_PAGE = 3  # messages a conversation's page shows (max_page), so the fleet's 
 
 
 class _Served:
-    """The app on a free port in a thread of its own, while in ``with``."""
+    """The viewer as ``serve`` runs it (its listener limits), on a free port
+    in a thread of its own, while in ``with``."""
 
     def __init__(self, store: Path) -> None:
         self.reader = StoreReader(store)
-        self.ready, self.stop = threading.Event(), None
-        self.url = ""
-        self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
-
-    async def _serve(self) -> None:
-        self.stop = asyncio.Event()
-        async with AsgiServer(read_api(self.reader, frozenset({TOKEN}), max_page=PER_PAGE), "the viewer") as server:
-            self.url, self.loop = server.url, asyncio.get_running_loop()
-            self.ready.set()
-            await self.stop.wait()
+        self.server = OpsServer(read_api(self.reader, frozenset({TOKEN}), max_page=PER_PAGE), "127.0.0.1", 0,
+                                API_LIMITS)
+        self.url = f"http://127.0.0.1:{self.server.port}"
 
     def __enter__(self) -> "_Served":
-        self.thread.start()
-        assert self.ready.wait(30), "the viewer did not start"
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(30)
+        self.server.close()
         self.reader.close()
 
 

@@ -9,6 +9,7 @@ test_viewer_chromium.py drives a real one)."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -262,3 +263,14 @@ def test_a_session_id_with_slashes_opens_in_the_viewer_and_the_api(client_of):
     page = browser.get(link)
     assert page.status_code == 200 and len(re.findall(r'data-id="m-\d+"', page.text)) == 3
     assert browser.get(link.replace("/sessions/", "/api/v1/sessions/")).json()["sessionId"] == "team/a/../b?x#y"
+
+
+def test_a_lone_surrogate_is_kept_exactly_by_the_api_and_shown_escaped_by_the_viewer(client_of):
+    session = _long_session(1)
+    session["messages"][0]["content"][0]["text"] = "half a pair: \udc80"
+    browser = signed_in(client_of, app=read_api(FakeReader([session]), frozenset({TOKEN})))
+    answer = browser.get("/api/v1/sessions/s-long")
+    assert answer.status_code == 200 and b"\\udc80" in answer.content
+    assert json.loads(answer.content)["messages"] == session["messages"]
+    page = browser.get("/sessions/s-long")
+    assert page.status_code == 200 and "half a pair: \\udc80" in page.text
