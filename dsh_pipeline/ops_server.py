@@ -33,7 +33,6 @@ from typing import Awaitable, Callable, Mapping, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, make_asgi_app
 
-from dsh_core.errors import PipelineError
 from producers.asgi_server import AsgiServer
 from producers.http_limits import ListenerLimits
 
@@ -105,7 +104,7 @@ class OpsServer:
         self.host, self.port = host, port
         self._closed = False
         self._started = threading.Event()
-        self._failed: PipelineError | None = None
+        self._failed: Exception | None = None
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=asyncio.run, args=(self._serve(app, limits),),
@@ -124,8 +123,11 @@ class OpsServer:
                 self.port = server.bound_port
                 self._started.set()
                 await self._stop.wait()
-        except PipelineError as error:
-            self._failed = error
+        except Exception as error:
+            if self._started.is_set():  # while serving: the thread's own failure, reported as such
+                raise
+            self._failed = error  # while starting: the caller's, raised there
+        finally:
             self._started.set()
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ escapes (:func:`visible`), never as they are.
 from __future__ import annotations
 
 import bisect
+import hmac
 import json
 import re
 from pathlib import Path
@@ -41,7 +42,7 @@ __all__ = ["add_pages", "visible"]
 
 _TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 _FILTERS = ("status", "provider", "model", "cwd", "has_findings", "q")
-_LOGIN_BYTES = 8192  # the largest sign-in form read
+_FORM_BYTES = 8192  # the largest form read (sign-in, sign-out)
 _MESSAGES_PER_PAGE = 100
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 #: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
@@ -77,7 +78,7 @@ def add_pages(app: FastAPI) -> None:
         return browsers.of(request.cookies.get(SESSION_COOKIE))
 
     def to_login(request: Request) -> Response:
-        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        here = request.scope["raw_path"].decode("latin-1") + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse("/login?" + urlencode({"next": here}), 303)
 
     def login_page(request: Request, then: str | None, *, failed: bool = False, status: int = 200) -> Response:
@@ -101,7 +102,7 @@ def add_pages(app: FastAPI) -> None:
         if not app.state.known(form.get("token", "")):
             browsers.failed(address)
             return login_page(request, form.get("next"), failed=True, status=401)
-        signing_in, cookie = browsers.start()
+        _, cookie = browsers.start()
         response = RedirectResponse(local_path(form.get("next")), 303)
         _set_cookie(response, request, SESSION_COOKIE, cookie, SESSION_SECONDS)
         response.delete_cookie(CSRF_COOKIE)
@@ -112,7 +113,7 @@ def add_pages(app: FastAPI) -> None:
         form = await _form(request)
         session = signed_in(request)
         if session is not None:
-            if form.get("csrf") != session.csrf:
+            if not hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode()):
                 raise HTTPException(403, "the sign-out form was not this server's: reload the page and sign out")
             browsers.end(session)
         response = RedirectResponse("/login", 303)
@@ -165,12 +166,12 @@ def local_path(target: str | None) -> str:
 
 async def _form(request: Request) -> dict[str, str]:
     """A small urlencoded form: the first value of each field (at most
-    :data:`_LOGIN_BYTES` read, whatever the client sends)."""
+    :data:`_FORM_BYTES` read, whatever the client sends)."""
     body = b""
     async for chunk in request.stream():
         body += chunk
-        if len(body) > _LOGIN_BYTES:
-            raise HTTPException(413, f"the form is larger than {_LOGIN_BYTES} bytes")
+        if len(body) > _FORM_BYTES:
+            raise HTTPException(413, f"the form is larger than {_FORM_BYTES} bytes")
     return {name: values[0] for name, values in parse_qs(body.decode("utf-8", "replace")).items()}
 
 

@@ -171,7 +171,8 @@ def _long_session(messages: int, text_bytes: int = 10) -> dict:
                "content": [{"type": "text", "text": f"{index}:" + "x" * text_bytes}]} for index in range(messages)]
     session.update(sessionId="s-long", messages=listed, messageCount=messages,
                    messageSeqs={m["id"]: 2 * index + 1 for index, m in enumerate(listed)},
-                   surface=[{"seq": 2 * index + 1, "type": "user/message", "data": m} for index, m in enumerate(listed)])
+                   surface=[{"seq": 2 * index + 1, "type": "user/message", "data": m}
+                            for index, m in enumerate(listed)])
     return session
 
 
