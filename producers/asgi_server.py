@@ -49,8 +49,9 @@ class AsgiServer:
         self.url = f"http://{'[' + self.host + ']' if family == socket.AF_INET6 else self.host}:{port}"
         config = uvicorn.Config(self.app, lifespan="off", log_config=None, access_log=False,
                                 timeout_keep_alive=75, timeout_graceful_shutdown=5, backlog=1024)
-        if self.limits is not None:
-            config.http, config.timeout_keep_alive = limited_protocol(self.limits), self.limits.idle_seconds
+        if self.limits is not None:  # (no WebSocket upgrade: a connection handed over would leave the limits)
+            config.http, config.ws = limited_protocol(self.limits), "none"
+            config.timeout_keep_alive = self.limits.idle_seconds
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         return self
