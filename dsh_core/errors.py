@@ -28,7 +28,8 @@
         │   └── BrokerAbsentError     no broker answered at all (waiting may help)
         ├── FencedError           a newer group member took this member's partition over
         ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
-        └── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
+        ├── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
+        └── ExposedSecretError    a file of secrets other users may read or change
 
 Every message says what was expected, what was found and where: session id and
 seq, file and line, ``topic[partition]@offset``, a path, or a JSON path.
@@ -67,6 +68,7 @@ __all__ = [
     "StateStoreError",
     "HeldLimitError",
     "RuntimeDiedError",
+    "ExposedSecretError",
 ]
 
 #: The coarse classes of refusals and audit findings: an error's
@@ -239,3 +241,8 @@ class HeldLimitError(DshError):
 
 class RuntimeDiedError(PipelineError):
     """Raised when a dsh agent runtime exits or breaks protocol mid-turn."""
+
+
+class ExposedSecretError(PipelineError):
+    """Raised when a file of secrets (the read API's tokens) has permissions
+    for its group or others: the service refuses to start on it."""

@@ -1,7 +1,14 @@
 """The operations port of a long-running service: ``/metrics``, ``/healthz`` and ``/livez``.
 
-One small WSGI app, served by the standard library's ``wsgiref`` server in a
-daemon thread (so a slow scrape never stalls the service's event loop):
+One small ASGI app, served by uvicorn (:class:`~producers.asgi_server.AsgiServer`)
+on an event loop of its own in a daemon thread, so a slow scrape never
+stalls the service's event loop and the service's work never delays a
+probe. The listener keeps :data:`OPS_LIMITS` (:mod:`producers.http_limits`):
+a request must arrive within seconds of the connection being ready for it,
+idle connections close, and at most so many are open, the idle ones shed
+first, so ``/healthz`` answers while hundreds of idle or half-sent
+connections are held open (a thread per connection, as the standard
+library's server had, is what they exhausted).
 
 * ``/metrics`` is prometheus_client's own app (content negotiation, gzip,
   ``name[]`` filters), over the given registry;
@@ -10,7 +17,7 @@ daemon thread (so a slow scrape never stalls the service's event loop):
   raises is unhealthy);
 * ``/livez`` (liveness) is 200 while the process serves at all: a broker
   outage makes a service unready, and restarting it would not help;
-* every other path is 404.
+* every other path is 404; a method but ``GET`` and ``HEAD`` is 405.
 
 :func:`serve_ops` binds before it returns, so a port in use or a host that
 cannot be bound is a :class:`~dsh_core.errors.PipelineError` naming
@@ -19,25 +26,25 @@ cannot be bound is a :class:`~dsh_core.errors.PipelineError` naming
 
 from __future__ import annotations
 
-import socket
+import asyncio
 import threading
 import time
-from typing import Callable, Iterable, Mapping, Protocol
-from wsgiref.simple_server import WSGIRequestHandler
+from typing import Awaitable, Callable, Mapping, Protocol
 
-from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client import REGISTRY, CollectorRegistry, make_asgi_app
 
-from dsh_core.errors import PipelineError
+from producers.asgi_server import AsgiServer
+from producers.http_limits import ListenerLimits
 
-__all__ = ["HealthCheck", "OpsServer", "Polled", "consumers_health", "serve_ops"]
+__all__ = ["HealthCheck", "OPS_LIMITS", "OpsServer", "Polled", "consumers_health", "serve_ops"]
 
 #: ``() -> (ok, detail)``; called once per ``/healthz`` request, from the server's thread.
 HealthCheck = Callable[[], tuple[bool, str]]
+#: What an operations port holds its clients to: probes and scrapes are small and quick.
+OPS_LIMITS = ListenerLimits(request_seconds=10.0, idle_seconds=5.0, max_connections=64, max_head_bytes=16 * 1024)
 
-_TEXT = [("Content-Type", "text/plain; charset=utf-8")]
-#: How often the serving thread looks for a shutdown request (bounds :meth:`OpsServer.close`).
-_POLL_SECONDS = 0.1
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
+_App = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
 
 class Polled(Protocol):
@@ -73,68 +80,64 @@ def consumers_health(services: Mapping[str, Polled], stale_after: float = 60.0,
     return check
 
 
-def _health_app(check: HealthCheck) -> Callable:
-    def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
-            start_response("405 Method Not Allowed", [*_TEXT, ("Allow", "GET, HEAD")])
-            return [b"use GET\n"]
+def _health_app(check: HealthCheck) -> _App:
+    async def app(scope: dict, receive: Callable, send: Callable) -> None:
         try:
             ok, detail = check()
         except Exception as error:  # the check's failure is the answer, not a 500 with a traceback
             ok, detail = False, f"health check failed: {type(error).__name__}: {error}"
-        start_response("200 OK" if ok else "503 Service Unavailable", list(_TEXT))
-        return [detail.encode("utf-8") + b"\n"]
+        await _answer(send, 200 if ok else 503, detail)
     return app
 
 
-def _not_found(environ: dict, start_response: Callable) -> Iterable[bytes]:
-    start_response("404 Not Found", list(_TEXT))
-    return [b"not found; try /metrics, /healthz or /livez\n"]
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access log line on stderr per request (scrapes come every few seconds)."""
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _Server(ThreadingWSGIServer):
-    def __init__(self, address: tuple, family: socket.AddressFamily) -> None:
-        self.address_family = family  # read by the socket set-up in TCPServer.__init__
-        super().__init__(address, _QuietHandler)
+async def _answer(send: Callable, status: int, text: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [*_TEXT, *headers]})
+    await send({"type": "http.response.body", "body": text.encode("utf-8") + b"\n"})
 
 
 class OpsServer:
-    """A running operations server; :meth:`close` (or leaving the ``with``
-    block) stops it and releases the port."""
+    """An ASGI app served on an event loop of its own, in a daemon thread
+    (the operations port's app, by :func:`serve_ops`); :meth:`close` (or
+    leaving the ``with`` block) stops it and releases the port."""
 
-    def __init__(self, server: _Server) -> None:
-        self._server = server
+    def __init__(self, app: _App, host: str, port: int, limits: ListenerLimits) -> None:
+        self.host, self.port = host, port
         self._closed = False
-        self._thread = threading.Thread(target=server.serve_forever, args=(_POLL_SECONDS,),
-                                        name=f"ops-server:{self.port}", daemon=True)
+        self._started = threading.Event()
+        self._failed: Exception | None = None
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(app, limits),),
+                                        name=f"ops-server:{host}:{port}", daemon=True)
         self._thread.start()
+        self._started.wait()
+        if self._failed is not None:
+            self._thread.join()
+            raise self._failed
 
-    @property
-    def host(self) -> str:
-        return self._server.server_address[0]
-
-    @property
-    def port(self) -> int:
-        """The bound port (the one the OS chose when asked for port 0)."""
-        return self._server.server_address[1]
+    async def _serve(self, app: _App, limits: ListenerLimits) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            async with AsgiServer(app, "the operations port (/metrics, /healthz)", self.host, self.port,
+                                  limits) as server:
+                self.port = server.bound_port
+                self._started.set()
+                await self._stop.wait()
+        except Exception as error:
+            if self._started.is_set():  # while serving: the thread's own failure, reported as such
+                raise
+            self._failed = error  # while starting: the caller's, raised there
+        finally:
+            self._started.set()
 
     def close(self) -> None:
         """Stop serving and close the socket (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._server.shutdown()
-            self._thread.join()
-        finally:
-            self._server.server_close()
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join()
 
     def __enter__(self) -> "OpsServer":
         return self
@@ -146,19 +149,19 @@ class OpsServer:
         return f"<OpsServer {self.host}:{self.port}{' closed' if self._closed else ''}>"
 
 
-def serve_ops(host: str, port: int, health: HealthCheck, registry: CollectorRegistry = REGISTRY) -> OpsServer:
+def serve_ops(host: str, port: int, health: HealthCheck, registry: CollectorRegistry = REGISTRY,
+              limits: ListenerLimits = OPS_LIMITS) -> OpsServer:
     """Serve ``/metrics`` (``registry``) and ``/healthz`` (``health``) on
     ``host:port`` (port 0: any free port, see :attr:`OpsServer.port`)."""
-    routes = {"/metrics": make_wsgi_app(registry), "/healthz": _health_app(health),
+    routes = {"/metrics": make_asgi_app(registry), "/healthz": _health_app(health),
               "/livez": _health_app(lambda: (True, "alive"))}
 
-    def app(environ: dict, start_response: Callable) -> Iterable[bytes]:
-        return routes.get(environ.get("PATH_INFO", ""), _not_found)(environ, start_response)
+    async def app(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["method"] not in ("GET", "HEAD"):
+            await _answer(send, 405, "use GET", ((b"allow", b"GET, HEAD"),))
+        elif (route := routes.get(scope["path"])) is None:
+            await _answer(send, 404, "not found; try /metrics, /healthz or /livez")
+        else:
+            await route(scope, receive, send)
 
-    try:
-        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        server = _Server(address, family)
-    except OSError as error:
-        raise PipelineError(f"cannot serve /metrics and /healthz on {host}:{port}: {error.strerror or error}") from None
-    server.set_app(app)
-    return OpsServer(server)
+    return OpsServer(app, host, port, limits)

@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -107,12 +108,20 @@ TOKENS_ENV = "DSH_API_TOKENS"
 
 def api_tokens(tokens_file: str | None) -> frozenset[str]:
     """The read API's bearer tokens: one per line of ``tokens_file`` (``#``
-    starts a comment), and those of ``$DSH_API_TOKENS``; none is an error."""
-    from dsh_core.errors import PipelineError
+    starts a comment), and those of ``$DSH_API_TOKENS``; none is an error,
+    and so is a file its group or others may read or change."""
+    from dsh_core.errors import ExposedSecretError, PipelineError
     tokens = {token.strip() for token in os.environ.get(TOKENS_ENV, "").split(",") if token.strip()}
     if tokens_file:
         try:
-            lines = Path(tokens_file).read_text(encoding="utf-8").splitlines()
+            with open(tokens_file, encoding="utf-8") as file:
+                mode = os.fstat(file.fileno()).st_mode  # of the file read, not of what the path names later
+                if mode & 0o077:
+                    raise ExposedSecretError(
+                        f"--tokens-file {tokens_file}: its group or others may read or change it (mode "
+                        f"{stat.S_IMODE(mode):04o}), and a token opens every transcript; run `chmod 600 "
+                        f"{tokens_file}`")
+                lines = file.read().splitlines()
         except (OSError, UnicodeError) as error:
             raise PipelineError(f"--tokens-file {tokens_file}: cannot read it: {error}") from None
         tokens |= {line.split("#", 1)[0].strip() for line in lines} - {""}
@@ -125,6 +134,7 @@ def serve(args: argparse.Namespace) -> int:
     from consumers.projector.store_reader import StoreReader
     from dsh_pipeline.runtime import run_until_signal
     from dsh_pipeline.web import read_api
+    from dsh_pipeline.web.app import API_LIMITS
     from producers.asgi_server import AsgiServer
 
     tokens = api_tokens(args.tokens_file)
@@ -138,7 +148,7 @@ def serve(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> int:
         nonlocal serving
         app = read_api(reader, tokens, cors_origins=tuple(args.cors_origin or ()))
-        async with AsgiServer(app, "the read API", host, port) as server:
+        async with AsgiServer(app, "the read API", host, port, API_LIMITS) as server:
             print(f"dsh-pipeline serve: {server.url} (API under /api/v1, viewer at /) reads {reader.where}",
                   file=sys.stderr, flush=True)
             serving = True

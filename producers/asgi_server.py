@@ -11,6 +11,8 @@ import uvicorn
 
 from dsh_core.errors import PipelineError
 
+from .http_limits import ListenerLimits, limited_protocol
+
 __all__ = ["AsgiServer"]
 
 
@@ -19,10 +21,12 @@ class AsgiServer:
     while in ``async with``; ``url`` once entered. The socket is bound and
     listening on entry, so clients may connect at once; a port that cannot
     be bound is a :class:`PipelineError` naming ``name`` and the port. On
-    exit the app's ``aclose()``, if it has one, is awaited."""
+    exit the app's ``aclose()``, if it has one, is awaited. With ``limits``
+    the connections are held to them (:mod:`producers.http_limits`)."""
 
-    def __init__(self, app: Any, name: str, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.app, self.name, self.host, self.port = app, name, host, port
+    def __init__(self, app: Any, name: str, host: str = "127.0.0.1", port: int = 0,
+                 limits: ListenerLimits | None = None) -> None:
+        self.app, self.name, self.host, self.port, self.limits = app, name, host, port, limits
         self.url = ""
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task | None = None
@@ -41,10 +45,13 @@ class AsgiServer:
             sock.close()
             raise PipelineError(f"{self.name} cannot listen on {self.host}:{self.port}: {error.strerror or error}") \
                 from error
-        port = sock.getsockname()[1]
+        port = self.bound_port = sock.getsockname()[1]
         self.url = f"http://{'[' + self.host + ']' if family == socket.AF_INET6 else self.host}:{port}"
         config = uvicorn.Config(self.app, lifespan="off", log_config=None, access_log=False,
                                 timeout_keep_alive=75, timeout_graceful_shutdown=5, backlog=1024)
+        if self.limits is not None:  # (no WebSocket upgrade: a connection handed over would leave the limits)
+            config.http, config.ws = limited_protocol(self.limits), "none"
+            config.timeout_keep_alive = self.limits.idle_seconds
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         return self

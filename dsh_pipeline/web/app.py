@@ -2,10 +2,16 @@
 
 ``read_api(reader, tokens)`` is an ASGI app (FastAPI) serving JSON under
 ``/api/v1`` and the transcript viewer's pages (:mod:`.pages`). Every route
-but ``/healthz`` and the login page needs a token of ``tokens``: as
-``Authorization: Bearer <token>``, or, for a browser, the cookie the login
-page sets. Tokens are compared in constant time and never logged. CORS is
-off unless origins are given. The OpenAPI document is ``/api/v1/openapi.json``.
+but ``/healthz``, the sign-in page and the viewer's stylesheet needs a token
+of ``tokens`` as ``Authorization: Bearer <token>``, or, for a browser, the
+signed session cookie signing in gives (:mod:`.browser_sessions`): the
+OpenAPI document ``/api/v1/openapi.json`` too (there is no docs page: it
+would load its script from a CDN). Tokens are compared in constant time and
+never logged; failed ones are throttled per client address like failed
+sign-ins. CORS is off unless origins are given. Every response carries a
+strict Content-Security-Policy (nothing but the package's own stylesheet
+and images; no script at all), forbids framing and MIME sniffing, sends no
+referrer, and is not stored by caches (:data:`SECURITY_HEADERS`).
 
 A malformed parameter is a 422 whose ``error`` names it; an unknown
 session or dead letter a 404 naming it. The reader is called from
@@ -16,8 +22,11 @@ between threads).
 from __future__ import annotations
 
 import hmac
+import json
+import math
 import threading
 from typing import Any, Callable, Literal
+from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -28,18 +37,44 @@ from pathlib import Path as FilePath
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dsh_core.errors import StateStoreError
+from producers.http_limits import ListenerLimits
+from .browser_sessions import SESSION_COOKIE, BrowserSessions
+from .paging import CURSOR, session_page
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter, ViewReader
 
-__all__ = ["TOKEN_COOKIE", "read_api"]
+__all__ = ["API_LIMITS", "SECURITY_HEADERS", "read_api"]
 
-#: The cookie a browser keeps its token in (HttpOnly, SameSite=Strict).
-TOKEN_COOKIE = "dsh_token"
+#: What ``serve``'s listener holds its clients to (:mod:`producers.http_limits`).
+API_LIMITS = ListenerLimits(request_seconds=10.0, idle_seconds=5.0, max_connections=512, max_head_bytes=32 * 1024)
+
 #: The longest query string taken (a request is no place for a document).
 MAX_QUERY_BYTES = 4096
 _TEXT = 512  # the longest text filter
 #: A time in ms: what the stores' 64-bit integer columns hold (beyond, a 422, not an overflow in the store)
 _MS = {"ge": -(2 ** 63), "le": 2 ** 63 - 1}
 Status = Literal[STATUSES]  # type: ignore[valid-type]
+#: On every response: the pages load nothing but the package's stylesheet, run no script, post forms
+#: only to this origin, are never framed, sniffed, stored or followed by a referrer.
+SECURITY_HEADERS = (
+    (b"content-security-policy", b"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+                                 b"frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+)
+
+
+class _Json(JSONResponse):
+    """JSON as UTF-8; a text UTF-8 cannot hold (a lone surrogate, which
+    dsh's lossless JSON keeps) makes the whole answer ``\\u``-escaped
+    ASCII, the same value, rather than a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
 
 
 class _Guarded:
@@ -59,35 +94,43 @@ class _Guarded:
 
 
 def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[str, ...] = (),
-             max_page: int = 200) -> FastAPI:
+             max_page: int = 200, browsers: BrowserSessions | None = None) -> FastAPI:
+    """The API and the viewer over ``reader``; ``browsers`` keeps the
+    signed-in browsers and the sign-in throttle (a new one by default)."""
     if not tokens or not all(tokens):
         raise ValueError("the read API needs at least one non-empty token")
-    app = FastAPI(title="dsh-pipeline read API", version="1", openapi_url="/api/v1/openapi.json",
-                  docs_url="/api/v1/docs", redoc_url=None)
+    app = FastAPI(title="dsh-pipeline read API", version="1", openapi_url=None, docs_url=None, redoc_url=None,
+                  default_response_class=_Json)
     read = _Guarded(reader)
     secrets = [token.encode() for token in tokens]
+    browsers = browsers or BrowserSessions()
 
-    def token_of(request: Request) -> str | None:
-        header = request.headers.get("authorization", "")
-        if header.lower().startswith("bearer "):
-            return header[7:].strip()
-        return request.cookies.get(TOKEN_COOKIE)
-
-    def known(token: str | None) -> bool:
-        given = (token or "").encode()
+    def known(token: str) -> bool:
+        given = token.encode()
         return any([hmac.compare_digest(given, secret) for secret in secrets])  # every one compared: no timing
 
     def authorized(request: Request) -> None:
-        if not known(token_of(request)):
-            raise HTTPException(401, "a bearer token of this service is required (Authorization: Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})
+        """A token of this service (bearer), or a signed-in browser's cookie."""
+        address = client_address(request)
+        throttled(browsers, address)
+        header = request.headers.get("authorization")
+        if header is not None:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() == "bearer" and known(token.strip()):
+                return
+            browsers.failed(address)
+        elif browsers.of(request.cookies.get(SESSION_COOKIE)) is not None:
+            return
+        raise HTTPException(401, "a bearer token of this service is required (Authorization: Bearer <token>)",
+                            headers={"WWW-Authenticate": "Bearer"})
 
-    app.state.read, app.state.known, app.state.max_page = read, known, max_page
+    app.state.read, app.state.known, app.state.max_page, app.state.browsers = read, known, max_page, browsers
     _errors(app)
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET"],
                            allow_headers=["Authorization"])
     app.middleware("http")(_limit_query)
+    app.add_middleware(_SecurityHeaders)
     guard = [Depends(authorized)]
     limit = Query(50, ge=1, le=max_page, description=f"items per page (1 to {max_page})")
 
@@ -108,13 +151,18 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
                               active_to=active_to, has_findings=has_findings, text=q or None)
         return read("sessions", where, cursor, limit)
 
-    @app.get("/api/v1/sessions/{session_id}", dependencies=guard,
-             summary="one session: header, turns, usage, derived messages (dsh's), surface, findings")
-    def session(session_id: str) -> dict[str, Any]:
+    @app.get("/api/v1/sessions/{session_id:path}", dependencies=guard,
+             summary="one session: header, turns, usage, a page of derived messages (dsh's) and the surface "
+                     "events, header changes and findings of their seqs")
+    def session(session_id: str,
+                after: str | None = Query(None, pattern=CURSOR.pattern,
+                                          description="the page after this cursor (the last page's `next`)"),
+                limit: int = Query(max_page, ge=1, le=max_page, description=f"messages per page (1 to {max_page})"),
+                ) -> dict[str, Any]:
         found = read("session", session_id)
         if found is None:
             raise HTTPException(404, f"no session {session_id!r} in the view store")
-        return found
+        return session_page(found, after, limit)
 
     @app.get("/api/v1/findings", dependencies=guard, summary="the auditor's findings, newest first")
     def findings(rule: str | None = Query(None, max_length=_TEXT),
@@ -139,6 +187,10 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
         if found is None:
             raise HTTPException(404, f"no dead letter {letter_id} in the view store")
         return found
+
+    @app.get("/api/v1/openapi.json", dependencies=guard, include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
 
     @app.get("/api/v1/summary", dependencies=guard, summary="sessions by status, tokens by model per hour")
     def summary() -> dict[str, Any]:
@@ -170,6 +222,52 @@ def _errors(app: FastAPI) -> None:
 async def _limit_query(request: Request, call_next: Callable) -> Any:
     if len(request.scope.get("query_string", b"")) > MAX_QUERY_BYTES:
         return JSONResponse({"error": f"the query string is longer than {MAX_QUERY_BYTES} bytes"}, 414)
-    if request.method not in ("GET", "HEAD", "OPTIONS") and request.url.path != "/login":
-        return JSONResponse({"error": "this API is read-only"}, 405)
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        if request.url.path not in _FORMS:
+            return JSONResponse({"error": "this API is read-only"}, 405)
+        if cross_site(request):
+            return JSONResponse({"error": f"a form of another site posted to {request.url.path}: refused"}, 403)
     return await call_next(request)
+
+
+def cross_site(request: Request) -> bool:
+    """Whether another site sent this request, as the browser says
+    (``Sec-Fetch-Site``), or, from a browser too old to say, as its
+    ``Origin`` shows (``null`` included: under ``no-referrer`` a browser
+    that does send ``Sec-Fetch-Site`` sends that even from this site)."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    return origin is not None and urlsplit(origin).netloc != request.headers.get("host", "")
+
+
+#: The forms the viewer posts (the only requests that are not reads).
+_FORMS = ("/login", "/logout")
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def throttled(browsers: BrowserSessions, address: str) -> None:
+    """A 429 while ``address`` has failed to sign in too often."""
+    wait = math.ceil(browsers.throttled_for(address))
+    if wait:
+        raise HTTPException(429, f"too many failed sign-ins from {address}: try again in {wait} s",
+                            headers={"Retry-After": str(wait)})
+
+
+class _SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every response (an ASGI middleware)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        async def send_with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *SECURITY_HEADERS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)

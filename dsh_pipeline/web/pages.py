@@ -1,76 +1,129 @@
 """The transcript viewer: server-rendered pages (Jinja2, autoescaped) over
-the same reader and tokens as the API. ``/`` lists sessions with the API's
-filters; ``/sessions/{id}`` shows one conversation: the request header
+the same reader as the API. ``/`` lists sessions with the API's
+filters; ``/sessions/{id}`` shows one conversation, a page of messages at a
+time (:mod:`.paging`): the request header
 (system prompt, tools, model settings) and where in the conversation each
 change of it was logged, every derived message (reasoning
 folded, tool calls with their arguments, tool results), compaction
 summaries marked, token usage per turn, and each finding beside the
 message it concerns (the last message at or before the finding's seq).
-A browser signs in once on ``/login``; its token is kept in an HttpOnly,
-SameSite=Strict cookie.
+
+A browser signs in on ``/login`` with a token and gets a signed, expiring
+session cookie (:mod:`.browser_sessions`); ``/logout`` ends the session.
+Both forms carry a CSRF token, and a POST another site sent is refused
+(:func:`~.app.cross_site`). After signing in the browser returns to the page it
+came from, if that is a path of this server. Every text a page shows has
+its control and bidirectional-formatting characters written as visible
+escapes (:func:`visible`), never as they are.
 """
 
 from __future__ import annotations
 
 import bisect
+import hmac
 import json
+import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from consumers.projector.reader import STATUSES, SessionFilter
 from dsh_pipeline.transcript import format_time
 
-__all__ = ["add_pages"]
+from .app import client_address, throttled
+from .browser_sessions import CSRF_COOKIE, FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS, SignIn
+from .paging import CURSOR, session_page
+
+__all__ = ["add_pages", "visible"]
 
 _TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 _FILTERS = ("status", "provider", "model", "cwd", "has_findings", "q")
-_LOGIN_BYTES = 8192  # the largest sign-in form read
+_FORM_BYTES = 8192  # the largest form read (sign-in, sign-out)
+_MESSAGES_PER_PAGE = 100
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
+#: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
+#: separators, the byte-order mark and lone surrogates: what could make a text show other than it is.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069"
+                     "\ufeff\ud800-\udfff]")
 
 
+def visible(value: Any) -> Any:
+    """A text with each character of :data:`_HIDDEN` as its escape (``\\u202e``)."""
+    if isinstance(value, str):
+        return _HIDDEN.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
+    return value
+
+
+_TEMPLATES.env.finalize = visible  # every {{ value }} of every page
 _TEMPLATES.env.filters["time"] = format_time
 _TEMPLATES.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
 
 
+def path_segment(text: str) -> str:
+    """``text`` as one segment of a URL's path (``/`` encoded too)."""
+    return quote(text.encode("utf-8", "surrogatepass"), safe="")
+
+
+_TEMPLATES.env.filters["path_segment"] = path_segment
+
+
 def add_pages(app: FastAPI) -> None:
-    from .app import TOKEN_COOKIE
+    browsers = app.state.browsers
 
-    def signed_in(request: Request) -> bool:
-        header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else request.cookies.get(TOKEN_COOKIE)
-        return app.state.known(token)
+    def signed_in(request: Request) -> SignIn | None:
+        return browsers.of(request.cookies.get(SESSION_COOKIE))
 
-    def to_login() -> Response:
-        return RedirectResponse("/login", 303)
+    def to_login(request: Request) -> Response:
+        here = request.scope["raw_path"].decode("latin-1") + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse("/login?" + urlencode({"next": here}), 303)
+
+    def login_page(request: Request, then: str | None, *, failed: bool = False, status: int = 200) -> Response:
+        token = browsers.form_token()
+        response = _TEMPLATES.TemplateResponse(request, "login.html", {
+            "failed": failed, "csrf": token, "next": local_path(then)}, status_code=status)
+        _set_cookie(response, request, CSRF_COOKIE, token, FORM_SECONDS)
+        return response
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_form(request: Request) -> Response:
-        return _TEMPLATES.TemplateResponse(request, "login.html", {"failed": False})
+        return login_page(request, request.query_params.get("next"))
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
-        body = b""
-        async for chunk in request.stream():  # at most a token's worth read, whatever the client sends
-            body += chunk
-            if len(body) > _LOGIN_BYTES:
-                return HTMLResponse("the sign-in form is larger than a token", 413)
-        form = parse_qs(body.decode("utf-8", "replace"))
-        token = (form.get("token") or [""])[0]
-        if not app.state.known(token):
-            return _TEMPLATES.TemplateResponse(request, "login.html", {"failed": True}, status_code=401)
-        response = RedirectResponse("/", 303)
-        response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+        address = client_address(request)
+        throttled(browsers, address)
+        form = await _form(request)
+        if not browsers.form_token_valid(request.cookies.get(CSRF_COOKIE), form.get("csrf")):
+            raise HTTPException(403, "the sign-in form expired or was not this server's: reload it and sign in")
+        if not app.state.known(form.get("token", "")):
+            browsers.failed(address)
+            return login_page(request, form.get("next"), failed=True, status=401)
+        _, cookie = browsers.start()
+        response = RedirectResponse(local_path(form.get("next")), 303)
+        _set_cookie(response, request, SESSION_COOKIE, cookie, SESSION_SECONDS)
+        response.delete_cookie(CSRF_COOKIE)
+        return response
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        form = await _form(request)
+        session = signed_in(request)
+        if session is not None:
+            if not hmac.compare_digest(form.get("csrf", "").encode(), session.csrf.encode()):
+                raise HTTPException(403, "the sign-out form was not this server's: reload the page and sign out")
+            browsers.end(session)
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(SESSION_COOKIE)
         return response
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def session_list(request: Request) -> Response:
-        if not signed_in(request):
-            return to_login()
+        if (session := signed_in(request)) is None:
+            return to_login(request)
         given = {name: request.query_params.get(name) or None for name in _FILTERS}
         statuses = tuple(s for s in request.query_params.getlist("status") if s in STATUSES) or None
         findings = {"yes": True, "no": False}.get(given["has_findings"] or "")
@@ -81,18 +134,50 @@ def add_pages(app: FastAPI) -> None:
         more = "/?" + urlencode(kept + [("cursor", page["next"])]) if page["next"] else None
         return _TEMPLATES.TemplateResponse(request, "sessions.html", {
             "sessions": page["items"], "next": more, "given": given, "statuses": STATUSES,
-            "chosen": set(statuses or ())})
+            "chosen": set(statuses or ()), "signed_in": session})
 
-    @app.get("/sessions/{session_id}", response_class=HTMLResponse, include_in_schema=False)
-    def conversation(request: Request, session_id: str) -> Response:
-        if not signed_in(request):
-            return to_login()
+    @app.get("/sessions/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
+    def conversation(request: Request, session_id: str,
+                     after: str | None = Query(None, pattern=CURSOR.pattern)) -> Response:
+        if (signed := signed_in(request)) is None:
+            return to_login(request)
         session = app.state.read("session", session_id)
         if session is None:
-            return _TEMPLATES.TemplateResponse(request, "missing.html", {"session_id": session_id}, status_code=404)
-        entries, unplaced = conversation_entries(session)
+            return _TEMPLATES.TemplateResponse(request, "missing.html", {"session_id": session_id,
+                                                                         "signed_in": signed}, status_code=404)
+        page = session_page(session, after, min(_MESSAGES_PER_PAGE, app.state.max_page))
+        entries, unplaced = conversation_entries(page)
+        more = f"/sessions/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
         return _TEMPLATES.TemplateResponse(request, "session.html", {
-            "session": session, "entries": entries, "unplaced": unplaced, "turn_usage": turn_usage(session)})
+            "session": page, "entries": entries, "unplaced": unplaced, "turn_usage": turn_usage(page),
+            "next": more, "signed_in": signed})
+
+
+def local_path(target: str | None) -> str:
+    """``target`` if it is a path on this server (``/...``), else ``/``: a
+    sign-in never sends the browser to another site."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or any(ord(c) < 0x20 or ord(c) == 0x7f for c in target):
+        return "/"
+    return target
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A small urlencoded form: the first value of each field (at most
+    :data:`_FORM_BYTES` read, whatever the client sends)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _FORM_BYTES:
+            raise HTTPException(413, f"the form is larger than {_FORM_BYTES} bytes")
+    return {name: values[0] for name, values in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+def _set_cookie(response: Response, request: Request, name: str, value: str, seconds: int) -> None:
+    response.set_cookie(name, value, max_age=seconds, path="/", httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
 
 
 def conversation_entries(session: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

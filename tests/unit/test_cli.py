@@ -149,6 +149,7 @@ def test_serve_names_a_missing_token_and_a_missing_store(tmp_path, monkeypatch):
     assert "the read API needs a token: --tokens-file FILE (one per line) or $DSH_API_TOKENS" in done.stderr
     tokens = tmp_path / "tokens"
     tokens.write_text("# the dashboard's\nabc123\n")
+    tokens.chmod(0o600)
     done = run("serve", "--store", str(tmp_path / "views.sqlite"), "--tokens-file", str(tokens))
     assert done.returncode == 1 and "views.sqlite: no view store there" in done.stderr
 

@@ -85,15 +85,16 @@ def test_a_port_in_use_is_a_pipeline_error(registry: CollectorRegistry) -> None:
     with serve_ops(HOST, 0, Switch(), registry) as first:
         with pytest.raises(PipelineError) as raised:
             serve_ops(HOST, first.port, Switch(), registry)
-        assert raised.value.message == (f"cannot serve /metrics and /healthz on {HOST}:{first.port}: "
-                                        "Address already in use")
+        assert raised.value.message == (f"the operations port (/metrics, /healthz) cannot listen on "
+                                        f"{HOST}:{first.port}: Address already in use")
         assert get(first.port, "/healthz")[0] == 200  # the first one is untouched
 
 
 def test_a_host_not_on_this_machine_is_a_pipeline_error(registry: CollectorRegistry) -> None:
     with pytest.raises(PipelineError) as raised:  # 192.0.2.0/24 is reserved for documentation
         serve_ops("192.0.2.1", 9100, Switch(), registry)
-    assert raised.value.message == "cannot serve /metrics and /healthz on 192.0.2.1:9100: Cannot assign requested address"
+    assert raised.value.message == ("the operations port (/metrics, /healthz) cannot listen on 192.0.2.1:9100: "
+                                    "Cannot assign requested address")
 
 
 def test_close_releases_the_port(registry: CollectorRegistry) -> None:
@@ -118,8 +119,8 @@ def test_the_cli_names_a_port_in_use_in_one_line(tmp_path: Path, command: list[s
                                  "--metrics-host", HOST, "--metrics-port", str(port)],
                                 cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
-    assert result.stderr == (f"dsh-pipeline {command[0]}: PipelineError: cannot serve /metrics and /healthz on "
-                             f"{HOST}:{port}: Address already in use\n")
+    assert result.stderr == (f"dsh-pipeline {command[0]}: PipelineError: the operations port (/metrics, /healthz) "
+                             f"cannot listen on {HOST}:{port}: Address already in use\n")
 
 
 class TestConsumersHealth:

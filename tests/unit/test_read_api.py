@@ -15,7 +15,8 @@ import pytest
 
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
 from dsh_pipeline.web import read_api
-from dsh_pipeline.web.app import MAX_QUERY_BYTES, TOKEN_COOKIE
+from dsh_pipeline.web.app import MAX_QUERY_BYTES
+from dsh_pipeline.web.browser_sessions import SESSION_COOKIE
 from tests.fake_reader import FakeReader
 
 TOKEN = "unit-test-token"
@@ -95,16 +96,20 @@ def _dead_letters() -> list[dict[str, Any]]:
 class _Client:
     """Sync requests to an ASGI app in memory (httpx over one event loop)."""
 
-    def __init__(self, app: Any, **options: Any) -> None:
-        self._runner = asyncio.Runner()
-        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://viewer.test",
-                                         **options)
+    def __init__(self, app: Any, address: str = "127.0.0.1", **options: Any) -> None:
+        self.app, self._runner = app, asyncio.Runner()
+        self._client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 40000)),
+                                         base_url="http://viewer.test", **options)
 
     def request(self, method: str, path: str, **options: Any) -> httpx.Response:
         return self._runner.run(self._client.request(method, path, **options))
 
     def get(self, path: str, **options: Any) -> httpx.Response:
         return self.request("GET", path, **options)
+
+    @property
+    def cookies(self) -> httpx.Cookies:
+        return self._client.cookies
 
     def close(self) -> None:
         self._runner.run(self._client.aclose())
@@ -121,12 +126,14 @@ def reader() -> FakeReader:
 def client_of(reader):
     made = []
 
-    def client(token: str | None = TOKEN, *, cookie: str | None = None, **factory: Any) -> _Client:
-        """A client sending ``token`` as a bearer token and ``cookie`` as the
-        viewer's cookie, to an app made with ``factory``'s options."""
-        app = read_api(reader, frozenset({TOKEN, "second-token"}), max_page=MAX_PAGE, **factory)
-        made.append(_Client(app, headers={"Authorization": f"Bearer {token}"} if token else {},
-                            cookies={TOKEN_COOKIE: cookie} if cookie else {}))
+    def client(token: str | None = TOKEN, *, cookie: str | None = None, app: Any = None,
+               address: str = "127.0.0.1", **factory: Any) -> _Client:
+        """A client from ``address`` sending ``token`` as a bearer token and
+        ``cookie`` as the viewer's session cookie, to ``app`` or one made
+        with ``factory``'s options."""
+        app = app or read_api(reader, frozenset({TOKEN, "second-token"}), max_page=MAX_PAGE, **factory)
+        made.append(_Client(app, address, headers={"Authorization": f"Bearer {token}"} if token else {},
+                            cookies={SESSION_COOKIE: cookie} if cookie else {}))
         return made[-1]
 
     yield client
@@ -161,7 +168,8 @@ def test_every_api_route_needs_a_token_of_the_service(client_of, route):
     assert client_of(TOKEN).get(route).status_code == 200
     assert client_of("second-token").get(route).status_code == 200
     assert client_of(None, cookie="not-a-token").get(route).status_code == 401
-    assert client_of(None, cookie=TOKEN).get(route).status_code == 200
+    assert client_of(None, cookie=TOKEN).get(route).status_code == 401  # a token is not a session
+    assert signed_in(client_of).get(route).status_code == 200
 
 
 def test_health_needs_no_token(client_of):
@@ -211,7 +219,7 @@ def test_the_unfiltered_listing_is_the_whole_fleet_most_recently_active_first(cl
 
 def test_a_session_is_the_readers_and_a_missing_one_is_a_404_naming_it(client_of, reader):
     client = client_of()
-    assert client.get("/api/v1/sessions/s-rich").json() == reader.session("s-rich")
+    assert client.get("/api/v1/sessions/s-rich").json() == {**reader.session("s-rich"), "next": None}
     missing = client.get("/api/v1/sessions/no such <session>")
     assert missing.status_code == 404 and missing.json() == {"error": "no session 'no such <session>' in the view store"}
 
@@ -321,7 +329,7 @@ def test_cors_is_off_unless_origins_are_given(client_of):
 
 
 def test_the_openapi_document_describes_every_route_and_its_parameters(client_of):
-    document = client_of(None).get("/api/v1/openapi.json").json()
+    document = client_of().get("/api/v1/openapi.json").json()
     assert set(document["paths"]) == {"/api/v1/sessions", "/api/v1/sessions/{session_id}", "/api/v1/findings",
                                       "/api/v1/dead-letters", "/api/v1/dead-letters/{letter_id}", "/api/v1/summary"}
     listing = {p["name"]: p for p in document["paths"]["/api/v1/sessions"]["get"]["parameters"]}
@@ -349,20 +357,31 @@ _ROW = re.compile(r'<tr class="session[^"]*" data-session="([^"]+)"')
 _MESSAGE = re.compile(r'<li class="message ([^"]*)" data-seq="([^"]*)" data-id="([^"]+)"')
 
 
-def _signed_in(client_of) -> _Client:
-    browser = client_of(None)
-    assert browser.get("/").headers["location"] == "/login"
-    refused = browser.request("POST", "/login", data={"token": "not-a-token"})
-    assert refused.status_code == 401 and TOKEN_COOKIE not in refused.cookies
-    signed = browser.request("POST", "/login", data={"token": TOKEN})
+_CSRF = re.compile(r'<input type="hidden" name="csrf" value="([^"]+)">')
+
+
+def sign_in(browser: _Client, token: str = TOKEN, then: str | None = None) -> httpx.Response:
+    """Fill in and send the sign-in form as a browser does (its CSRF field from the form page)."""
+    form = browser.get("/login", params={"next": then} if then else None)
+    fields = {"token": token, "csrf": _CSRF.search(form.text).group(1)}
+    fields.update(next=re.search(r'name="next" value="([^"]*)"', form.text).group(1).replace("&amp;", "&"))
+    return browser.request("POST", "/login", data=fields)
+
+
+def signed_in(client_of, **options: Any) -> _Client:
+    browser = client_of(None, **options)
+    assert browser.get("/").headers["location"] == "/login?next=%2F"
+    refused = sign_in(browser, "not-a-token")
+    assert refused.status_code == 401 and SESSION_COOKIE not in refused.cookies
+    signed = sign_in(browser)
     assert signed.status_code == 303 and signed.headers["location"] == "/"
     cookie = signed.headers["set-cookie"]
-    assert f"{TOKEN_COOKIE}={TOKEN}" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert TOKEN not in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie and "Max-Age=" in cookie
     return browser
 
 
 def test_the_session_list_shows_the_fleet_over_pages_and_filters_it(client_of, reader):
-    browser = _signed_in(client_of)
+    browser = signed_in(client_of)
     first = browser.get("/")
     assert first.status_code == 200
     shown = _ROW.findall(first.text)
@@ -379,7 +398,7 @@ def test_the_session_list_shows_the_fleet_over_pages_and_filters_it(client_of, r
 
 def test_a_conversation_shows_every_message_escaped_with_its_finding(client_of, reader):
     session = reader.session("s-rich")
-    page = _signed_in(client_of).get("/sessions/s-rich")
+    page = signed_in(client_of).get("/sessions/s-rich")
     assert page.status_code == 200
     shown = _MESSAGE.findall(page.text)
     assert [message_id for _, _, message_id in shown] == [m["id"] for m in session["messages"]]
@@ -406,5 +425,5 @@ def test_a_conversation_shows_every_message_escaped_with_its_finding(client_of, 
 
 
 def test_an_unknown_session_page_is_a_404_naming_it(client_of):
-    missing = _signed_in(client_of).get("/sessions/s-nowhere")
+    missing = signed_in(client_of).get("/sessions/s-nowhere")
     assert missing.status_code == 404 and "No session s-nowhere" in missing.text

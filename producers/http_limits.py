@@ -1,0 +1,128 @@
+"""Limits a listener keeps whatever its clients do: a deadline for each
+request to arrive, a bound on the request head, a bound on open
+connections that sheds idle ones first.
+
+uvicorn times out only idle keep-alive connections: a connection that
+never sends a byte, or sends a header a line a second, is kept forever,
+and its ``limit_concurrency`` counts idle connections too, answering 503
+to everyone (``/healthz`` included) once enough of them are open.
+:func:`limited_protocol` makes a subclass of uvicorn's httptools protocol
+(the HTTP parsing stays uvicorn's and llhttp's) that adds:
+
+* **a request deadline**: from the moment a connection is ready for a
+  request (accepted, or its last response sent) the whole request, head
+  and body, must arrive within :attr:`ListenerLimits.request_seconds`, or
+  the connection is closed; a slow head, a slow body and a silent client
+  are all cut off (idle keep-alive connections close after uvicorn's
+  ``timeout_keep_alive``, :attr:`ListenerLimits.idle_seconds`);
+* **a head bound**: a request head over :attr:`ListenerLimits.max_head_bytes`
+  is answered 431 and the connection closed (llhttp has no limit of its own);
+* **a connection bound**: at most :attr:`ListenerLimits.max_connections`
+  (and at most a quarter of the process's open-file limit: a process has a
+  service port and an operations port, and needs the other half for its
+  own files and clients) are open; a new connection beyond it closes the
+  least recently active one that has no request in progress, so idle and
+  half-sent connections cannot keep a real request (a health probe) out.
+  Only when every connection is busy is the new one closed instead.
+
+Memory per server is bounded by the connection bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = ["ListenerLimits", "limited_protocol"]
+
+_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
+              b"content-length: 28\r\nconnection: close\r\n\r\nthe request head is too large")
+
+
+@dataclass(frozen=True)
+class ListenerLimits:
+    request_seconds: float = 10.0  # for a whole request to arrive, once the connection is ready for one
+    idle_seconds: float = 5.0  # an idle keep-alive connection is closed after this
+    max_connections: int = 256
+    max_head_bytes: int = 64 * 1024
+
+    def connection_bound(self) -> int:
+        """:attr:`max_connections`, within a quarter of the open-file limit."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return self.max_connections if soft == resource.RLIM_INFINITY else min(self.max_connections, soft // 4)
+
+
+def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
+    """A protocol class for one server (``uvicorn.Config(http=...)``): its
+    connections are counted together."""
+    bound = limits.connection_bound()
+    # every open connection, least recently active first
+    open_connections: collections.OrderedDict[HttpToolsProtocol, None] = collections.OrderedDict()
+
+    class LimitedProtocol(HttpToolsProtocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _head_bytes = 0  # of the request head being read
+        _reading_head = True  # the next bytes are a request head's
+        _mid_request = False  # a request began and is not all read
+        _requests = _responses = 0  # requests whose head was read; responses sent
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            open_connections[self] = None
+            if len(open_connections) > bound:
+                idle = next((c for c in open_connections if c is not self and c._requests == c._responses), self)
+                open_connections.pop(idle)
+                idle.transport.close()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            open_connections.pop(self, None)
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self in open_connections:
+                open_connections.move_to_end(self)
+            if self._reading_head:
+                self._head_bytes += len(data)
+                if self._head_bytes > limits.max_head_bytes:
+                    self.transport.write(_TOO_LARGE)
+                    self.transport.close()
+                    return
+            super().data_received(data)
+
+        def on_message_begin(self) -> None:
+            self._mid_request = True
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._requests += 1
+            self._reading_head = False
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._mid_request, self._reading_head, self._head_bytes = False, True, 0
+            self._disarm()
+            super().on_message_complete()
+
+        def on_response_complete(self) -> None:
+            self._responses += 1
+            if self._requests == self._responses or self._mid_request:  # waiting for a request, or the rest of one
+                self._arm()
+            super().on_response_complete()
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(limits.request_seconds, self.transport.close)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+    return LimitedProtocol
