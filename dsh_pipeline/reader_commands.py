@@ -15,7 +15,7 @@ from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import store_commands
 from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
-from dsh_pipeline.transcript import format_time
+from dsh_pipeline.transcript import format_time, visible
 
 __all__ = ["add_reader_commands", "reader_of", "resolve_session"]
 
@@ -114,15 +114,24 @@ def _sessions(args: argparse.Namespace) -> int:
                           model=args.model, cwd=args.cwd, has_findings=args.has_findings, text=args.text)
     with reader_of(args.store) as reader:
         items = reader.sessions(where, limit=args.limit)["items"]
-    for item in items:
-        if args.json:
+    if args.json:
+        for item in items:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
-            continue
-        models = ",".join(sorted({usage["model"] for usage in item["models"]})) or "-"
-        print(f"{item['sessionId']}  {item['status']:<7} {format_time(item['lastActivity'])}  "
-              f"{item['turnCount']:>3} turns {item['messageCount']:>4} msgs  {item['findingCount']} findings  "
-              f"{models}  {item['cwd'] or ''}")
+        return EXIT_OK
+    rows = [(visible(item["sessionId"]), visible(item["status"]), format_time(item["lastActivity"]),
+             str(item["turnCount"]), str(item["messageCount"]), str(item["findingCount"]),
+             visible(",".join(sorted({str(usage["model"]) for usage in item["models"]})) or "-"),
+             visible(item["cwd"] or "")) for item in items]
+    if rows:
+        width = max(len(row[0]) for row in rows)
+        for row in [_SESSION_COLUMNS, *rows]:
+            print(f"{row[0]:<{width}}  {row[1]:<7}  {row[2]:<23}  {row[3]:>5}  {row[4]:>5}  {row[5]:>8}  {row[6]}  "
+                  f"{row[7]}".rstrip())
     return EXIT_OK
+
+
+#: The header row of ``sessions``.
+_SESSION_COLUMNS = ("SESSION", "STATUS", "LAST ACTIVITY", "TURNS", "MSGS", "FINDINGS", "MODELS", "CWD")
 
 
 def _view(args: argparse.Namespace) -> int:
@@ -133,9 +142,9 @@ def _view(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.buffer.write(encode_json(messages) + b"\n")
         return EXIT_OK
-    print(f"session {session['sessionId']}: {session['status']}, next seq {session['nextSeq']}, "
+    print(f"session {visible(session['sessionId'])}: {visible(session['status'])}, next seq {session['nextSeq']}, "
           f"{session['turnCount']} turns, {len(messages)} messages"
-          + (f", {session['error']}" if session.get("error") else ""))
+          + (f", {visible(session['error'])}" if session.get("error") else ""))
     for line in transcript_lines(messages):
         print(line)
     return EXIT_OK
@@ -173,8 +182,8 @@ def _print_findings(items: list[dict[str, Any]], as_json: bool) -> None:
         if as_json:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
-            print(f"{format_time(item['at'])}  {item['severity']:<7} {item['rule']}  session {item['sessionId']} "
-                  f"seq {item['seq']} turn {item['turn']} step {item['step']}: {item['detail']}")
+            print(f"{format_time(item['at'])}  {visible(item['severity']):<7} {visible(item['rule'])}  "
+                  f"{_where(item, 'seq', 'turn', 'step')}: {visible(item['detail'])}")
     sys.stdout.flush()
 
 
@@ -197,9 +206,15 @@ def _dead_letters(args: argparse.Namespace) -> int:
         if args.json or args.show is not None:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
-            print(f"{item['id']}  {format_time(item['at'])}  {item['service']:<9} {item['reason']}  "
-                  f"{item['topic']}[{item['partition']}]@{item['offset']}  session {item['sessionId']} "
-                  f"seq {item['seq']}: {item['detail']}")
+            print(f"{item['id']}  {format_time(item['at'])}  {visible(item['service']):<9} {visible(item['reason'])}  "
+                  f"{visible(item['topic'])}[{item['partition']}]@{item['offset']}  {_where(item, 'seq')}: "
+                  f"{visible(item['detail'])}")
     return EXIT_OK
+
+
+def _where(item: dict[str, Any], *fields: str) -> str:
+    """``session ID seq 4 turn 2 step 1``: what of it the item knows."""
+    known = [("session", item["sessionId"]), *((field, item[field]) for field in fields)]
+    return " ".join(f"{name} {visible(value)}" for name, value in known if value is not None)
 
 

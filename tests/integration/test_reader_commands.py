@@ -24,7 +24,7 @@ def test_sessions_view_and_findings_read_the_store(tmp_path, capsys):
     status, out, _ = _run(capsys, "sessions", "--store", store, "--json")
     assert status == EXIT_OK and [json.loads(line)["sessionId"] for line in out.splitlines()] == ids[::-1]
     status, out, _ = _run(capsys, "sessions", "--store", store, "--status", "held")
-    assert status == EXIT_OK and [line.split()[0] for line in out.splitlines()] == [ids[-1]]
+    assert status == EXIT_OK and [line.split()[0] for line in out.splitlines()[1:]] == [ids[-1]]
     status, out, _ = _run(capsys, "view", ids[1][:-4], "--store", store, "--json")
     shown = json.loads(out)
     assert status == EXIT_OK and shown and shown[0]["role"] == "user"
@@ -101,3 +101,70 @@ def _follow(follower, store, ids) -> None:
         assert (json.loads(line)["sessionId"], json.loads(line)["detail"]) == (ids[2], "late")
     finally:
         follower.terminate()
+
+
+#: What a log or an attestation may carry to take over a terminal: a title
+#: change, a screen clear, a bell, a bidi override.
+_HOSTILE = "\x1b]0;owned\x07\x1b[2J\u202egnp.exe"
+_RAW = ("\x1b", "\x07", "\u202e")
+
+
+def _hostile_store(tmp_path) -> tuple[str, str]:
+    """A store whose one session's id, cwd, message text, finding and dead
+    letter carry escape sequences (the finding knows no turn or step)."""
+    from consumers.projector import Projection, ProjectorConfig, ViewStore
+    from dsh_core.session_header import SessionHeader
+    from dsh_kafka.records import header_record, records_for_batch
+    from tests.policy_driver import KAFKA, fetched, run_batch
+    from tests.unit.helpers import new_log, user
+    session_id = f"s-{_HOSTILE}"
+    log = new_log(session_id)
+    log.append("user/message", user("m0", f"hello\n{_HOSTILE}"), surface_op="append")
+    header = SessionHeader(id=session_id, createdAt=5, delegationDepth=0, cwd=f"/work/{_HOSTILE}")
+    store = tmp_path / "views.sqlite"
+    run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store)),
+              fetched([header_record(header), *records_for_batch(session_id, log.events)]))
+    views = ViewStore(store)
+    try:
+        with views.database.transaction() as db:
+            db.execute("INSERT INTO findings (topic, partition, \"offset\", session_id, rule, severity, seq, turn, "
+                       "step, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       ("dsh.findings", 0, 1, session_id, f"rule-{_HOSTILE}", "error", 1, None, None, _HOSTILE, 50))
+            db.execute("INSERT INTO dead_letters (topic, partition, \"offset\", service, reason, detail, source_topic, "
+                       "source_partition, source_offset, session_id, seq, at, size, head) VALUES "
+                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       ("dsh.dead-letter", 0, 1, "projector", "invalid-log", _HOSTILE, "dsh.session-events", 0, 3,
+                        session_id, None, 60, 1, b"x"))
+    finally:
+        views.close()
+    return str(store), session_id
+
+
+def test_readers_show_escape_sequences_visibly_never_raw(tmp_path, capsys):
+    store, session_id = _hostile_store(tmp_path)
+    shown = "\\x1b]0;owned\\x07\\x1b[2J\\u202egnp.exe"
+    for argv in (("sessions",), ("view", "s-"), ("findings",), ("dead-letters",)):
+        status, out, err = _run(capsys, *argv, "--store", store)
+        assert status == EXIT_OK, (argv, err)
+        assert not any(raw in out for raw in _RAW), (argv, out)
+        assert shown in out, (argv, out)
+    _, out, _ = _run(capsys, "view", "s-", "--store", store)
+    assert out.splitlines()[1:] == ["user: hello", f"    {shown}"]  # a newline in a message never starts a `who:`
+    _, out, _ = _run(capsys, "findings", "--store", store)
+    assert f"session s-{shown} seq 1: {shown}" in out and "None" not in out
+    _, out, _ = _run(capsys, "dead-letters", "--store", store)
+    assert f"session s-{shown}: {shown}" in out and "None" not in out
+    _, out, _ = _run(capsys, "findings", "--store", store, "--json")
+    assert json.loads(out)["detail"] == _HOSTILE  # JSON escapes them itself, and keeps them exactly
+
+
+def test_sessions_has_a_header_row(tmp_path, capsys):
+    store = str(tmp_path / "views.sqlite")
+    ids = [truth.session_id for truth, _ in stored_fleet(tmp_path / "views.sqlite")]
+    _, out, _ = _run(capsys, "sessions", "--store", store)
+    header, *rows = out.splitlines()
+    assert header.split() == ["SESSION", "STATUS", "LAST", "ACTIVITY", "TURNS", "MSGS", "FINDINGS", "MODELS", "CWD"]
+    assert [row.split()[0] for row in rows] == ids[::-1]
+    status, turns = header.index("STATUS"), header.index("TURNS") + len("TURNS")
+    assert {row[status:].split()[0] for row in rows} == {"idle", "held"}  # each value under its name
+    assert all(row[turns - 1].isdigit() and row[turns] == " " for row in rows)
