@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import store_commands
-from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
+from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from dsh_pipeline.transcript import format_time, visible
 
 __all__ = ["add_reader_commands", "reader_of", "resolve_session"]
@@ -191,6 +191,10 @@ def _dead_letters(args: argparse.Namespace) -> int:
     from consumers.projector.reader import DeadLetterFilter
     if args.redrive:
         return store_commands.redrive(args)
+    if args.again:
+        print("dsh-pipeline dead-letters: --again goes with --redrive (it sends back records sent before); without "
+              "--redrive nothing is sent", file=sys.stderr)
+        return EXIT_USAGE
     with reader_of(args.store) as reader:
         if args.show is not None:
             letter = reader.dead_letter(args.show)
@@ -208,7 +212,7 @@ def _dead_letters(args: argparse.Namespace) -> int:
         else:
             print(f"{item['id']}  {format_time(item['at'])}  {visible(item['service']):<9} {visible(item['reason'])}  "
                   f"{visible(item['topic'])}[{item['partition']}]@{item['offset']}  {_where(item, 'seq')}: "
-                  f"{visible(item['detail'])}")
+                  f"{visible(item['detail'])}" + (f" ({item['copies']} letters)" if item["copies"] > 1 else ""))
     return EXIT_OK
 
 

@@ -2,14 +2,21 @@
 redrive`` (records sent back to the events topic after their cause was
 fixed) and ``delete-session`` (the retention and right-to-erasure path).
 
-Redrive reads each selected dead letter whole from its topic (the store
-keeps only its first bytes), strips the ``dsh-dlq-*`` headers, so the
-record is again what its producer wrote, and publishes it on its key to
-the events topic. The services take a record they applied before as a
-duplicate, so sending one twice changes nothing; the store notes every
-letter sent, and a second redrive skips those (``--again`` sends them
-anyway). A letter whose value was cut to fit the dead-letter topic cannot
-be sent back and is named.
+Redrive sends each selected record back once, however many services and
+consumer groups dead-lettered it: a letter is identified by where its
+record was first read (topic, partition, offset) and its reason. It reads
+one letter of the record whole from its topic (the store keeps only its
+first bytes), strips the ``dsh-dlq-*`` headers, so the record is again
+what its producer wrote, adds where it was first read and why it was
+refused (``dsh-redrive-*``), and publishes it on its key to the events
+topic. The services take a record they applied before as a duplicate, so
+sending one twice changes nothing; a service that refuses it again for a
+reason it was dead-lettered for writes no new letter (the old one
+stands), and one that refuses it for a new reason writes a letter under
+the first coordinates. The store notes every record sent, and a second
+redrive skips those (``--again`` sends them anyway): run from cron, it
+neither repeats records nor multiplies letters. A letter whose value was
+cut to fit the dead-letter topic cannot be sent back and is named.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import asyncio
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,45 +63,68 @@ def redrive(args: argparse.Namespace) -> int:
             if (cursor := page["next"]) is None:
                 break
     names = TopicNames.with_prefix(args.topic_prefix)
+    records: dict[tuple[str, int, int], _Redriven] = {}
+    for letter in letters:  # the first letter of each record (and every reason it was refused for)
+        source = _source(letter, names)
+        found = records.setdefault(source, _Redriven(source, _letter_coordinates(letter, names)))
+        found.reasons.add(letter["reason"])
     store = ViewStore(args.store)
     try:
-        coordinates = {letter["id"]: _coordinates(letter, names) for letter in letters}
-        before = set() if args.again else store.redriven(coordinates.values())
-        chosen = [letter for letter in letters if coordinates[letter["id"]] not in before]
+        before = set() if args.again else store.redriven(records)
         kafka = resolve_kafka(args.bootstrap, "dsh-pipeline-redrive")
-        sent, cut = asyncio.run(_send_back(kafka, names, [coordinates[letter["id"]] for letter in chosen]))
-        store.mark_redriven(sent, int(time.time() * 1000))
+        sent, cut = asyncio.run(_send_back(kafka, names, [found for source, found in records.items()
+                                                          if source not in before]))
+        store.mark_redriven([found.source for found in sent], int(time.time() * 1000))
     finally:
         store.close()
     print(f"dsh-pipeline dead-letters redrive: {len(sent)} sent back to {names.events}, {len(before)} sent before "
-          f"(--again sends them anyway), {len(cut)} cut to fit the dead-letter topic and not sendable"
-          + (": " + ", ".join(f"{t}[{p}]@{o}" for t, p, o in cut) if cut else ""))
+          f" (--again sends them anyway), {len(cut)} cut to fit the dead-letter topic and not sendable"
+          + (": " + ", ".join(f"{t}[{p}]@{o}" for t, p, o in (found.letter for found in cut)) if cut else ""))
     return EXIT_OK
 
 
-def _coordinates(letter: dict[str, Any], names: Any) -> tuple[str, int, int]:
+@dataclass
+class _Redriven:
+    """A dead-lettered record to send back: where it was first read, the
+    letter its bytes are read from, and the reasons it was refused for."""
+
+    source: tuple[str, int, int]
+    letter: tuple[str, int, int]
+    reasons: set[str] = field(default_factory=set)
+
+
+def _letter_coordinates(letter: dict[str, Any], names: Any) -> tuple[str, int, int]:
+    """Where a letter is on the dead-letter topic."""
     from consumers.projector.store_reader import LETTER_ID_BASE
     partition, offset = divmod(letter["id"], LETTER_ID_BASE)
     return names.dead_letter, partition, offset
 
 
-async def _send_back(kafka: Any, names: Any, letters: list[tuple[str, int, int]]
-                     ) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]:
-    """Publish each letter's original record to the events topic; the letters
-    sent, and those cut to fit (not sendable)."""
+def _source(letter: dict[str, Any], names: Any) -> tuple[str, int, int]:
+    """Where a letter's record was first read (a letter that does not say
+    stands for itself)."""
+    source = (letter["topic"], letter["partition"], letter["offset"])
+    return source if None not in source else _letter_coordinates(letter, names)
+
+
+async def _send_back(kafka: Any, names: Any, records: list[_Redriven]) -> tuple[list[_Redriven], list[_Redriven]]:
+    """Publish each record, read from its letter, to the events topic; the
+    records sent, and those whose letter was cut to fit (not sendable)."""
     from aiokafka import TopicPartition
+    from consumers.runtime.outputs import redrive_headers
     from dsh_kafka.clients import make_consumer, make_producer
     from dsh_kafka.config import ConsumerSettings
-    sent, cut = [], []
-    if not letters:
+    sent: list[_Redriven] = []
+    cut: list[_Redriven] = []
+    if not records:
         return sent, cut
     consumer = make_consumer(kafka, ConsumerSettings(group_id=None, max_records=1))
     producer = make_producer(kafka)
     await consumer.start()
     await producer.start()
     try:
-        for letter in letters:
-            topic, partition, offset = letter
+        for found in records:
+            topic, partition, offset = found.letter
             where = TopicPartition(topic, partition)
             consumer.assign([where])
             consumer.seek(where, offset)
@@ -101,12 +132,14 @@ async def _send_back(kafka: Any, names: Any, letters: list[tuple[str, int, int]]
             if record.offset != offset:
                 raise PipelineError(f"dead letter {topic}[{partition}]@{offset} is gone from the topic (its retention "
                                     f"passed): nothing to send back")
-            headers = [(name, value) for name, value in record.headers if not name.startswith("dsh-dlq-")]
             if any(name == "dsh-dlq-value-size" for name, _ in record.headers):
-                cut.append(letter)
+                cut.append(found)
                 continue
-            await producer.send(names.events, record.value, key=record.key, headers=headers)
-            sent.append(letter)
+            headers = [(name, value) for name, value in record.headers
+                       if not name.startswith(("dsh-dlq-", "dsh-redrive-"))]
+            await producer.send(names.events, record.value, key=record.key,
+                                headers=headers + redrive_headers(found.source, found.reasons))
+            sent.append(found)
         await producer.flush()
     finally:
         await producer.stop()

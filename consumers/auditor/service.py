@@ -233,7 +233,7 @@ class Audit(Policy[AuditedSession]):
         self.outputs.send(partition, self.config.topics.findings, finding.session.encode(), finding.to_json())
         FINDINGS.labels(finding.rule).inc()
 
-    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+    def refuse(self, error: DshError, record: KafkaRecord) -> bool:
         session_id = record.key.decode("utf-8", "replace") if record.key else None
         session = self.sessions.get(session_id) if session_id is not None else None
         if isinstance(error, InternalError) and session is not None:  # its state is not trusted any more
@@ -245,7 +245,7 @@ class Audit(Policy[AuditedSession]):
         elif isinstance(error, ConflictingWriterError):
             self._send(record.partition, Finding("conflicting-writer", error.session_id, error.seq,
                                                  f"{error.message} at {where_of(record)}"))
-        super().refuse(error, record)
+        return super().refuse(error, record)
 
     # ---------------------------------------------------------- state store
 

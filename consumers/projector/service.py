@@ -240,12 +240,12 @@ class Projection(Policy[ProjectedSession]):
                 self.tally.add(APPLIED, session.applied)
                 session.applied = 0
 
-    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+    def refuse(self, error: DshError, record: KafkaRecord) -> bool:
         session = self.sessions.get(record.key.decode("utf-8", "replace")) if record.key else None
         if isinstance(error, InternalError) and session is not None:  # its state is not trusted any more
             session.refuse(error)
             self._changed[session.session_id] = session
-        super().refuse(error, record)
+        return super().refuse(error, record)
 
     def _header(self, session: ProjectedSession, decoded: SessionRecord) -> None:
         if session.fold is not None:

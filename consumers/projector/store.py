@@ -38,7 +38,10 @@ from ..runtime.sequencing import AppliedDigest, HeldRecords
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
-_KIND, LAYOUT = "view-store", 5
+_KIND, LAYOUT = "view-store", 6
+#: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
+_LETTERS_BY_SOURCE = ("CREATE INDEX dead_letters_by_source ON dead_letters (source_topic, source_partition, "
+                      "source_offset, reason)")
 _SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
                     "message_count INTEGER NOT NULL DEFAULT 0")
 TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
@@ -60,6 +63,7 @@ _LISTING = (
     "CREATE INDEX dead_letters_by_session ON dead_letters (session_id)",
     "CREATE TABLE outcome_offsets (topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL, "
     "PRIMARY KEY (topic, partition))",
+    # the records dead-letters --redrive sent back, by where they were first read
     "CREATE TABLE redriven (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
     "at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
 )
@@ -84,6 +88,7 @@ _SCHEMA = (
     *_LISTING,
     _OWNERS,
     _VERDICTS,
+    _LETTERS_BY_SOURCE,
 )
 
 
@@ -138,6 +143,19 @@ def _layout_4_to_5(db: Any) -> None:
     db.execute(_VERDICTS)
 
 
+def _layout_5_to_6(db: Any) -> None:
+    """Layout 5 noted each dead letter sent back, not each record: note the
+    records those letters came from."""
+    db.execute(_LETTERS_BY_SOURCE)
+    records = db.execute(
+        "SELECT d.source_topic, d.source_partition, d.source_offset, MIN(r.at) FROM redriven r JOIN dead_letters d "
+        "ON d.topic = r.topic AND d.partition = r.partition AND d.\"offset\" = r.\"offset\" "
+        "WHERE d.source_topic IS NOT NULL AND d.source_partition IS NOT NULL AND d.source_offset IS NOT NULL "
+        "GROUP BY d.source_topic, d.source_partition, d.source_offset").fetchall()
+    db.execute("DELETE FROM redriven")
+    db.executemany("INSERT INTO redriven (topic, partition, \"offset\", at) VALUES (?, ?, ?, ?)", records)
+
+
 def _store_listing(db: Any, session_id: str, view: dict[str, Any]) -> None:
     """The listing columns and usage rows of a stored view (the migration's;
     a change writes them with its row)."""
@@ -184,7 +202,7 @@ class ViewStore:
 
     def __init__(self, location: Path | str) -> None:
         """``location``: a SQLite file's path, or a ``postgresql://`` URI."""
-        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5}
+        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6}
         self.database = (PostgresDatabase(location, _KIND, LAYOUT, _SCHEMA, migrations)
                          if is_postgres_location(location) else Database(Path(location), _KIND, LAYOUT, _SCHEMA,
                                                                          migrations))
@@ -301,15 +319,16 @@ class ViewStore:
                            "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
                            [(topic, partition, offset) for (topic, partition), offset in offsets.items()])
 
-    def redriven(self, letters: Iterable[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
-        """Which of these dead letters (topic, partition, offset) were sent back before."""
-        return {letter for letter in letters if self.db.execute(
-            "SELECT 1 FROM redriven WHERE topic = ? AND partition = ? AND \"offset\" = ?", letter).fetchone()}
+    def redriven(self, records: Iterable[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        """Which of these dead-lettered records (topic, partition, offset
+        where first read) were sent back before."""
+        return {record for record in records if self.db.execute(
+            "SELECT 1 FROM redriven WHERE topic = ? AND partition = ? AND \"offset\" = ?", record).fetchone()}
 
-    def mark_redriven(self, letters: Iterable[tuple[str, int, int]], at: int) -> None:
+    def mark_redriven(self, records: Iterable[tuple[str, int, int]], at: int) -> None:
         with self.database.transaction() as db:
             db.executemany("INSERT INTO redriven (topic, partition, \"offset\", at) VALUES (?, ?, ?, ?) "
-                           "ON CONFLICT DO NOTHING", [(*letter, at) for letter in letters])
+                           "ON CONFLICT DO NOTHING", [(*record, at) for record in records])
 
     def delete_session(self, session_id: str) -> None:
         """Remove every row of a session (its view, listing, surface, held
