@@ -69,12 +69,14 @@ def add_reader_commands(commands: Any, add_kafka_options: Callable[[argparse.Arg
     letters.set_defaults(run=_dead_letters)
 
     delete = commands.add_parser("delete-session", help="remove sessions' views, findings, dead letters and archive "
-                                                        "files (retention and erasure)")
+                                                        "files (retention and erasure); the services forget them and "
+                                                        "refuse their later records (deleted-session)")
     delete.add_argument("session_ids", nargs="*", metavar="ID-OR-PREFIX", help="these sessions")
     delete.add_argument("--inactive-for", type=duration_ms, metavar="AGE",
                         help="and every session with no activity for AGE (30d, 12h, 90m): the retention setting")
     delete.add_argument("--archive", help="the archiver's --root: remove the sessions' archive folders too")
     delete.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    add_kafka_options(delete)  # the deletion goes on the events topic: the services forget the sessions there
     delete.set_defaults(run=store_commands.delete_sessions)
 
 

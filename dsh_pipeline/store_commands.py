@@ -2,6 +2,15 @@
 redrive`` (records sent back to the events topic after their cause was
 fixed) and ``delete-session`` (the retention and right-to-erasure path).
 
+Deletion is a fence: ``delete-session`` publishes a ``deletion`` record on
+each session's key, after every record of it, then removes its rows from
+the store (noting it deleted) and its archive folders. Each service, where
+it reads the fence, forgets the session (memory, its state, the archive
+file) and notes it deleted in its own state, so across restarts a later
+record of the session is refused by name: a ``deleted-session`` dead letter
+that names the record but carries none of its value. A deleted session
+never comes back, half-formed or whole (its id stays taken).
+
 Redrive sends each selected record back once, however many services and
 consumer groups dead-lettered it: a letter is identified by where its
 record was first read (topic, partition, offset) and its reason. It reads
@@ -23,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -148,10 +156,12 @@ async def _send_back(kafka: Any, names: Any, records: list[_Redriven]) -> tuple[
 
 
 def delete_sessions(args: argparse.Namespace) -> int:
-    from consumers.archiver.files import archive_segment
+    from consumers.archiver.files import remove_session
     from consumers.projector.reader import SessionFilter
     from consumers.projector.store import ViewStore
+    from dsh_kafka.topics import TopicNames
     from dsh_pipeline.reader_commands import reader_of, resolve_session
+    from dsh_pipeline.runtime import resolve_kafka
 
     with reader_of(args.store) as reader:
         chosen = [resolve_session(reader, given) for given in args.session_ids]
@@ -166,28 +176,38 @@ def delete_sessions(args: argparse.Namespace) -> int:
     if not chosen:
         print("dsh-pipeline delete-session: no session to delete", file=sys.stderr)
         return EXIT_OK
+    chosen = list(dict.fromkeys(chosen))
+    if args.archive is not None and not Path(args.archive).is_dir():
+        raise PipelineError(f"{args.archive}: no archive there (the archiver's --root)")
+    at = int(time.time() * 1000)
+    asyncio.run(_fence(resolve_kafka(args.bootstrap, "dsh-pipeline-delete-session"),
+                       TopicNames.with_prefix(args.topic_prefix), chosen, at))
     store = ViewStore(args.store)
     folders = 0
     try:
-        for session_id in dict.fromkeys(chosen):
-            store.delete_session(session_id)
+        for session_id in chosen:
+            store.delete_session(session_id, at)
             if args.archive is not None:
-                folders += _remove_archive(Path(args.archive), archive_segment(session_id))
+                folders += remove_session(Path(args.archive), session_id)
     finally:
         store.close()
-    print(f"dsh-pipeline delete-session: deleted {len(set(chosen))} sessions"
+    print(f"dsh-pipeline delete-session: deleted {len(chosen)} sessions"
           + (f" and {folders} archive folders" if args.archive is not None else ""))
     return EXIT_OK
 
 
-def _remove_archive(root: Path, segment: str) -> int:
-    """Remove the session's folder from every project folder of the archive."""
-    if not root.is_dir():
-        raise PipelineError(f"{root}: no archive there (the archiver's --root)")
-    removed = 0
-    for project in root.iterdir():
-        folder = project / segment
-        if folder.is_dir() and not folder.is_symlink():
-            shutil.rmtree(folder)
-            removed += 1
-    return removed
+async def _fence(kafka: Any, names: Any, session_ids: list[str], at: int) -> None:
+    """Publish each session's deletion record after its records on the
+    events topic: every service forgets the session there, and takes none
+    of its later records."""
+    from dsh_kafka.clients import make_producer
+    from dsh_kafka.records import deletion_record
+    producer = make_producer(kafka)
+    await producer.start()
+    try:
+        for session_id in session_ids:
+            record = deletion_record(session_id, at)
+            await producer.send(names.events, record.value, key=record.key, headers=record.headers)
+        await producer.flush()
+    finally:
+        await producer.stop()

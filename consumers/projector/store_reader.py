@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dsh_core.errors import StateStoreError
+from dsh_core.errors import DshError, StateStoreError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
@@ -129,8 +129,16 @@ class StoreReader:
             "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
         messages: list[Any] = []
         if snapshot is not None:
-            fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
-            messages = thaw(fold.state.messages())
+            try:
+                fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
+                messages = thaw(fold.state.messages())
+            except KeyError as missing:  # the snapshot's surface names a seq the store has no row of
+                raise StateStoreError(f"{self.where}: session {session_id!r}: its stored view is incomplete (no "
+                                      f"surface row for seq {missing}); rebuild it (a new projector group) or "
+                                      "delete it") from None
+            except DshError as error:
+                raise StateStoreError(f"{self.where}: session {session_id!r}: its stored view does not restore: "
+                                      f"{error.message}") from None
         header = view.get("header") or {}
         audit = self._rows("SELECT counts FROM audit_verdicts WHERE session_id = ?", (session_id,))
         return {"sessionId": session_id, "status": view["status"], "cwd": header.get("cwd"),

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Iterable, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError
 
-from dsh_core.errors import DshError
+from dsh_core.errors import DeletedSessionError, DshError
 from dsh_kafka.clients import make_producer, undelivered
 from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig
 from dsh_kafka.records import KafkaRecord
@@ -73,7 +73,9 @@ def redriven_from(headers: Iterable[tuple[str, bytes]]) -> tuple[Source, frozens
 def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[bytes | None, list[tuple[str, bytes]]]:
     """The dead letter of ``record``: its value and headers plus why and where
     it was refused (a redriven record: where it was first read, so all the
-    letters of one record share its coordinates). It always fits the topic: an original over
+    letters of one record share its coordinates). The letter of a deleted
+    session's record keeps none of its value (only its size and SHA-256):
+    what was erased is not copied. It always fits the topic: an original over
     :data:`DEAD_LETTER_VALUE_BYTES` is cut, with its size and SHA-256, and
     oversized original headers are left out, with their size."""
     value, original = record.value, list(record.headers or ())
@@ -83,10 +85,11 @@ def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[byt
         headers += original
     else:
         headers.append(("dsh-dlq-headers-left-out", str(original_size).encode()))
-    if value is not None and len(value) > DEAD_LETTER_VALUE_BYTES:
+    kept = 0 if isinstance(error, DeletedSessionError) else DEAD_LETTER_VALUE_BYTES
+    if value is not None and len(value) > kept:
         headers += [("dsh-dlq-value-size", str(len(value)).encode()),
                     ("dsh-dlq-value-sha256", hashlib.sha256(value).hexdigest().encode())]
-        value = value[:DEAD_LETTER_VALUE_BYTES]
+        value = value[:kept]
     redriven = redriven_from(original)
     topic, partition, offset = redriven[0] if redriven else (record.topic, record.partition, record.offset)
     headers += [

@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dsh_pipeline.cli import main
 from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
 from tests.view_store_helpers import stored_fleet
+
+
+def _cluster(kafka, names) -> tuple[str, ...]:
+    """The options naming the test's broker and topics."""
+    from dsh_kafka.topics import TopicNames
+    return "--bootstrap", kafka.bootstrap, "--topic-prefix", names.events[:-len(TopicNames().events)]
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -45,15 +53,17 @@ def test_a_prefix_of_many_sessions_and_a_missing_store_are_named(tmp_path, capsy
     assert not (tmp_path / "none.sqlite").exists()
 
 
-def test_delete_session_removes_views_findings_and_archive_and_retention_by_age(tmp_path, capsys):
+@pytest.mark.kafka
+def test_delete_session_removes_views_findings_and_archive_and_retention_by_age(kafka, topics, tmp_path, capsys):
     from consumers.archiver.files import archive_segment
+    cluster = _cluster(kafka, topics())
     store = str(tmp_path / "views.sqlite")
     ids = [truth.session_id for truth, _ in stored_fleet(tmp_path / "views.sqlite")]
     archive = tmp_path / "archive"
     for session_id in ids[:2]:
         (archive / "project-a" / archive_segment(session_id)).mkdir(parents=True)
         (archive / "project-a" / archive_segment(session_id) / "session.jsonl").write_text("{}\n")
-    status, out, _ = _run(capsys, "delete-session", ids[1][:-4], "--store", store, "--archive", str(archive))
+    status, out, _ = _run(capsys, "delete-session", ids[1][:-4], "--store", store, "--archive", str(archive), *cluster)
     assert status == EXIT_OK and "deleted 1 sessions and 1 archive folders" in out
     assert not (archive / "project-a" / archive_segment(ids[1])).exists()
     assert (archive / "project-a" / archive_segment(ids[0])).exists()
@@ -61,7 +71,7 @@ def test_delete_session_removes_views_findings_and_archive_and_retention_by_age(
     assert sorted(json.loads(line)["sessionId"] for line in out.splitlines()) == sorted(ids[:1] + ids[2:])
     _, out, _ = _run(capsys, "findings", "--store", store)
     assert out == ""  # the finding was the deleted session's
-    status, out, _ = _run(capsys, "delete-session", "--inactive-for", "1d", "--store", store)
+    status, out, _ = _run(capsys, "delete-session", "--inactive-for", "1d", "--store", store, *cluster)
     assert status == EXIT_OK and f"deleted {len(ids) - 1} sessions" in out  # every session was active in 1970
     assert _run(capsys, "sessions", "--store", store)[1] == ""
 
@@ -168,3 +178,74 @@ def test_sessions_has_a_header_row(tmp_path, capsys):
     status, turns = header.index("STATUS"), header.index("TURNS") + len("TURNS")
     assert {row[status:].split()[0] for row in rows} == {"idle", "held"}  # each value under its name
     assert all(row[turns - 1].isdigit() and row[turns] == " " for row in rows)
+
+
+@pytest.mark.kafka
+def test_a_deletion_is_a_fence_in_every_service_and_across_restarts(kafka, topics, group_id, tmp_path, capsys):
+    """A session deleted while the projector, auditor and archiver run: each
+    forgets it, its later records are refused by name (deleted-session) and
+    never bring a view or an archive file back, also after a restart."""
+    import asyncio
+
+    from consumers.archiver.files import archive_segment
+    from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
+    from dsh_kafka.admin import end_offsets
+    from producers.simulator import SimulatorConfig, simulate_session
+    from tests.kafka_fixtures import caught_up, consume_all, publish_records
+    from tests.services import archiver, auditor, projector
+    from tests.waiting import until
+    names = topics(partitions=2)
+    config = SimulatorConfig(sessions=2, seed=9, min_turns=3, max_turns=3)
+    victim, batches = simulate_session(config, 0)
+    records = [record for batch in batches for record in batch]
+    late = records[-4:]
+    store, archive, group = tmp_path / "views.sqlite", tmp_path / "archive", group_id("fence")
+    archive.mkdir()
+    cluster = _cluster(kafka, names)
+
+    async def services(step) -> None:
+        consumers = [projector(kafka, names, group, store), auditor(kafka, names, f"{group}-auditor",
+                                                                    state=tmp_path / "audit.sqlite"),
+                     archiver(kafka, names, f"{group}-archiver", archive)]
+        index = OutcomeIndex(OutcomeIndexConfig(kafka=kafka, topics=names, group=f"{group}-outcomes", store=store))
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(service.run(stop)) for service in (*consumers, index)]
+
+        async def read_to_the_end() -> None:
+            ends = await end_offsets(kafka, names.events)
+            await until(lambda: any(task.done() for task in tasks) or all(caught_up(c, ends) for c in consumers),
+                        90, "every service read the events topic")
+        try:
+            await step(read_to_the_end, consumers)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)  # none stopped on its own: a failure is raised here
+
+    async def live(read_to_the_end, consumers) -> None:
+        await publish_records(kafka, names, records[:-4])
+        await read_to_the_end()
+        assert list(archive.glob(f"*/{archive_segment(victim.session_id)}"))
+        deleted = await asyncio.to_thread(main, ["delete-session", victim.session_id, "--store", str(store),
+                                                 "--archive", str(archive), *cluster])
+        assert deleted == EXIT_OK
+        await publish_records(kafka, names, late)  # the agent went on writing
+        await read_to_the_end()
+        projection, audit, archive_policy = (c.policy for c in consumers)
+        assert projection.sessions.get(victim.session_id) is None
+        assert audit.sessions.get(victim.session_id).deleted and audit.sessions.get(victim.session_id).fold is None
+        assert archive_policy.sessions.get(victim.session_id).deleted
+
+    async def restarted(read_to_the_end, consumers) -> None:
+        await publish_records(kafka, names, late)  # shipped again after a restart
+        await read_to_the_end()
+
+    asyncio.run(services(live))
+    asyncio.run(services(restarted))
+    status, _, err = _run(capsys, "view", victim.session_id, "--store", str(store))
+    assert status == EXIT_REFUSED and "no session" in err
+    assert not list(archive.glob(f"*/{archive_segment(victim.session_id)}"))
+    letters = asyncio.run(consume_all(kafka, names.dead_letter, 1, settle=1.0))
+    reasons = {dict(letter.headers)["dsh-dlq-reason"] for letter in letters}
+    services_refusing = {dict(letter.headers)["dsh-dlq-service"] for letter in letters}
+    assert reasons == {b"deleted-session"} and services_refusing == {b"projector", b"auditor", b"archiver"}
+    assert all(letter.value == b"" for letter in letters)  # what was erased is not copied
