@@ -249,3 +249,18 @@ def test_a_deletion_is_a_fence_in_every_service_and_across_restarts(kafka, topic
     services_refusing = {dict(letter.headers)["dsh-dlq-service"] for letter in letters}
     assert reasons == {b"deleted-session"} and services_refusing == {b"projector", b"auditor", b"archiver"}
     assert all(letter.value == b"" for letter in letters)  # what was erased is not copied
+
+
+def test_view_names_a_stored_view_that_does_not_restore(tmp_path, capsys):
+    from consumers.projector import ViewStore
+    store = tmp_path / "views.sqlite"
+    ids = [truth.session_id for truth, _ in stored_fleet(store)]
+    views = ViewStore(store)
+    try:
+        with views.database.transaction() as db:  # what a session written again after its deletion was left with
+            db.execute("DELETE FROM surface WHERE session_id = ?", (ids[2],))
+    finally:
+        views.close()
+    status, _, err = _run(capsys, "view", ids[2], "--store", str(store))
+    assert status == EXIT_REFUSED and "Traceback" not in err
+    assert f"session {ids[2]!r}: its stored view is incomplete (no surface row for seq " in err
