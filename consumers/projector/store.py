@@ -276,14 +276,14 @@ class ViewStore:
               deletions: dict[str, tuple[int, int]] | None = None) -> set[str]:
         """Store changed sessions in one transaction, each noted as having an
         unacknowledged head, and delete the sessions of ``deletions`` (id:
-        its partition and when, ms); a session deleted meanwhile (:meth:`delete_session`) is not
-        written again (returned: the sessions of ``changes`` not written).
-        All this if ``epochs`` (from :meth:`claim`) are still the
-        current ones of their partitions (a partition nobody claimed yet has
-        no owner to check); raises :class:`FencedError` (nothing written)
-        when a newer member claimed one. The check locks
-        the partitions' rows until the commit, so a claim cannot come
-        between it and the writes."""
+        its partition and when, ms); a session deleted meanwhile
+        (:meth:`delete_session`) is not written again (returned: the
+        sessions of ``changes`` not written). All this if ``epochs`` (from
+        :meth:`claim`) are still the current ones of their partitions (a
+        partition nobody claimed yet has no owner to check); raises
+        :class:`FencedError` (nothing written) when a newer member claimed
+        one. The check locks the partitions' rows until the commit, so a
+        claim cannot come between it and the writes."""
         changes, deletions = list(changes), deletions or {}
         numbers = sorted({change.partition for change in changes} | {partition for partition, _ in deletions.values()})
         if not numbers:

@@ -132,13 +132,9 @@ class StoreReader:
             try:
                 fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
                 messages = thaw(fold.state.messages())
-            except KeyError as missing:  # the snapshot's surface names a seq the store has no row of
-                raise StateStoreError(f"{self.where}: session {session_id!r}: its stored view is incomplete (no "
-                                      f"surface row for seq {missing}); rebuild it (a new projector group) or "
-                                      "delete it") from None
             except DshError as error:
-                raise StateStoreError(f"{self.where}: session {session_id!r}: its stored view does not restore: "
-                                      f"{error.message}") from None
+                raise StateStoreError(f"{self.where}: the stored view does not restore ({error.message}); rebuild "
+                                      "it (a new projector group) or delete the session") from None
         header = view.get("header") or {}
         audit = self._rows("SELECT counts FROM audit_verdicts WHERE session_id = ?", (session_id,))
         return {"sessionId": session_id, "status": view["status"], "cwd": header.get("cwd"),

@@ -263,4 +263,5 @@ def test_view_names_a_stored_view_that_does_not_restore(tmp_path, capsys):
         views.close()
     status, _, err = _run(capsys, "view", ids[2], "--store", str(store))
     assert status == EXIT_REFUSED and "Traceback" not in err
-    assert f"session {ids[2]!r}: its stored view is incomplete (no surface row for seq " in err
+    assert (f"the stored view does not restore (session {ids[2]!r}: its fold snapshot's surface holds seq " in err
+            and "but no surface row of it was given" in err)
