@@ -37,6 +37,7 @@ class SavedSession:
     held: list[tuple[int, bytes, int]]
     pending: dict[int, bytes]  # attestation values by boundary seq
     digests: dict[int, AppliedDigest]  # of the records applied since the last snapshot, by seq
+    deleted: bool = False  # the session was deleted: the store keeps nothing else of it
 
 
 #: The stored digest of the record a session applied at a seq.
@@ -189,7 +190,7 @@ class AuditedSession:
             state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
                       "invariants": fold.observer.invariants.to_json()}
         return SavedSession(self.partition, snapshot_fold(fold) if fold is not None else None, dump_json(state),
-                            self.held.rows(), dict(self.pending), self.digests.changes())
+                            self.held.rows(), dict(self.pending), self.digests.changes(), self.deleted)
 
     @classmethod
     def restore(cls, session_id: str, saved: SavedSession, stored: StoredDigest, require_gateway: bool = False

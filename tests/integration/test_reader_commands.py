@@ -187,6 +187,9 @@ def test_a_deletion_is_a_fence_in_every_service_and_across_restarts(kafka, topic
     never bring a view or an archive file back, also after a restart."""
     import asyncio
 
+    import sqlite3
+
+    from consumers.archiver import HELD_FILE
     from consumers.archiver.files import archive_segment
     from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
     from dsh_kafka.admin import end_offsets
@@ -249,6 +252,14 @@ def test_a_deletion_is_a_fence_in_every_service_and_across_restarts(kafka, topic
     services_refusing = {dict(letter.headers)["dsh-dlq-service"] for letter in letters}
     assert reasons == {b"deleted-session"} and services_refusing == {b"projector", b"auditor", b"archiver"}
     assert all(letter.value == b"" for letter in letters)  # what was erased is not copied
+    for state in (tmp_path / "audit.sqlite", archive / HELD_FILE):  # the services' own state keeps only the fence
+        with sqlite3.connect(state) as db:
+            assert db.execute("SELECT COUNT(*) FROM applied WHERE session_id = ?", (victim.session_id,)).fetchone() \
+                == (0,)
+    with sqlite3.connect(tmp_path / "audit.sqlite") as db:
+        assert db.execute("SELECT fold FROM sessions WHERE session_id = ?", (victim.session_id,)).fetchone() == (None,)
+    with sqlite3.connect(archive / HELD_FILE) as db:
+        assert db.execute("SELECT session_id FROM deleted_sessions").fetchall() == [(victim.session_id,)]
 
 
 def test_view_names_a_stored_view_that_does_not_restore(tmp_path, capsys):
