@@ -198,10 +198,19 @@ def delete_sessions(args: argparse.Namespace) -> int:
 
 async def _fence(kafka: Any, names: Any, session_ids: list[str], at: int) -> None:
     """Publish each session's deletion record after its records on the
-    events topic: every service forgets the session there, and takes none
-    of its later records."""
-    from dsh_kafka.clients import make_producer
+    events topic (which must exist: a wrong prefix would fence nothing):
+    every service forgets the session there, and takes none of its later
+    records."""
+    from dsh_kafka.clients import make_admin, make_producer
     from dsh_kafka.records import deletion_record
+    admin = make_admin(kafka)
+    await admin.start()
+    try:
+        listed = await admin.list_topics()
+    finally:
+        await admin.close()
+    if names.events not in listed:
+        raise PipelineError(f"no topic {names.events} on the cluster (is --topic-prefix right?): nothing was deleted")
     producer = make_producer(kafka)
     await producer.start()
     try:

@@ -276,3 +276,14 @@ def test_view_names_a_stored_view_that_does_not_restore(tmp_path, capsys):
     assert status == EXIT_REFUSED and "Traceback" not in err
     assert (f"the stored view does not restore (session {ids[2]!r}: its fold snapshot's surface holds seq " in err
             and "but no surface row of it was given" in err)
+
+
+@pytest.mark.kafka
+def test_delete_session_on_topics_that_are_not_there_deletes_nothing(kafka, topics, tmp_path, capsys):
+    store = str(tmp_path / "views.sqlite")
+    ids = [truth.session_id for truth, _ in stored_fleet(tmp_path / "views.sqlite")]
+    topics()  # the broker is up; the prefix below names no topics
+    status, _, err = _run(capsys, "delete-session", ids[0], "--store", store, "--bootstrap", kafka.bootstrap,
+                          "--topic-prefix", "nowhere.")
+    assert status == EXIT_REFUSED and "no topic nowhere.dsh.session-events on the cluster" in err
+    assert _run(capsys, "view", ids[0], "--store", store)[0] == EXIT_OK
