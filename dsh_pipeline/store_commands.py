@@ -86,7 +86,7 @@ def redrive(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(f"dsh-pipeline dead-letters redrive: {len(sent)} sent back to {names.events}, {len(before)} sent before "
-          f" (--again sends them anyway), {len(cut)} cut to fit the dead-letter topic and not sendable"
+          f"(--again sends them anyway), {len(cut)} cut to fit the dead-letter topic and not sendable"
           + (": " + ", ".join(f"{t}[{p}]@{o}" for t, p, o in (found.letter for found in cut)) if cut else ""))
     return EXIT_OK
 
