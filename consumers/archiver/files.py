@@ -9,6 +9,7 @@ next.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -55,14 +56,17 @@ def existing_file(root: Path, session_id: str, compression: Compression) -> Path
 
 def remove_session(root: Path, session_id: str) -> int:
     """Remove the session's folder from every project folder of ``root``;
-    how many there were."""
+    how many there were. The archiver and ``delete-session --archive`` may
+    remove one folder at once: what the other removed first is not an error."""
     segment = archive_segment(session_id)
     removed = 0
     for project in root.iterdir():
         folder = project / segment
         if folder.is_dir() and not folder.is_symlink():
-            shutil.rmtree(folder)
             removed += 1
+            while folder.is_dir():
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(folder)
     return removed
 
 
