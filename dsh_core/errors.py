@@ -6,6 +6,7 @@
     ├── DecodeError               bytes that are not a JSON value / record at all
     ├── InternalError             a record this code failed on unexpectedly (internal)
     ├── HeldLimitError            a session already holds the most records a gap may hold (held-limit)
+    ├── DeletedSessionError       a record of a session deleted before it (deleted-session)
     ├── CorruptionError           stored log refused by the reader (corrupt-storage)
     │   └── SequenceGapError      a log's seq does not continue where ``expected`` was due
     ├── FormatUnsupportedError    intact but unreadable: format version, unknown
@@ -67,6 +68,7 @@ __all__ = [
     "FencedError",
     "StateStoreError",
     "HeldLimitError",
+    "DeletedSessionError",
     "RuntimeDiedError",
     "ExposedSecretError",
 ]
@@ -75,7 +77,7 @@ __all__ = [
 #: ``category``, a dead letter's ``dsh-dlq-reason``, a finding's category
 #: and the conformance output all use these words.
 Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "identity", "conflicting-writer",
-                   "held-limit", "internal", "invariant", "reconstruction", "pipeline"]
+                   "held-limit", "deleted-session", "internal", "invariant", "reconstruction", "pipeline"]
 
 
 class DshError(Exception):
@@ -237,6 +239,18 @@ class HeldLimitError(DshError):
         self.seq = seq
         super().__init__(f"session {session_id!r} waits for seq {waiting_for} and keeps at most {limit} later "
                          f"records of {byte_limit} bytes in all; seq {seq} is dead-lettered")
+
+
+class DeletedSessionError(DshError):
+    """Raised for a record of a session that was deleted (``delete-session``)
+    before it arrived: a deletion is final, so nothing comes back of the
+    session; its dead letter names the record but does not carry its value."""
+
+    category: Category = "deleted-session"
+
+    def __init__(self, session_id: str, seq: int, where: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} was deleted; its record at seq {seq} ({where}) is not taken")
 
 
 class RuntimeDiedError(PipelineError):

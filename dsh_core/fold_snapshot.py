@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from .analysis import AnalysisSnapshot, LogAnalysis
-from .errors import DecodeError, FormatUnsupportedError
+from .errors import CorruptionError, DecodeError, FormatUnsupportedError
 from .fold import FoldObserver, StagedFold
 from .folds import SessionFold
 from .jsonvalue import decode_json, dump_json, float_hook, freeze
@@ -94,9 +94,11 @@ def restore_fold(blob: bytes, where: str, observer: FoldObserver | None,
     ``observer`` is the fold's observer; a :class:`LogAnalysis` gets its
     saved state back. Raises :class:`FormatUnsupportedError` for a snapshot
     of another version and :class:`DecodeError` for a blob that is not a
-    snapshot; ``where`` names the session in both."""
+    snapshot; ``where`` names the session in both; and
+    :class:`CorruptionError` when ``surface_events`` lacks a row the
+    snapshot's surface holds."""
     if blob.startswith(V4_SNAPSHOT_MAGIC.split(b"%d")[0]):
-        return _restore_v4(blob, where, observer, surface_events)
+        return _surface_complete(_restore_v4(blob, where, observer, surface_events), where)
     saved = _read(blob, where)
     fold = StagedFold(where, observer)
     fold.header = SessionHeader(**saved.header) if saved.header is not None else None
@@ -105,6 +107,18 @@ def restore_fold(blob: bytes, where: str, observer: FoldObserver | None,
     fold.tracker = OpenTurnTracker.restore(saved.tracker)
     if isinstance(observer, LogAnalysis) and saved.analysis is not None:
         observer.restore(saved.analysis)
+    return _surface_complete(fold, where)
+
+
+def _surface_complete(fold: SessionFold, where: str) -> SessionFold:
+    """``fold``, whose every surface node has its event (the rows a
+    snapshot without them was handed back)."""
+    if fold.state is not None:
+        events = fold.state.surface_events()
+        missing = [seq for seq in fold.state.surface.nodes if seq not in events]
+        if missing:
+            raise CorruptionError(f"{where}: its fold snapshot's surface holds seq {missing[0]}, but no surface row "
+                                  f"of it was given ({len(missing)} missing)")
     return fold
 
 

@@ -5,6 +5,9 @@ the exact JSONL line of one dsh storage record (an event or a packed chunk
 row), for ``header`` the session header line, for ``attestation`` a request
 attestation. Headers: ``dsh-kind``, ``dsh-seq`` (first seq carried),
 ``dsh-count`` (events carried), ``dsh-format`` (session format version).
+A ``deletion`` record (value ``{"deletedAt": ms}``, seq and count 0) is
+the fence ``delete-session`` puts after every record of a session: each
+service forgets the session there and takes none of its later records.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from dsh_core.storage.records import decode_row, pack_chunk_runs
 
 from .topics import MAX_MESSAGE_BYTES
 
-__all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "KIND_WIRE", "SessionRecord", "KafkaRecord",
+__all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "KIND_WIRE", "KIND_DELETION", "SessionRecord",
+           "KafkaRecord", "deletion_record",
            "Attestation", "record_from_line", "records_for_batch", "header_record", "attestation_record",
            "wire_attestation_record", "check_envelope",
            "check_format", "check_identity", "check_same_header", "decode_kafka_record", "where_of"]
@@ -33,7 +37,8 @@ KIND_HEADER = "header"
 KIND_RECORD = "record"
 KIND_ATTESTATION = "attestation"
 KIND_WIRE = "wire-attestation"
-_KINDS = frozenset({KIND_HEADER, KIND_RECORD, KIND_ATTESTATION, KIND_WIRE})
+KIND_DELETION = "deletion"
+_KINDS = frozenset({KIND_HEADER, KIND_RECORD, KIND_ATTESTATION, KIND_WIRE, KIND_DELETION})
 
 
 class KafkaRecord(Protocol):
@@ -142,6 +147,11 @@ def wire_attestation_record(session_id: str, arrival: int, value: bytes) -> Sess
     """A gateway's attestation of the ``arrival``-th request of a session it
     forwarded (``dsh-seq`` = arrival; see :mod:`producers.gateway`)."""
     return SessionRecord(session_id, KIND_WIRE, arrival, 0, value)
+
+
+def deletion_record(session_id: str, deleted_at: int) -> SessionRecord:
+    """The fence after every record of a deleted session."""
+    return SessionRecord(session_id, KIND_DELETION, 0, 0, encode_json({"deletedAt": deleted_at}))
 
 
 def decode_kafka_record(record: KafkaRecord) -> SessionRecord:

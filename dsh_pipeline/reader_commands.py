@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator
 from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import store_commands
-from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
-from dsh_pipeline.transcript import format_time
+from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from dsh_pipeline.transcript import format_time, visible
 
 __all__ = ["add_reader_commands", "reader_of", "resolve_session"]
 
@@ -69,12 +69,14 @@ def add_reader_commands(commands: Any, add_kafka_options: Callable[[argparse.Arg
     letters.set_defaults(run=_dead_letters)
 
     delete = commands.add_parser("delete-session", help="remove sessions' views, findings, dead letters and archive "
-                                                        "files (retention and erasure)")
+                                                        "files (retention and erasure); the services forget them and "
+                                                        "refuse their later records (deleted-session)")
     delete.add_argument("session_ids", nargs="*", metavar="ID-OR-PREFIX", help="these sessions")
     delete.add_argument("--inactive-for", type=duration_ms, metavar="AGE",
                         help="and every session with no activity for AGE (30d, 12h, 90m): the retention setting")
     delete.add_argument("--archive", help="the archiver's --root: remove the sessions' archive folders too")
     delete.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    add_kafka_options(delete)  # the deletion goes on the events topic: the services forget the sessions there
     delete.set_defaults(run=store_commands.delete_sessions)
 
 
@@ -114,15 +116,24 @@ def _sessions(args: argparse.Namespace) -> int:
                           model=args.model, cwd=args.cwd, has_findings=args.has_findings, text=args.text)
     with reader_of(args.store) as reader:
         items = reader.sessions(where, limit=args.limit)["items"]
-    for item in items:
-        if args.json:
+    if args.json:
+        for item in items:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
-            continue
-        models = ",".join(sorted({usage["model"] for usage in item["models"]})) or "-"
-        print(f"{item['sessionId']}  {item['status']:<7} {format_time(item['lastActivity'])}  "
-              f"{item['turnCount']:>3} turns {item['messageCount']:>4} msgs  {item['findingCount']} findings  "
-              f"{models}  {item['cwd'] or ''}")
+        return EXIT_OK
+    rows = [(visible(item["sessionId"]), visible(item["status"]), format_time(item["lastActivity"]),
+             str(item["turnCount"]), str(item["messageCount"]), str(item["findingCount"]),
+             visible(",".join(sorted({str(usage["model"]) for usage in item["models"]})) or "-"),
+             visible(item["cwd"] or "")) for item in items]
+    if rows:
+        width = max(len(row[0]) for row in rows)
+        for row in [_SESSION_COLUMNS, *rows]:
+            print(f"{row[0]:<{width}}  {row[1]:<7}  {row[2]:<23}  {row[3]:>5}  {row[4]:>5}  {row[5]:>8}  {row[6]}  "
+                  f"{row[7]}".rstrip())
     return EXIT_OK
+
+
+#: The header row of ``sessions``.
+_SESSION_COLUMNS = ("SESSION", "STATUS", "LAST ACTIVITY", "TURNS", "MSGS", "FINDINGS", "MODELS", "CWD")
 
 
 def _view(args: argparse.Namespace) -> int:
@@ -133,9 +144,9 @@ def _view(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.buffer.write(encode_json(messages) + b"\n")
         return EXIT_OK
-    print(f"session {session['sessionId']}: {session['status']}, next seq {session['nextSeq']}, "
+    print(f"session {visible(session['sessionId'])}: {visible(session['status'])}, next seq {session['nextSeq']}, "
           f"{session['turnCount']} turns, {len(messages)} messages"
-          + (f", {session['error']}" if session.get("error") else ""))
+          + (f", {visible(session['error'])}" if session.get("error") else ""))
     for line in transcript_lines(messages):
         print(line)
     return EXIT_OK
@@ -173,8 +184,8 @@ def _print_findings(items: list[dict[str, Any]], as_json: bool) -> None:
         if as_json:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
-            print(f"{format_time(item['at'])}  {item['severity']:<7} {item['rule']}  session {item['sessionId']} "
-                  f"seq {item['seq']} turn {item['turn']} step {item['step']}: {item['detail']}")
+            print(f"{format_time(item['at'])}  {visible(item['severity']):<7} {visible(item['rule'])}  "
+                  f"{_where(item, 'seq', 'turn', 'step')}: {visible(item['detail'])}")
     sys.stdout.flush()
 
 
@@ -182,6 +193,10 @@ def _dead_letters(args: argparse.Namespace) -> int:
     from consumers.projector.reader import DeadLetterFilter
     if args.redrive:
         return store_commands.redrive(args)
+    if args.again:
+        print("dsh-pipeline dead-letters: --again goes with --redrive (it sends back records sent before); without "
+              "--redrive nothing is sent", file=sys.stderr)
+        return EXIT_USAGE
     with reader_of(args.store) as reader:
         if args.show is not None:
             letter = reader.dead_letter(args.show)
@@ -197,9 +212,15 @@ def _dead_letters(args: argparse.Namespace) -> int:
         if args.json or args.show is not None:
             sys.stdout.buffer.write(encode_json(item) + b"\n")
         else:
-            print(f"{item['id']}  {format_time(item['at'])}  {item['service']:<9} {item['reason']}  "
-                  f"{item['topic']}[{item['partition']}]@{item['offset']}  session {item['sessionId']} "
-                  f"seq {item['seq']}: {item['detail']}")
+            print(f"{item['id']}  {format_time(item['at'])}  {visible(item['service']):<9} {visible(item['reason'])}  "
+                  f"{visible(item['topic'])}[{item['partition']}]@{item['offset']}  {_where(item, 'seq')}: "
+                  f"{visible(item['detail'])}" + (f" ({item['copies']} letters)" if item["copies"] > 1 else ""))
     return EXIT_OK
+
+
+def _where(item: dict[str, Any], *fields: str) -> str:
+    """``session ID seq 4 turn 2 step 1``: what of it the item knows."""
+    known = [("session", item["sessionId"]), *((field, item[field]) for field in fields)]
+    return " ".join(f"{name} {visible(value)}" for name, value in known if value is not None)
 
 

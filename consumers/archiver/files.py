@@ -9,8 +9,10 @@ next.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import shutil
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -22,7 +24,8 @@ from dsh_core.storage.reader import load_session_bytes, read_events
 from dsh_core.storage.writer import SessionFileWriter, replace_file
 from dsh_core.v4.migrate import V4_NAME, migrated_log, v4_file
 
-__all__ = ["archive_segment", "archived_files", "existing_file", "new_file", "resume", "write_v4_copy"]
+__all__ = ["archive_segment", "archived_files", "existing_file", "new_file", "remove_session", "resume",
+           "write_v4_copy"]
 
 #: The longest folder name file systems take (bytes).
 _NAME_BYTES = 255
@@ -49,6 +52,22 @@ def existing_file(root: Path, session_id: str, compression: Compression) -> Path
             if path is not None:
                 return path
     return None
+
+
+def remove_session(root: Path, session_id: str) -> int:
+    """Remove the session's folder from every project folder of ``root``;
+    how many there were. The archiver and ``delete-session --archive`` may
+    remove one folder at once: what the other removed first is not an error."""
+    segment = archive_segment(session_id)
+    removed = 0
+    for project in root.iterdir():
+        folder = project / segment
+        if folder.is_dir() and not folder.is_symlink():
+            removed += 1
+            while folder.is_dir():
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(folder)
+    return removed
 
 
 def archived_files(root: Path, compression: Compression) -> Iterator[Path]:

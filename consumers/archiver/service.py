@@ -32,14 +32,14 @@ from pathlib import Path
 
 from prometheus_client import Counter
 
-from dsh_core.errors import DshError
+from dsh_core.errors import DeletedSessionError, DshError
 from dsh_core.folds import read_header
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.layout import Compression, generation_of
 from dsh_core.storage.reader import header_line_of
 from dsh_core.storage.writer import SessionFileWriter
-from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope, check_format, check_identity,
-                               check_same_header)
+from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope,
+                               check_format, check_identity, check_same_header, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
@@ -48,7 +48,7 @@ from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
-from .files import archived_files, existing_file, new_file, resume, write_v4_copy
+from .files import archived_files, existing_file, new_file, remove_session, resume, write_v4_copy
 
 __all__ = ["Archive", "ArchiverConfig", "HELD_FILE", "archiver_service"]
 
@@ -59,8 +59,9 @@ V4_COPIES = Counter("dsh_archiver_v4_copies_total",
                     "v4 copies of v0/v3 sessions written, or refused where dsh refuses to migrate the log.",
                     ["outcome"])
 
-#: The archiver's held records, in the archive root.
+#: The archiver's held records, digests and deleted sessions, in the archive root.
 HELD_FILE = ".dsh-archiver-held.sqlite"
+_DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEGER NOT NULL)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +86,7 @@ class ArchivedSession:
     seq: int = 0  # the next seq
     copy_due: bool = False  # its v4 copy is to be written after this batch's files
     copy_refusal: str | None = None  # why dsh refuses to migrate it, as last reported
+    deleted: bool = False  # delete-session fenced it: none of its records is archived again
 
     def next_seq(self) -> int | None:
         return self.seq if self.header is not None else None
@@ -112,22 +114,40 @@ class Archive(Policy[ArchivedSession]):
         super().__init__(config)
         self._changed: dict[str, ArchivedSession] = {}  # with lines to write or held records to store
         self._children: dict[str, set[Path]] | None = None  # archive files of subagents, by parent (when needed)
+        self._deletions: dict[str, int] = {}  # sessions deleted by this batch: when (ms)
         self.log = logging.getLogger("dsh.archiver")
 
     def open_store(self) -> Database:
         """The held records (the archive files are the rest of its state)."""
-        return Database(self.config.root / HELD_FILE, "archiver-held", 2, [HELD_SCHEMA, DIGESTS_SCHEMA])
+        return Database(self.config.root / HELD_FILE, "archiver-held", 3, [HELD_SCHEMA, DIGESTS_SCHEMA, _DELETED],
+                        {2: lambda db: db.execute(_DELETED)})
 
     def _session(self, session_id: str, partition: int) -> ArchivedSession:
         session = self.sessions.get(session_id)
         if session is None:
-            session = ArchivedSession(partition, HeldRecords(session_id, load_held(self.store.connection, session_id)),
-                                      AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
-            path = existing_file(self.config.root, session_id, self.config.compression)
-            if path is not None:
-                self._resume(session_id, session, path)
+            if self.store.connection.execute("SELECT 1 FROM deleted_sessions WHERE session_id = ?",
+                                             (session_id,)).fetchone():
+                session = self._tombstone(session_id, partition)
+            else:
+                session = ArchivedSession(partition, HeldRecords(session_id, load_held(self.store.connection,
+                                                                                       session_id)),
+                                          AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
+                path = existing_file(self.config.root, session_id, self.config.compression)
+                if path is not None:
+                    self._resume(session_id, session, path)
             self.sessions.put(session_id, session)
         return session
+
+    def _tombstone(self, session_id: str, partition: int) -> ArchivedSession:
+        return ArchivedSession(partition, HeldRecords(session_id), AppliedDigests(session_id), deleted=True)
+
+    def _delete(self, session_id: str, partition: int, at: int) -> None:
+        """The fence of a deleted session: its folder goes now, its held
+        records and digests with the batch, and it stays deleted."""
+        self._changed.pop(session_id, None)
+        self.sessions.put(session_id, self._tombstone(session_id, partition))
+        remove_session(self.config.root, session_id)
+        self._deletions[session_id] = at
 
     def _resume(self, session_id: str, session: ArchivedSession, path: Path) -> None:
         session.start(*resume(path, self.config.compression))
@@ -142,11 +162,16 @@ class Archive(Policy[ArchivedSession]):
         return applied_digest(self.store.connection, session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        if decoded.kind == KIND_DELETION:
+            self._delete(decoded.session_id, record.partition, record.timestamp)
+            return
         if decoded.kind not in (KIND_HEADER, KIND_RECORD):
             ARCHIVE_SKIPPED.labels("attestation").inc()
             return
         session_id = decoded.session_id
         session = self._session(session_id, record.partition)
+        if session.deleted:
+            raise DeletedSessionError(session_id, decoded.seq, where_of(record))
         if decoded.kind == KIND_HEADER:
             if session.header is not None:
                 check_same_header(decoded, session.header)
@@ -175,13 +200,20 @@ class Archive(Policy[ArchivedSession]):
         # come again from Kafka and be archived with the same digests.
         digests = [(session_id, session.digests.changes()) for session_id, session in self._changed.items()
                    if session.digests.dirty]
-        if digests:
+        if digests or self._deletions:
             with self.store.transaction() as db:
                 store_digests(db, digests)
+                for session_id, at in self._deletions.items():
+                    for table in ("held", "applied"):
+                        db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+                    db.execute("INSERT INTO deleted_sessions (session_id, at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                               (session_id, at))
+            self._deletions = {}
         held_changed, copies = [], []
         for session_id, session in self._changed.items():
             if session.lines:
-                session.writer.append_lines(session.lines, session.first_seq, session.seq)
+                if not self._appended(session_id, session):
+                    continue
                 ARCHIVED.inc(session.seq - session.first_seq)
                 FRAMES.inc()
                 session.lines = []
@@ -199,6 +231,21 @@ class Archive(Policy[ArchivedSession]):
         if self.config.v4_copies:
             self._write_copies(copies)
         self.sessions.evict()  # nothing unwritten is left to lose
+
+    def _appended(self, session_id: str, session: ArchivedSession) -> bool:
+        """Append the batch's lines to the session's file; ``False`` when the
+        file was removed under the archiver (``delete-session --archive``
+        before its fence arrives): the session is let go, not the service,
+        and its file is not made again from a later seq."""
+        try:
+            session.writer.append_lines(session.lines, session.first_seq, session.seq)
+        except FileNotFoundError:
+            self.log.warning("session %r: %s was removed while it was archived (deleted?); seqs %d to %d are not "
+                             "written to it", session_id, session.writer.path, session.first_seq, session.seq - 1)
+            ARCHIVE_SKIPPED.labels("file-removed").inc(session.seq - session.first_seq)
+            self.sessions.forget(session_id)
+            return False
+        return True
 
     def _write_copies(self, sessions: list[ArchivedSession]) -> None:
         """The v4 copies of these sessions (after their files), then of the

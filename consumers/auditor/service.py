@@ -46,9 +46,9 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import ConflictingWriterError, DecodeError, DshError, InternalError
-from dsh_kafka.records import (KIND_ATTESTATION, KIND_HEADER, KIND_WIRE, KafkaRecord, SessionRecord, check_format,
-                               check_same_header, decode_kafka_record, where_of)
+from dsh_core.errors import ConflictingWriterError, DecodeError, DeletedSessionError, DshError, InternalError
+from dsh_kafka.records import (KIND_ATTESTATION, KIND_DELETION, KIND_HEADER, KIND_WIRE, KafkaRecord, SessionRecord,
+                               check_format, check_same_header, decode_kafka_record, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.policy import CommittedOffset, Policy
@@ -142,6 +142,11 @@ class Audit(Policy[AuditedSession]):
             self._report(settled)
 
     def _audit(self, session: AuditedSession, record: KafkaRecord, decoded: SessionRecord) -> None:
+        if decoded.kind == KIND_DELETION:
+            self._delete(session)
+            return
+        if session.deleted:
+            raise DeletedSessionError(session.session_id, decoded.seq, where_of(record))
         if session.refused:
             return
         session.clock = record.timestamp
@@ -176,6 +181,18 @@ class Audit(Policy[AuditedSession]):
         check_format(decoded, session.fold.header if session.fold is not None else None)
         deliver(session, decoded.seq, decoded.value, decoded.count)  # a duplicate is transport, not a log defect
         self._gap_closed(session)
+
+    def _delete(self, session: AuditedSession) -> None:
+        """The fence of a deleted session: all it held is dropped; what is
+        stored of it becomes this (a deleted session, nothing else) with the
+        state store's next write."""
+        session_id = session.session_id
+        deleted = AuditedSession.new(session_id, session.partition, lambda seq: None, self.config.require_gateway)
+        deleted.deleted = True
+        self.sessions.put(session_id, deleted)
+        self._changed[session_id] = deleted
+        self._counted.pop(session_id, None)
+        self._wire_waiting.get(session.partition, set()).discard(session_id)
 
     @staticmethod
     def _gap(session: AuditedSession, expected: int | None, seq: int, record: KafkaRecord) -> None:
@@ -233,7 +250,7 @@ class Audit(Policy[AuditedSession]):
         self.outputs.send(partition, self.config.topics.findings, finding.session.encode(), finding.to_json())
         FINDINGS.labels(finding.rule).inc()
 
-    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+    def refuse(self, error: DshError, record: KafkaRecord) -> bool:
         session_id = record.key.decode("utf-8", "replace") if record.key else None
         session = self.sessions.get(session_id) if session_id is not None else None
         if isinstance(error, InternalError) and session is not None:  # its state is not trusted any more
@@ -245,7 +262,7 @@ class Audit(Policy[AuditedSession]):
         elif isinstance(error, ConflictingWriterError):
             self._send(record.partition, Finding("conflicting-writer", error.session_id, error.seq,
                                                  f"{error.message} at {where_of(record)}"))
-        super().refuse(error, record)
+        return super().refuse(error, record)
 
     # ---------------------------------------------------------- state store
 

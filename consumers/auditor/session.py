@@ -37,6 +37,7 @@ class SavedSession:
     held: list[tuple[int, bytes, int]]
     pending: dict[int, bytes]  # attestation values by boundary seq
     digests: dict[int, AppliedDigest]  # of the records applied since the last snapshot, by seq
+    deleted: bool = False  # the session was deleted: the store keeps nothing else of it
 
 
 #: The stored digest of the record a session applied at a seq.
@@ -52,6 +53,7 @@ class AuditedSession:
     report: Report
     fold: SessionFold | None = None
     refused: bool = False
+    deleted: bool = False  # delete-session fenced it: its later records are refused (deleted-session)
     gap_reported: int | None = None  # the missing seq last reported as a gap
     pending: dict[int, bytes] = field(default_factory=dict)  # attestation values by boundary seq
     attested: set[int] = field(default_factory=set)  # verified boundaries the fold has not passed yet
@@ -181,14 +183,14 @@ class AuditedSession:
     def snapshot(self) -> SavedSession:
         """Everything later records need, for the state store."""
         fold = self.fold
-        state: dict[str, Any] = {"refused": self.refused, "gapReported": self.gap_reported,
+        state: dict[str, Any] = {"refused": self.refused, "deleted": self.deleted, "gapReported": self.gap_reported,
                                  "wire": self.wire.to_json(), "verdicts": dict(self.report.totals)}
         if fold is not None:
             self.attested.difference_update([seq for seq in self.attested if seq < fold.count])
             state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
                       "invariants": fold.observer.invariants.to_json()}
         return SavedSession(self.partition, snapshot_fold(fold) if fold is not None else None, dump_json(state),
-                            self.held.rows(), dict(self.pending), self.digests.changes())
+                            self.held.rows(), dict(self.pending), self.digests.changes(), self.deleted)
 
     @classmethod
     def restore(cls, session_id: str, saved: SavedSession, stored: StoredDigest, require_gateway: bool = False
@@ -200,6 +202,7 @@ class AuditedSession:
                       wire=WireMatcher.from_json(thaw(state["wire"]), report, require_gateway) if "wire" in state
                       else WireMatcher(report, require_gateway))
         session.refused, session.gap_reported = state["refused"], state["gapReported"]
+        session.deleted = state.get("deleted", False)  # (states stored before deletions were fenced have none)
         report.totals.update(state.get("verdicts", {}))  # (states stored before counts were kept have none)
         if saved.fold is not None:
             session.attested.update(state["attested"])

@@ -86,6 +86,8 @@ class AuditStore:
                            (session_id, saved.partition, saved.fold, saved.state))
                 replace_held(db, session_id, saved.held)
                 db.execute("DELETE FROM attestations WHERE session_id = ?", (session_id,))
+                if saved.deleted:  # the digests of its records go too
+                    db.execute("DELETE FROM applied WHERE session_id = ?", (session_id,))
                 db.executemany("INSERT INTO attestations (session_id, seq, value) VALUES (?, ?, ?)",
                                [(session_id, seq, value) for seq, value in saved.pending.items()])
             store_digests(db, ((session_id, saved.digests) for session_id, saved in sessions.items()))

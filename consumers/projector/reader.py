@@ -80,9 +80,12 @@ class ViewReader(Protocol):
     "step", "detail", "at"}``.
 
     dead letter: ``{"id", "service", "reason", "detail", "topic",
-    "partition", "offset", "sessionId", "seq", "at", "size", "head"}``
-    (``head``: the first bytes of the record's value, as text with
-    undecodable bytes escaped).
+    "partition", "offset", "sessionId", "seq", "at", "size", "head",
+    "copies"}`` (``topic``, ``partition``, ``offset``: where the record was
+    first read, also when it was redriven; ``head``: the first bytes of the
+    record's value, as text with undecodable bytes escaped). A listing
+    shows one letter per record and reason, however many services and
+    consumer groups wrote one; ``copies`` says how many did.
     """
 
     def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:

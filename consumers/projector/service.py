@@ -35,12 +35,12 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DshError, InternalError
+from dsh_core.errors import DeletedSessionError, DshError, InternalError
 from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
-from dsh_kafka.records import (KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format, check_identity,
-                               check_same_header)
+from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,
+                               check_identity, check_same_header, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
@@ -187,6 +187,8 @@ class Projection(Policy[ProjectedSession]):
         self._unacknowledged: list[str] = []  # sessions whose heads the commit in flight covers
         self._unstored: set[str] = set()  # the batch's sessions the store has no row of (prepare)
         self._epochs: dict[int, int] = {}  # the owner epoch of each assigned partition (ViewStore.claim)
+        self._deleted: set[str] = set()  # the batch's sessions that were deleted (prepare, and its deletions)
+        self._deletions: dict[str, tuple[int, int]] = {}  # deleted by this batch: partition, when (ms)
 
     def open_store(self) -> ViewStore:
         return ViewStore(self.config.store)
@@ -198,6 +200,9 @@ class Projection(Policy[ProjectedSession]):
         trip)."""
         cold = [session_id for session_id in session_ids if self.sessions.get(session_id) is None]
         self._unstored = set(cold) - self.store.stored(cold) if cold else set()
+        self._deleted = self.store.deleted(list(session_ids))
+        for session_id in self._deleted:  # deleted (delete-session) while this member held it
+            self._forget(session_id)
 
     def _session(self, session_id: str, partition: int) -> ProjectedSession:
         session = self.sessions.get(session_id)
@@ -221,6 +226,13 @@ class Projection(Policy[ProjectedSession]):
         return self.store.digest(session_id, seq)
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
+        if decoded.kind == KIND_DELETION:
+            self._forget(decoded.session_id)
+            self._deleted.add(decoded.session_id)
+            self._deletions[decoded.session_id] = (record.partition, record.timestamp)
+            return
+        if decoded.session_id in self._deleted and decoded.kind in (KIND_HEADER, KIND_RECORD):
+            raise DeletedSessionError(decoded.session_id, decoded.seq, where_of(record))
         if decoded.kind not in (KIND_HEADER, KIND_RECORD):
             SKIPPED.labels("attestation").inc()
             return
@@ -240,12 +252,17 @@ class Projection(Policy[ProjectedSession]):
                 self.tally.add(APPLIED, session.applied)
                 session.applied = 0
 
-    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+    def _forget(self, session_id: str) -> None:
+        """Hold nothing of a deleted session (its store rows go with the batch)."""
+        self.sessions.forget(session_id)
+        self._changed.pop(session_id, None)
+
+    def refuse(self, error: DshError, record: KafkaRecord) -> bool:
         session = self.sessions.get(record.key.decode("utf-8", "replace")) if record.key else None
         if isinstance(error, InternalError) and session is not None:  # its state is not trusted any more
             session.refuse(error)
             self._changed[session.session_id] = session
-        super().refuse(error, record)
+        return super().refuse(error, record)
 
     def _header(self, session: ProjectedSession, decoded: SessionRecord) -> None:
         if session.fold is not None:
@@ -287,14 +304,18 @@ class Projection(Policy[ProjectedSession]):
             session.status = "open"
 
     def persist(self) -> None:
-        if not self._changed:
+        if not self._changed and not self._deletions:
             return
         changes = [session.change() for session in self._changed.values()]
-        self.store.write(changes, self._epochs)
+        gone = self.store.write(changes, self._epochs, self._deletions)
+        changes = [change for change in changes if change.session_id not in gone]
         self._changed.clear()
         for change in changes:
             self.outputs.send(change.partition, self.config.topics.views, change.session_id.encode(),
                               view_head(change.view))
+        for session_id, (partition, _) in self._deletions.items():  # the compacted topic forgets it too
+            self.outputs.send(partition, self.config.topics.views, session_id.encode(), None)
+        self._deletions = {}
         self._unacknowledged = [change.session_id for change in changes]
         self.sessions.evict()  # nothing unwritten is left to lose
         SESSIONS.labels("hot").set(len(self.sessions))

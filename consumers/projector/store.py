@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import FencedError
+from dsh_core.errors import DeletedSessionError, FencedError
 from dsh_core.folds import SessionFold
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
@@ -38,7 +38,12 @@ from ..runtime.sequencing import AppliedDigest, HeldRecords
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
-_KIND, LAYOUT = "view-store", 5
+_KIND, LAYOUT = "view-store", 6
+#: The sessions deleted (delete-session): their rows are gone and none is written again.
+_DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEGER NOT NULL)"
+#: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
+_LETTERS_BY_SOURCE = ("CREATE INDEX dead_letters_by_source ON dead_letters (source_topic, source_partition, "
+                      "source_offset, reason)")
 _SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
                     "message_count INTEGER NOT NULL DEFAULT 0")
 TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
@@ -60,6 +65,7 @@ _LISTING = (
     "CREATE INDEX dead_letters_by_session ON dead_letters (session_id)",
     "CREATE TABLE outcome_offsets (topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL, "
     "PRIMARY KEY (topic, partition))",
+    # the records dead-letters --redrive sent back, by where they were first read
     "CREATE TABLE redriven (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
     "at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
 )
@@ -84,6 +90,8 @@ _SCHEMA = (
     *_LISTING,
     _OWNERS,
     _VERDICTS,
+    _LETTERS_BY_SOURCE,
+    _DELETED,
 )
 
 
@@ -138,6 +146,20 @@ def _layout_4_to_5(db: Any) -> None:
     db.execute(_VERDICTS)
 
 
+def _layout_5_to_6(db: Any) -> None:
+    """Layout 5 noted each dead letter sent back, not each record: note the
+    records those letters came from; and it kept no deleted sessions."""
+    db.execute(_DELETED)
+    db.execute(_LETTERS_BY_SOURCE)
+    records = db.execute(
+        "SELECT d.source_topic, d.source_partition, d.source_offset, MIN(r.at) FROM redriven r JOIN dead_letters d "
+        "ON d.topic = r.topic AND d.partition = r.partition AND d.\"offset\" = r.\"offset\" "
+        "WHERE d.source_topic IS NOT NULL AND d.source_partition IS NOT NULL AND d.source_offset IS NOT NULL "
+        "GROUP BY d.source_topic, d.source_partition, d.source_offset").fetchall()
+    db.execute("DELETE FROM redriven")
+    db.executemany("INSERT INTO redriven (topic, partition, \"offset\", at) VALUES (?, ?, ?, ?)", records)
+
+
 def _store_listing(db: Any, session_id: str, view: dict[str, Any]) -> None:
     """The listing columns and usage rows of a stored view (the migration's;
     a change writes them with its row)."""
@@ -184,7 +206,7 @@ class ViewStore:
 
     def __init__(self, location: Path | str) -> None:
         """``location``: a SQLite file's path, or a ``postgresql://`` URI."""
-        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5}
+        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6}
         self.database = (PostgresDatabase(location, _KIND, LAYOUT, _SCHEMA, migrations)
                          if is_postgres_location(location) else Database(Path(location), _KIND, LAYOUT, _SCHEMA,
                                                                          migrations))
@@ -215,12 +237,11 @@ class ViewStore:
 
     def stored(self, session_ids: list[str]) -> set[str]:
         """Which of these sessions have a row (one query per 500 ids)."""
-        found: set[str] = set()
-        for start in range(0, len(session_ids), 500):
-            chunk = session_ids[start:start + 500]
-            found.update(row[0] for row in self.db.execute(
-                f"SELECT session_id FROM sessions WHERE session_id IN ({', '.join('?' * len(chunk))})", chunk))
-        return found
+        return _among(self.db, "sessions", session_ids)
+
+    def deleted(self, session_ids: list[str]) -> set[str]:
+        """Which of these sessions were deleted (one query per 500 ids)."""
+        return _among(self.db, "deleted_sessions", session_ids)
 
     def digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         """The digest of the record applied at ``seq`` of a session."""
@@ -251,18 +272,22 @@ class ViewStore:
             return dict(db.execute("SELECT partition, epoch FROM partition_owners WHERE partition IN "
                                    f"({', '.join('?' * len(numbers))})", numbers).fetchall())
 
-    def write(self, changes: Iterable["SessionChange"], epochs: dict[int, int]) -> None:
+    def write(self, changes: Iterable["SessionChange"], epochs: dict[int, int],
+              deletions: dict[str, tuple[int, int]] | None = None) -> set[str]:
         """Store changed sessions in one transaction, each noted as having an
-        unacknowledged head, if ``epochs`` (from :meth:`claim`) are still the
-        current ones of their partitions (a partition nobody claimed yet has
-        no owner to check); raises :class:`FencedError` (nothing written)
-        when a newer member claimed one. The check locks
-        the partitions' rows until the commit, so a claim cannot come
-        between it and the writes."""
-        changes = list(changes)
-        numbers = sorted({change.partition for change in changes})
+        unacknowledged head, and delete the sessions of ``deletions`` (id:
+        its partition and when, ms); a session deleted meanwhile
+        (:meth:`delete_session`) is not written again (returned: the
+        sessions of ``changes`` not written). All this if ``epochs`` (from
+        :meth:`claim`) are still the current ones of their partitions (a
+        partition nobody claimed yet has no owner to check); raises
+        :class:`FencedError` (nothing written) when a newer member claimed
+        one. The check locks the partitions' rows until the commit, so a
+        claim cannot come between it and the writes."""
+        changes, deletions = list(changes), deletions or {}
+        numbers = sorted({change.partition for change in changes} | {partition for partition, _ in deletions.values()})
         if not numbers:
-            return
+            return set()
         with self.database.transaction() as db:
             current = dict(db.execute("UPDATE partition_owners SET epoch = epoch WHERE partition IN "
                                       f"({', '.join('?' * len(numbers))}) RETURNING partition, epoch",
@@ -272,7 +297,11 @@ class ViewStore:
                 raise FencedError(f"{self.database.where}: events partition {taken[0]} was taken over by a newer "
                                   f"member (store epoch {current.get(taken[0])}, this member's "
                                   f"{epochs.get(taken[0])}); this member stops without writing its batch")
-            _write_changes(db, changes)
+            for session_id, (_, at) in deletions.items():
+                _delete_session(db, session_id, at)
+            gone = _among(db, "deleted_sessions", [change.session_id for change in changes])
+            _write_changes(db, [change for change in changes if change.session_id not in gone])
+        return gone
 
     def outcome_offsets(self) -> dict[tuple[str, int], int]:
         """The next offset to index, by findings and dead-letter partition."""
@@ -287,6 +316,13 @@ class ViewStore:
         coordinates) is left as it is, a session's counts are replaced by
         later ones."""
         with self.database.transaction() as db:
+            # Nothing of a deleted session comes back, but the letters of its records that came after the deletion.
+            gone = _among(db, "deleted_sessions", [row[3] for row in findings] + [row[0] for row in verdicts]
+                          + [row[9] for row in letters if row[9] is not None])
+            if gone:
+                findings = [row for row in findings if row[3] not in gone]
+                letters = [row for row in letters if row[9] not in gone or row[4] == DeletedSessionError.category]
+                verdicts = [row for row in verdicts if row[0] not in gone]
             db.executemany("INSERT INTO findings (topic, partition, \"offset\", session_id, rule, severity, seq, turn, "
                            "step, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                            findings)
@@ -301,22 +337,23 @@ class ViewStore:
                            "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
                            [(topic, partition, offset) for (topic, partition), offset in offsets.items()])
 
-    def redriven(self, letters: Iterable[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
-        """Which of these dead letters (topic, partition, offset) were sent back before."""
-        return {letter for letter in letters if self.db.execute(
-            "SELECT 1 FROM redriven WHERE topic = ? AND partition = ? AND \"offset\" = ?", letter).fetchone()}
+    def redriven(self, records: Iterable[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        """Which of these dead-lettered records (topic, partition, offset
+        where first read) were sent back before."""
+        return {record for record in records if self.db.execute(
+            "SELECT 1 FROM redriven WHERE topic = ? AND partition = ? AND \"offset\" = ?", record).fetchone()}
 
-    def mark_redriven(self, letters: Iterable[tuple[str, int, int]], at: int) -> None:
+    def mark_redriven(self, records: Iterable[tuple[str, int, int]], at: int) -> None:
         with self.database.transaction() as db:
             db.executemany("INSERT INTO redriven (topic, partition, \"offset\", at) VALUES (?, ?, ?, ?) "
-                           "ON CONFLICT DO NOTHING", [(*letter, at) for letter in letters])
+                           "ON CONFLICT DO NOTHING", [(*record, at) for record in records])
 
-    def delete_session(self, session_id: str) -> None:
+    def delete_session(self, session_id: str, at: int) -> None:
         """Remove every row of a session (its view, listing, surface, held
-        records, digests, findings and dead letters)."""
+        records, digests, findings and dead letters) and note it deleted, so
+        no row of it is written again."""
         with self.database.transaction() as db:
-            for table in _SESSION_TABLES:
-                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            _delete_session(db, session_id, at)
 
     def acknowledged(self, session_ids: list[str]) -> None:
         if session_ids:
@@ -344,6 +381,22 @@ class SessionChange:
     digests: dict[int, AppliedDigest]
     last_activity: int | None = None  # ms: when the last record applied was written
     usage_changed: bool = True  # the view's usage differs from what the store holds
+
+
+def _delete_session(db: Any, session_id: str, at: int) -> None:
+    for table in _SESSION_TABLES:
+        db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+    db.execute("INSERT INTO deleted_sessions (session_id, at) VALUES (?, ?) ON CONFLICT DO NOTHING", (session_id, at))
+
+
+def _among(db: Any, table: str, session_ids: list[str]) -> set[str]:
+    """Which of these sessions have a row in ``table`` (one query per 500 ids)."""
+    found: set[str] = set()
+    for start in range(0, len(session_ids), 500):
+        chunk = session_ids[start:start + 500]
+        found.update(row[0] for row in db.execute(
+            f"SELECT session_id FROM {table} WHERE session_id IN ({', '.join('?' * len(chunk))})", chunk))
+    return found
 
 
 def _write_changes(db: Any, changes: list[SessionChange]) -> None:

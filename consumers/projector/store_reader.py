@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dsh_core.errors import StateStoreError
+from dsh_core.errors import DshError, StateStoreError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
@@ -129,8 +129,12 @@ class StoreReader:
             "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
         messages: list[Any] = []
         if snapshot is not None:
-            fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
-            messages = thaw(fold.state.messages())
+            try:
+                fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
+                messages = thaw(fold.state.messages())
+            except DshError as error:
+                raise StateStoreError(f"{self.where}: the stored view does not restore ({error.message}); rebuild "
+                                      "it (a new projector group) or delete the session") from None
         header = view.get("header") or {}
         audit = self._rows("SELECT counts FROM audit_verdicts WHERE session_id = ?", (session_id,))
         return {"sessionId": session_id, "status": view["status"], "cwd": header.get("cwd"),
@@ -167,27 +171,38 @@ class StoreReader:
         return _page(items, rows, limit)
 
     def dead_letters(self, where: DeadLetterFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
-        conditions, parameters = _conditions((("service = ?", where.service), ("reason = ?", where.reason),
-                                              ("session_id = ?", where.session_id)))
-        rows = self._keyset(f"SELECT at, partition, \"offset\", {_LETTER_COLUMNS} FROM dead_letters", conditions,
-                            parameters, cursor, limit)
+        conditions, parameters = _conditions((("d.service = ?", where.service), ("d.reason = ?", where.reason),
+                                              ("d.session_id = ?", where.session_id)))
+        # One letter per record and reason, the first of those matching: every service and consumer group
+        # that refused the record wrote one.
+        conditions.append("NOT EXISTS (SELECT 1 FROM dead_letters e WHERE " + _SAME_RECORD.format(alias="e")
+                          + (" AND e.service = ?" if where.service is not None else "")
+                          + " AND (e.partition < d.partition OR (e.partition = d.partition "
+                            "AND e.\"offset\" < d.\"offset\")))")
+        parameters += [where.service] if where.service is not None else []
+        rows = self._keyset(f"SELECT d.at, d.partition, d.\"offset\", {_LETTER_COLUMNS} FROM dead_letters d",
+                            conditions, parameters, cursor, limit, alias="d.")
         return _page([_letter(row) for row in rows[:limit]], rows, limit)
 
     def dead_letter(self, letter_id: int) -> dict[str, Any] | None:
         partition, offset = divmod(letter_id, LETTER_ID_BASE)
-        rows = self._rows(f"SELECT at, partition, \"offset\", {_LETTER_COLUMNS} FROM dead_letters "
-                          "WHERE partition = ? AND \"offset\" = ?", (partition, offset))
+        rows = self._rows(f"SELECT d.at, d.partition, d.\"offset\", {_LETTER_COLUMNS} FROM dead_letters d "
+                          "WHERE d.partition = ? AND d.\"offset\" = ?", (partition, offset))
         return _letter(rows[0]) if rows else None
 
     def _keyset(self, select: str, conditions: list[str], parameters: list[Any], cursor: str | None,
-                limit: int) -> list[tuple]:
-        """Rows newest first: ``at``, then partition and offset, descending."""
+                limit: int, alias: str = "") -> list[tuple]:
+        """Rows newest first: ``at``, then partition and offset, descending
+        (of the table ``alias`` names, when the query has several)."""
+        at_, partition_, offset_ = (f"{alias}{column}" for column in ("at", "partition", "\"offset\""))
         if cursor is not None:
             at, partition, offset = _cursor(cursor, numbers=3)
-            conditions.append("(at < ? OR (at = ? AND (partition < ? OR (partition = ? AND \"offset\" < ?))))")
+            conditions.append(f"({at_} < ? OR ({at_} = ? AND ({partition_} < ? OR ({partition_} = ? AND "
+                              f"{offset_} < ?))))")
             parameters += [at, at, partition, partition, offset]
         return self._rows(select + (" WHERE " + " AND ".join(conditions) if conditions else "")
-                          + " ORDER BY at DESC, partition DESC, \"offset\" DESC LIMIT ?", [*parameters, limit + 1])
+                          + f" ORDER BY {at_} DESC, {partition_} DESC, {offset_} DESC LIMIT ?",
+                          [*parameters, limit + 1])
 
     # ------------------------------------------------------------- summary
 
@@ -221,16 +236,21 @@ def _message_seqs(surface: list[tuple[int, str, Any]]) -> dict[str, int]:
 
 
 _FINDING_COUNT = "(SELECT COUNT(*) FROM findings f WHERE f.session_id = s.session_id)"
-_LETTER_COLUMNS = "service, reason, detail, source_topic, source_partition, source_offset, session_id, seq, size, head"
+#: The letters of the letter ``d``'s record (where it was first read) and reason.
+_SAME_RECORD = ("{alias}.source_topic = d.source_topic AND {alias}.source_partition = d.source_partition "
+                "AND {alias}.source_offset = d.source_offset AND {alias}.reason = d.reason")
+_LETTER_COLUMNS = ("d.service, d.reason, d.detail, d.source_topic, d.source_partition, d.source_offset, d.session_id, "
+                   "d.seq, d.size, d.head, (SELECT COUNT(*) FROM dead_letters c WHERE "
+                   + _SAME_RECORD.format(alias="c") + ")")
 
 
 def _letter(row: tuple) -> dict[str, Any]:
     at, partition, offset, service, reason, detail, topic, source_partition, source_offset, session_id, seq, size, \
-        head = row
+        head, copies = row
     return {"id": partition * LETTER_ID_BASE + offset, "at": at, "service": service, "reason": reason,
             "detail": detail, "topic": topic, "partition": source_partition, "offset": source_offset,
             "sessionId": session_id, "seq": seq, "size": size,
-            "head": bytes(head).decode("utf-8", "backslashreplace")}
+            "head": bytes(head).decode("utf-8", "backslashreplace"), "copies": max(copies, 1)}
 
 
 def _session_conditions(where: SessionFilter) -> tuple[list[str], list[Any]]:

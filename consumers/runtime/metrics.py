@@ -8,7 +8,9 @@ from prometheus_client import Counter, Gauge, Histogram
 
 __all__ = ["RECORDS", "DEAD_LETTERS", "BATCH_RECORDS", "BATCH_SECONDS", "LAG", "COMMITS", "LabelValues", "Tally"]
 
-RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind.", ["service", "kind"])
+RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind (also undecodable; "
+                  "refused-again: redriven records refused for the reason of their dead letters, which stand).",
+                  ["service", "kind"])
 DEAD_LETTERS = Counter("dsh_consumer_dead_letters_total", "Records sent to the dead-letter topic, by service and reason.",
                        ["service", "reason"])
 BATCH_RECORDS = Histogram("dsh_consumer_batch_records", "Records per poll batch.", ["service"],

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Iterable, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError
 
-from dsh_core.errors import DshError
+from dsh_core.errors import DeletedSessionError, DshError
 from dsh_kafka.clients import make_producer, undelivered
 from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig
 from dsh_kafka.records import KafkaRecord
@@ -27,7 +27,8 @@ from dsh_kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 
 from .metrics import DEAD_LETTERS
 
-__all__ = ["DEAD_LETTER_VALUE_BYTES", "Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter"]
+__all__ = ["DEAD_LETTER_VALUE_BYTES", "Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter",
+           "redrive_headers", "redriven_from"]
 
 Headers = Sequence[tuple[str, bytes]]
 #: ``(source partition, topic, key, value, headers)``
@@ -41,9 +42,40 @@ DEAD_LETTER_VALUE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 _ORIGINAL_HEADER_BYTES = 16 * 1024
 
 
+#: What ``dead-letters --redrive`` adds to a record it sends back: where the
+#: record was first read (its dead letters' identity) and why it was refused.
+_REDRIVE_SOURCE = ("dsh-redrive-topic", "dsh-redrive-partition", "dsh-redrive-offset")
+_REDRIVE_REASONS = "dsh-redrive-reasons"
+#: ``(topic, partition, offset)`` where a record was first read.
+Source = tuple[str, int, int]
+
+
+def redrive_headers(source: Source, reasons: Iterable[str]) -> list[tuple[str, bytes]]:
+    """The headers of a record sent back from its dead letters."""
+    return [*((name, str(part).encode()) for name, part in zip(_REDRIVE_SOURCE, source)),
+            (_REDRIVE_REASONS, ",".join(sorted(set(reasons))).encode())]
+
+
+def redriven_from(headers: Iterable[tuple[str, bytes]]) -> tuple[Source, frozenset[str]] | None:
+    """Where a redriven record was first read and why it was refused there;
+    ``None`` for a record never redriven (or headers that do not say)."""
+    given = {name: value for name, value in headers if name.startswith("dsh-redrive-")}
+    try:
+        topic, partition, offset = (given[name].decode() for name in _REDRIVE_SOURCE)
+        reasons = frozenset(given[_REDRIVE_REASONS].decode().split(","))
+        if partition.isdigit() and offset.isdigit():
+            return (topic, int(partition), int(offset)), reasons
+    except (KeyError, UnicodeDecodeError):
+        pass
+    return None
+
+
 def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[bytes | None, list[tuple[str, bytes]]]:
     """The dead letter of ``record``: its value and headers plus why and where
-    it was refused. It always fits the topic: an original over
+    it was refused (a redriven record: where it was first read, so all the
+    letters of one record share its coordinates). The letter of a deleted
+    session's record keeps none of its value (only its size and SHA-256):
+    what was erased is not copied. It always fits the topic: an original over
     :data:`DEAD_LETTER_VALUE_BYTES` is cut, with its size and SHA-256, and
     oversized original headers are left out, with their size."""
     value, original = record.value, list(record.headers or ())
@@ -53,15 +85,18 @@ def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[byt
         headers += original
     else:
         headers.append(("dsh-dlq-headers-left-out", str(original_size).encode()))
-    if value is not None and len(value) > DEAD_LETTER_VALUE_BYTES:
+    kept = 0 if isinstance(error, DeletedSessionError) else DEAD_LETTER_VALUE_BYTES
+    if value is not None and len(value) > kept:
         headers += [("dsh-dlq-value-size", str(len(value)).encode()),
                     ("dsh-dlq-value-sha256", hashlib.sha256(value).hexdigest().encode())]
-        value = value[:DEAD_LETTER_VALUE_BYTES]
+        value = value[:kept]
+    redriven = redriven_from(original)
+    topic, partition, offset = redriven[0] if redriven else (record.topic, record.partition, record.offset)
     headers += [
         ("dsh-dlq-service", service.encode()), ("dsh-dlq-reason", error.category.encode()),
         ("dsh-dlq-error", f"{type(error).__name__}: {error.message}"[:4000].encode("utf-8", "replace")),
-        ("dsh-dlq-topic", record.topic.encode()), ("dsh-dlq-partition", str(record.partition).encode()),
-        ("dsh-dlq-offset", str(record.offset).encode())]
+        ("dsh-dlq-topic", topic.encode()), ("dsh-dlq-partition", str(partition).encode()),
+        ("dsh-dlq-offset", str(offset).encode())]
     return value, headers
 
 
@@ -86,11 +121,18 @@ class Outputs(ABC):
         """Queue a record caused by a record of partition ``source``."""
         self.pending.append((source, topic, key, value, headers))
 
-    def dead_letter(self, record: KafkaRecord, error: DshError) -> None:
+    def dead_letter(self, record: KafkaRecord, error: DshError) -> bool:
         """Queue ``record`` for the dead-letter topic with its reason and
-        coordinates, and count it."""
+        coordinates, and count it; ``False`` (nothing queued) for a redriven
+        record refused for a reason it was dead-lettered for before: that
+        letter exists already, and a redrive run again (from cron) must not
+        add one per service each time."""
+        redriven = redriven_from(record.headers or ())
+        if redriven is not None and error.category in redriven[1]:
+            return False
         self.send(record.partition, self.topics.dead_letter, record.key, *dead_letter(record, error, self.service))
         DEAD_LETTERS.labels(self.service, error.category).inc()
+        return True
 
     @abstractmethod
     async def start(self, consumer: AIOKafkaConsumer) -> None:

@@ -81,11 +81,12 @@ class Policy(ABC, Generic[S]):
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
         """Apply one record; raise a :class:`DshError` to refuse it."""
 
-    def refuse(self, error: DshError, record: KafkaRecord) -> None:
+    def refuse(self, error: DshError, record: KafkaRecord) -> bool:
         """A record that could not be decoded or that :meth:`handle`
-        refused: dead-lettered with its reason and coordinates."""
+        refused: dead-lettered with its reason and coordinates; ``False``
+        when it already is (:meth:`.Outputs.dead_letter`)."""
         assert self.outputs is not None
-        self.outputs.dead_letter(record, error)
+        return self.outputs.dead_letter(record, error)
 
     @abstractmethod
     def persist(self) -> None:

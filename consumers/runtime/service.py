@@ -185,7 +185,7 @@ class ConsumerService:
         """Hand one fetched batch to the policy, record by record in offset
         order; every record ends applied, held, a duplicate or refused."""
         policy = self.policy
-        refused: collections.Counter[str] = collections.Counter()
+        refused: collections.Counter[tuple[str, bool]] = collections.Counter()
         first: dict[str, str] = {}
         policy.prepare({record.key.decode("utf-8", "replace") for records in batch.values() for record in records
                         if record.key})
@@ -208,12 +208,17 @@ class ConsumerService:
                     self._uncommitted[partition] = self._positions[partition] = record.offset + 1
         finally:
             policy.tally.flush()
-            for reason, count in refused.items():  # one line per reason and batch, however many records
-                self.log.warning("dead-lettered %d record(s), reason %s; the first: %s", count, reason, first[reason])
+            for (reason, lettered), count in refused.items():  # one line per reason and batch, however many records
+                self.log.warning("dead-lettered %d record(s), reason %s; the first: %s" if lettered else
+                                 "refused %d redriven record(s) again, reason %s, their dead letters stand; the "
+                                 "first: %s", count, reason, first[reason])
 
-    def _refuse(self, error: DshError, record: Any, refused: collections.Counter[str], first: dict[str, str]) -> None:
-        self.policy.refuse(error, record)
-        refused[error.category] += 1
+    def _refuse(self, error: DshError, record: Any, refused: collections.Counter[tuple[str, bool]],
+                first: dict[str, str]) -> None:
+        lettered = self.policy.refuse(error, record)
+        if not lettered:
+            self.policy.tally.add(self._counter("refused-again"))
+        refused[error.category, lettered] += 1
         first.setdefault(error.category, f"{where_of(record)}: {error.message}"[:500])
 
     def _counter(self, kind: str) -> Any:

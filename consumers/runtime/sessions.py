@@ -49,7 +49,7 @@ class SessionTable(Generic[S]):
 
     def put(self, session_id: str, session: S) -> None:
         """Keep ``session`` (replacing one of the same id) as the most recent."""
-        self._forget(session_id)
+        self.forget(session_id)
         self._sessions[session_id] = session
         self._by_partition.setdefault(session.partition, set()).add(session_id)
 
@@ -61,13 +61,13 @@ class SessionTable(Generic[S]):
         evicted = []
         while len(self._sessions) > self.capacity:
             session_id = next(iter(self._sessions))
-            evicted.append((session_id, self._forget(session_id)))
+            evicted.append((session_id, self.forget(session_id)))
         weights = {key: weight for key, session in self._sessions.items() if (weight := session.held_bytes())}
         held = sum(weights.values())
         for session_id, weight in weights.items():
             if held <= self.held_budget:
                 break
-            evicted.append((session_id, self._forget(session_id)))
+            evicted.append((session_id, self.forget(session_id)))
             held -= weight
         return evicted
 
@@ -80,7 +80,8 @@ class SessionTable(Generic[S]):
                 dropped.append((session_id, self._sessions.pop(session_id)))
         return dropped
 
-    def _forget(self, session_id: str) -> S | None:
+    def forget(self, session_id: str) -> S | None:
+        """Take the session out (it was deleted); ``None`` if it was not hot."""
         session = self._sessions.pop(session_id, None)
         if session is not None:
             ids = self._by_partition.get(session.partition)

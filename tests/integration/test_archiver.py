@@ -73,3 +73,39 @@ def test_partitions_come_back_after_another_member_carried_their_files_on(kafka,
     truths = asyncio.run(hand_over(kafka, names, lambda: archiver_service(config),
                                    SimulatorConfig(sessions=40, seed=72, min_turns=3, max_turns=4)))
     assert_archive_is_the_truth(root, truths)
+
+
+def test_a_file_removed_under_the_archiver_lets_its_session_go_not_the_service(kafka, topics, group_id, tmp_path):
+    import shutil
+
+    from consumers.archiver.files import archive_segment
+    from tests.kafka_fixtures import caught_up
+    from tests.services import archiver
+    from tests.waiting import until
+    names = topics(partitions=1)
+    truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=3, min_turns=3, max_turns=3), 0)
+    records = [record for batch in batches for record in batch]
+    root = tmp_path / "archive"
+
+    async def scenario() -> None:
+        service = archiver(kafka, names, group_id("archiver"), root)
+        stop = asyncio.Event()
+        task = asyncio.create_task(service.run(stop))
+
+        async def read_to_the_end() -> None:
+            ends = await end_offsets(kafka, names.events)
+            await until(lambda: task.done() or caught_up(service, ends), 90, "the archiver read the events topic")
+        try:
+            await publish_records(kafka, names, records[:len(records) // 2])
+            await read_to_the_end()
+            [folder] = root.glob(f"*/{archive_segment(truth.session_id)}")
+            shutil.rmtree(folder)  # delete-session --archive, before the fence reaches the archiver
+            await publish_records(kafka, names, records[len(records) // 2:])
+            await read_to_the_end()
+            assert not task.done()
+        finally:
+            stop.set()
+            await task  # it stopped because it was asked to, and drained
+        assert not folder.exists()  # not made again as a file starting at a later seq
+
+    asyncio.run(scenario())

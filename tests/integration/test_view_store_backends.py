@@ -277,3 +277,56 @@ def test_a_batch_of_many_rows_upserts_and_a_rolled_back_one_leaves_nothing(store
         assert store.db.execute("SELECT count(*) FROM applied").fetchone()[0] == 400
     finally:
         store.close()
+
+
+def test_a_deleted_session_is_never_written_again(store_location):
+    """delete-session under a running projector: the projector's next batch,
+    made from what it still held, writes nothing of the session; its
+    outcomes indexed later are dropped, but its deleted-session letters."""
+    def change(session_id: str, seq: int) -> SessionChange:
+        view = {"sessionId": session_id, "status": "open", "header": None, "nextSeq": seq + 1, "turns": [],
+                "usage": []}
+        return SessionChange(session_id, 0, view, None, None, (), [(seq, "user/message", {"n": seq})], None, {})
+
+    running, command = ViewStore(store_location), ViewStore(store_location)
+    try:
+        epochs = running.claim([0])
+        running.write([change("s-gone", 1), change("s-kept", 1)], epochs)
+        command.delete_session("s-gone", 1700000000000)
+        assert running.write([change("s-gone", 3), change("s-kept", 3)], epochs) == {"s-gone"}
+        letter = ("dsh.dead-letter", 0, 1, "projector", "invalid-log", "d", "dsh.session-events", 0, 7, "s-gone", 1,
+                  5, 1, b"x")
+        fenced = letter[:2] + (2,) + letter[3:4] + ("deleted-session",) + letter[5:]
+        running.index_outcomes([("dsh.findings", 0, 1, "s-gone", "rule", "error", 1, None, None, "d", 5)],
+                               [letter, fenced], [("s-gone", "{}", "dsh.audit-verdicts", 0, 1, 5)], {})
+        assert running.view("s-gone") is None and running.surface_events("s-gone") == []
+        assert running.deleted(["s-gone", "s-kept"]) == {"s-gone"} and running.view("s-kept")["nextSeq"] == 4
+        assert [tuple(row) for row in running.db.execute("SELECT reason FROM dead_letters")] == [("deleted-session",)]
+        assert [count for (count,) in running.db.execute(
+            "SELECT (SELECT COUNT(*) FROM findings) + (SELECT COUNT(*) FROM audit_verdicts)")] == [0]
+        running.write([], epochs, {"s-kept": (0, 1700000000001)})  # the fence read by the projector itself
+        assert running.view("s-kept") is None and running.deleted(["s-kept"]) == {"s-kept"}
+    finally:
+        running.close()
+        command.close()
+
+
+def test_a_layout_5_store_notes_the_records_it_redrove(store_location):
+    store = ViewStore(store_location)
+    try:
+        store.index_outcomes([], [("dsh.dead-letter", 0, 9, "projector", "invalid-log", "d", "dsh.session-events", 2,
+                                   7, "s-1", 1, 5, 1, b"x")], [], {})
+        store.mark_redriven([("dsh.dead-letter", 0, 9)], 1700000000000)
+        with store.database.transaction() as db:  # the store as layout 5 left it: redriven names the letters
+            db.execute("DROP TABLE deleted_sessions")
+            db.execute("DROP INDEX dead_letters_by_source")
+            db.execute("UPDATE dsh_layout SET version = 5")
+    finally:
+        store.close()
+    store = ViewStore(store_location)
+    try:
+        assert store.redriven([("dsh.session-events", 2, 7), ("dsh.dead-letter", 0, 9)]) == {
+            ("dsh.session-events", 2, 7)}
+        assert store.deleted(["s-1"]) == set()
+    finally:
+        store.close()
