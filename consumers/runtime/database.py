@@ -4,6 +4,8 @@ recorded kind and layout version, one way to run a transaction.
 A file holds its kind (``view-store``, ``auditor-state``, ...) and layout
 version in a ``dsh_layout`` table; a service refuses a file of another
 kind or layout, naming the path and both, instead of reading it wrongly.
+Text is kept as :mod:`.stored_text` writes it (exactly, lone surrogates
+included).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from dsh_core.errors import StateStoreError
 
 from .sequencing import AppliedDigest, HeldRecords, HeldRow
+from .stored_text import read_row, stored_parameters
 
 __all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "applied_digest", "claim_layout", "load_held",
            "replace_held", "store_digests", "store_held"]
@@ -60,6 +63,21 @@ def claim_layout(db: Any, where: str, kind: str, layout: int, schema: Sequence[s
                               f"{layout} this service writes; {_REBUILD}")
 
 
+class _TextConnection(sqlite3.Connection):
+    """A connection whose statements write strings as :mod:`.stored_text`
+    keeps them (its ``row_factory`` reads them back)."""
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:  # type: ignore[override]
+        return super().execute(statement, stored_parameters(parameters))
+
+    def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:  # type: ignore[override]
+        return super().executemany(statement, (stored_parameters(row) for row in rows))
+
+
+def _read_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return read_row(row)
+
+
 class Database:
     """A service's SQLite file (``None``: in memory) of one kind and layout."""
 
@@ -73,9 +91,11 @@ class Database:
             except OSError as error:
                 raise StateStoreError(f"{path}: cannot create its folder: {error.strerror or error}") from None
         try:
-            self.connection = sqlite3.connect(self.where, isolation_level=None, check_same_thread=False)
+            self.connection = sqlite3.connect(self.where, isolation_level=None, check_same_thread=False,
+                                              factory=_TextConnection)
         except sqlite3.Error as error:
             raise StateStoreError(f"{self.where}: cannot open the {kind} file: {error}") from None
+        self.connection.row_factory = _read_row
         try:
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=NORMAL")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 
+import msgspec
 import pytest
 
 from consumers.projector import Projection, ProjectorConfig, ViewStore
@@ -15,9 +16,9 @@ from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import Database, store_digests
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
 from dsh_core.errors import FencedError, StateStoreError
-from dsh_core.jsonvalue import dump_json, thaw
+from dsh_core.jsonvalue import dump_json, encode_json, thaw
 from dsh_kafka.records import KIND_RECORD
-from producers.simulator import messages_digest
+from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests import postgres_fixture
 from tests.policy_driver import KAFKA, fetched, run_batch
 from tests.view_store_helpers import simulated_fleet, stored_fleet
@@ -277,3 +278,34 @@ def test_a_batch_of_many_rows_upserts_and_a_rolled_back_one_leaves_nothing(store
         assert store.db.execute("SELECT count(*) FROM applied").fetchone()[0] == 400
     finally:
         store.close()
+
+
+def _with_text(records, text: str):
+    """The records with ``text`` put before the text of every user message."""
+    escaped = encode_json(text)[1:-1]
+    return [msgspec.structs.replace(record, value=record.value.replace(b'"type":"text","text":"',
+                                                                       b'"type":"text","text":"' + escaped))
+            if b'"type":"user/message"' in record.value else record for record in records]
+
+
+@pytest.mark.parametrize("version", [0, 4])
+def test_text_no_store_text_holds_is_kept_exactly_and_found(store_location, version):
+    """A lone surrogate, NUL and the store's own escape character in message
+    text: the session is projected, its surface rows read back exactly and
+    a search for the text finds it, on both backends alike."""
+    text = "\ud800 nul\x00 \udfff\U0010ffff0; "
+    config = SimulatorConfig(sessions=1, seed=77, min_turns=1, max_turns=2, formats=(version,))
+    truth, batches = simulate_session(config, 0)
+    _project(store_location, _with_text([record for batch in batches for record in batch], text))
+    reader = StoreReader(store_location)
+    try:
+        session = reader.session(truth.session_id)
+        assert (session["status"], session["nextSeq"]) == ("idle", truth.next_seq)
+        texts = [block["text"] for message in session["messages"] if message["role"] == "user"
+                 for block in message["content"] if block["type"] == "text"]
+        assert texts and all(value.startswith(text) for value in texts)
+        assert [item["sessionId"] for item in reader.sessions(SessionFilter(text=text.upper()))["items"]] == [
+            truth.session_id]
+        assert reader.sessions(SessionFilter(text="\ud800 nul\x00 \udffe"))["items"] == []
+    finally:
+        reader.close()
