@@ -4,6 +4,7 @@
 
     DshError                      root; carries a ``category``
     ├── DecodeError               bytes that are not a JSON value / record at all
+    │   └── SessionIdError        a record key that cannot be a session id (invalid-session-id)
     ├── InternalError             a record this code failed on unexpectedly (internal)
     ├── HeldLimitError            a session already holds the most records a gap may hold (held-limit)
     ├── CorruptionError           stored log refused by the reader (corrupt-storage)
@@ -43,6 +44,7 @@ __all__ = [
     "Category",
     "DshError",
     "DecodeError",
+    "SessionIdError",
     "InternalError",
     "CorruptionError",
     "SequenceGapError",
@@ -72,8 +74,9 @@ __all__ = [
 #: The coarse classes of refusals and audit findings: an error's
 #: ``category``, a dead letter's ``dsh-dlq-reason``, a finding's category
 #: and the conformance output all use these words.
-Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "identity", "conflicting-writer",
-                   "held-limit", "internal", "invariant", "reconstruction", "pipeline"]
+Category = Literal["corrupt-storage", "invalid-session-id", "unsupported-format", "invalid-log", "identity",
+                   "conflicting-writer", "held-limit", "internal", "invariant", "reconstruction",
+                   "pipeline"]
 
 
 class DshError(Exception):
@@ -91,6 +94,14 @@ class DecodeError(DshError):
     """Raised when bytes cannot be decoded into the JSON value or record expected."""
 
     category: Category = "corrupt-storage"
+
+
+class SessionIdError(DecodeError):
+    """Raised for a record whose key cannot be a session id: it holds NUL,
+    which no dsh session folder, file name or PostgreSQL text holds, so
+    no store could keep the session apart from others."""
+
+    category: Category = "invalid-session-id"
 
 
 class InternalError(DshError):

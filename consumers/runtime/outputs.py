@@ -29,7 +29,7 @@ from .metrics import DEAD_LETTERS
 
 __all__ = ["DEAD_LETTER_VALUE_BYTES", "Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter"]
 
-Headers = Sequence[tuple[str, bytes]]
+Headers = Sequence[tuple[str, bytes | None]]
 #: ``(source partition, topic, key, value, headers)``
 OutgoingRecord = tuple[int, str, bytes | None, bytes | None, Headers]
 
@@ -41,14 +41,17 @@ DEAD_LETTER_VALUE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 _ORIGINAL_HEADER_BYTES = 16 * 1024
 
 
-def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+def dead_letter(record: KafkaRecord, error: DshError,
+                service: str) -> tuple[bytes | None, list[tuple[str, bytes | None]]]:
     """The dead letter of ``record``: its value and headers plus why and where
     it was refused. It always fits the topic: an original over
     :data:`DEAD_LETTER_VALUE_BYTES` is cut, with its size and SHA-256, and
-    oversized original headers are left out, with their size."""
-    value, original = record.value, list(record.headers or ())
-    headers: list[tuple[str, bytes]] = []
-    original_size = sum(len(key) + len(item) for key, item in original)
+    oversized original headers are left out, with their size. An original
+    header's null value stays null (Kafka allows it)."""
+    value = record.value
+    original = [(key, _header_value(item)) for key, item in record.headers or ()]
+    headers: list[tuple[str, bytes | None]] = []
+    original_size = sum(len(key) + len(item or b"") for key, item in original)
     if original_size <= _ORIGINAL_HEADER_BYTES:
         headers += original
     else:
@@ -63,6 +66,15 @@ def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[byt
         ("dsh-dlq-topic", record.topic.encode()), ("dsh-dlq-partition", str(record.partition).encode()),
         ("dsh-dlq-offset", str(record.offset).encode())]
     return value, headers
+
+
+def _header_value(value: object) -> bytes | None:
+    """A fetched header's value as Kafka carries it: bytes, or null."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode("utf-8", "backslashreplace")
 
 
 async def all_done(awaitables: Iterable[Awaitable[Any]]) -> None:

@@ -3,6 +3,7 @@ SQLite file and on a real PostgreSQL database (a fresh one per test)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 
@@ -20,7 +21,7 @@ from dsh_core.jsonvalue import dump_json, encode_json, thaw
 from dsh_kafka.records import KIND_RECORD
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests import postgres_fixture
-from tests.policy_driver import KAFKA, fetched, run_batch
+from tests.policy_driver import KAFKA, NAMES, fetched, run_batch
 from tests.view_store_helpers import simulated_fleet, stored_fleet
 
 postgres_dsn, store_location = postgres_fixture.postgres_dsn, postgres_fixture.store_location
@@ -276,6 +277,46 @@ def test_a_batch_of_many_rows_upserts_and_a_rolled_back_one_leaves_nothing(store
             assert {seq: store.digest(session, seq) for seq in range(1, count + 2)} == {
                 **rows(count, b"c"), count + 1: None}
         assert store.db.execute("SELECT count(*) FROM applied").fetchone()[0] == 400
+    finally:
+        store.close()
+
+
+def _renamed(records, session_id: str):
+    """A simulated session's records as those of ``session_id``."""
+    old, new = json.dumps(records[0].session_id).encode(), encode_json(session_id)
+    return [msgspec.structs.replace(record, session_id=session_id, value=record.value.replace(old, new))
+            for record in records]
+
+
+@pytest.mark.parametrize("batches", [1, 2])
+def test_two_session_ids_told_apart_only_by_nul_never_share_a_row(store_location, batches):
+    """PostgreSQL's text holds no NUL: ``s<NUL>`` and ``s\\u0000`` (six
+    characters) are two sessions. The one whose key holds NUL is no session
+    id (every service refuses it, by one name); the other is projected
+    alone, in one batch or two; and the store, given both, keeps both."""
+    [(truth, records)] = simulated_fleet(1, seed=76)
+    spelled, nul = truth.session_id + "\\u0000", truth.session_id + "\x00"
+    both = [_renamed(records, spelled), _renamed(records, nul)]
+    outputs = []
+    for batch in ([both[0] + both[1]] if batches == 1 else both):
+        outputs.append(run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store_location)), fetched(batch)))
+    letters = [letter for out in outputs for letter in out.on(NAMES.dead_letter)]
+    assert {(key, headers["dsh-dlq-reason"]) for key, _, headers in letters} == {
+        (nul.encode(), b"invalid-session-id")}
+    assert len(letters) == len(records)
+    store = ViewStore(store_location)
+    try:
+        view = store.view(spelled)
+        assert (view["sessionId"], view["status"], view["nextSeq"], view["messagesDigest"]) == (
+            spelled, "idle", truth.next_seq, truth.messages_digest)
+        assert store.stored([spelled, nul]) == {spelled}
+        views = {session_id: {"sessionId": session_id, "status": "open", "header": None, "nextSeq": n, "turns": [],
+                              "usage": []} for n, session_id in enumerate(("s\x00", "s\\u0000"), 1)}
+        changes = [SessionChange(session_id, 0, view, None, None, (), (), None, {}) for session_id, view in
+                   views.items()]
+        for written in ([changes] if batches == 1 else [[change] for change in changes]):
+            store.write(written, store.claim([0]))
+        assert {session_id: store.view(session_id) for session_id in views} == views
     finally:
         store.close()
 
