@@ -7,6 +7,7 @@
     │   └── SessionIdError        a record key that cannot be a session id (invalid-session-id)
     ├── InternalError             a record this code failed on unexpectedly (internal)
     ├── HeldLimitError            a session already holds the most records a gap may hold (held-limit)
+    ├── UnstorableError           a session's rows a store refuses for their content (unstorable)
     ├── CorruptionError           stored log refused by the reader (corrupt-storage)
     │   └── SequenceGapError      a log's seq does not continue where ``expected`` was due
     ├── FormatUnsupportedError    intact but unreadable: format version, unknown
@@ -68,6 +69,7 @@ __all__ = [
     "FencedError",
     "StateStoreError",
     "HeldLimitError",
+    "UnstorableError",
     "RuntimeDiedError",
 ]
 
@@ -75,7 +77,7 @@ __all__ = [
 #: ``category``, a dead letter's ``dsh-dlq-reason``, a finding's category
 #: and the conformance output all use these words.
 Category = Literal["corrupt-storage", "invalid-session-id", "unsupported-format", "invalid-log", "identity",
-                   "conflicting-writer", "held-limit", "internal", "invariant", "reconstruction",
+                   "conflicting-writer", "held-limit", "unstorable", "internal", "invariant", "reconstruction",
                    "pipeline"]
 
 
@@ -246,6 +248,15 @@ class HeldLimitError(DshError):
         self.seq = seq
         super().__init__(f"session {session_id!r} waits for seq {waiting_for} and keeps at most {limit} later "
                          f"records of {byte_limit} bytes in all; seq {seq} is dead-lettered")
+
+
+class UnstorableError(DshError):
+    """Raised when a store refuses a session's rows for what they hold (a
+    number beyond its 64-bit columns, a constraint), never for the store
+    itself: the records that made them are dead-lettered and the session
+    is refused; the service goes on."""
+
+    category: Category = "unstorable"
 
 
 class RuntimeDiedError(PipelineError):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from dsh_core.errors import StateStoreError
 
-from .sequencing import AppliedDigest, HeldRecords, HeldRow
+from .sequencing import AppliedDigest, HeldChanges, HeldRow
 from .stored_text import read_row, stored_parameters
 
 __all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "applied_digest", "claim_layout", "load_held",
@@ -133,14 +133,14 @@ def load_held(db: sqlite3.Connection, session_id: str) -> list[HeldRow]:
     return db.execute("SELECT seq, value, count FROM held WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
 
 
-def store_held(db: sqlite3.Connection, sessions: Iterable[HeldRecords]) -> None:
-    """Write what changed in these sessions' held records (inside a
-    transaction; one statement per kind of change, whatever the sessions)."""
+def store_held(db: sqlite3.Connection, sessions: Iterable[tuple[str, HeldChanges]]) -> None:
+    """Write what changed in sessions' held records (``(session_id,``
+    :meth:`HeldRecords.changes` ``)`` pairs, inside a transaction; one
+    statement per kind of change, whatever the sessions)."""
     removed, added = [], []
-    for held in sessions:
-        gone, new = held.changes()
-        removed += [(held.session_id, seq) for seq in gone]
-        added += [(held.session_id, seq, value, count) for seq, value, count in new]
+    for session_id, (gone, new) in sessions:
+        removed += [(session_id, seq) for seq in gone]
+        added += [(session_id, seq, value, count) for seq, value, count in new]
     db.executemany("DELETE FROM held WHERE session_id = ? AND seq = ?", removed)
     db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)", added)
 

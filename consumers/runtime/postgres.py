@@ -128,6 +128,8 @@ class PostgresDatabase:
             committed = True
         except psycopg.OperationalError as error:
             raise StateStoreError(f"{self.where}: the {self.kind} is unreachable: {first_line(error)}") from None
+        except (psycopg.DataError, psycopg.IntegrityError):
+            raise  # refused for what a row holds, as SQLite's own errors are: its caller names the row
         except psycopg.Error as error:
             raise StateStoreError(f"{self.where}: the {self.kind} refused a write: {first_line(error)}") from None
         finally:

@@ -18,7 +18,7 @@ from consumers.runtime.database import Database, store_digests
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
 from dsh_core.errors import FencedError, StateStoreError
 from dsh_core.jsonvalue import dump_json, encode_json, thaw
-from dsh_kafka.records import KIND_RECORD
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests import postgres_fixture
 from tests.policy_driver import KAFKA, NAMES, fetched, run_batch
@@ -350,3 +350,27 @@ def test_text_no_store_text_holds_is_kept_exactly_and_found(store_location, vers
         assert reader.sessions(SessionFilter(text="\ud800 nul\x00 \udffe"))["items"] == []
     finally:
         reader.close()
+
+
+def test_rows_a_store_refuses_for_their_content_refuse_their_session_alone(store_location):
+    """Token counts past the store's 64-bit columns: that session's records
+    of the batch are dead-lettered (unstorable) and the session is refused;
+    the batch's other sessions are stored, and the projector goes on."""
+    (truth, records), (other, others) = simulated_fleet(2, seed=79)
+    huge = [msgspec.structs.replace(record, value=record.value.replace(b'"inputTokens":', b'"inputTokens":9' + b"0" * 25))
+            for record in records]
+    outputs = run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store_location)), fetched(huge + others))
+    letters = outputs.on(NAMES.dead_letter)
+    assert {(key, headers["dsh-dlq-reason"]) for key, _, headers in letters} == {
+        (truth.session_id.encode(), b"unstorable")}
+    assert len(letters) == sum(1 for record in records if record.kind in (KIND_HEADER, KIND_RECORD))  # all it took
+    assert b"the view store refused the rows of session(s) " in letters[0][2]["dsh-dlq-error"]
+    store = ViewStore(store_location)
+    try:
+        refused = store.view(truth.session_id)
+        assert (refused["status"], refused["usage"]) == ("refused", [])
+        assert refused["error"].startswith("[unstorable] UnstorableError: ")
+        assert (store.view(other.session_id)["status"], store.view(other.session_id)["nextSeq"]) == (
+            "idle", other.next_seq)
+    finally:
+        store.close()
