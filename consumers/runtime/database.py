@@ -5,7 +5,8 @@ A file holds its kind (``view-store``, ``auditor-state``, ...) and layout
 version in a ``dsh_layout`` table; a service refuses a file of another
 kind or layout, naming the path and both, instead of reading it wrongly.
 Text is kept as :mod:`.stored_text` writes it (exactly, lone surrogates
-included).
+included). A write the file cannot take (a full disk, an I/O error, a
+lock never released) is a :class:`StateStoreError` naming the path.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NUL
 #: The sha256 of every record applied, by session and first seq (so is every service's).
 DIGESTS_SCHEMA = ("CREATE TABLE applied (session_id TEXT NOT NULL, seq INTEGER NOT NULL, count INTEGER NOT NULL, "
                   "digest BLOB NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID")
+
+#: SQLite's primary result codes for a file that cannot take a write.
+_UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
+                         sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN})
 
 #: How a service's state is rebuilt when its file cannot be used.
 _REBUILD = ("give the service a path of its own; to rebuild from the topic, move the file away (the auditor replays "
@@ -114,15 +119,27 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` on any failure."""
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` on any failure
+        (unless SQLite rolled back by itself, as it does when the disk is
+        full). A write the file cannot take is a :class:`StateStoreError`."""
         db = self.connection
-        db.execute("BEGIN IMMEDIATE")
         try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                raise StateStoreError(f"{self.where}: the disk holding the {self.kind} file is full; nothing of "
+                                      "this transaction was written (free space, then start the service again)") \
+                    from None
+            if error.sqlite_errorcode & 0xFF in _UNWRITABLE:
+                raise StateStoreError(f"{self.where}: the {self.kind} file cannot be written: {error}") from None
             raise
-        db.execute("COMMIT")
 
     def close(self) -> None:
         self.connection.close()
