@@ -40,10 +40,18 @@ def read_text(text: str) -> str:
 
 
 def stored_parameters(parameters: Sequence[Any]) -> Sequence[Any]:
-    """A statement's parameters with every string as a store keeps it."""
-    return [stored_text(value) if type(value) is str else value for value in parameters]
+    """A statement's parameters with every string as a store keeps it
+    (the same sequence when none changes, as almost always)."""
+    for value in parameters:
+        if type(value) is str and not (value.isascii() and "\x00" not in value):
+            return [stored_text(value) if type(value) is str else value for value in parameters]
+    return parameters
 
 
 def read_row(row: Sequence[Any]) -> tuple[Any, ...]:
-    """A fetched row with every string as it was written."""
-    return tuple(read_text(value) if type(value) is str else value for value in row)
+    """A fetched row, as a tuple, with every string as it was written (a
+    tuple is returned as it is when nothing in it was escaped)."""
+    for value in row:
+        if type(value) is str and ESCAPE in value:  # O(1) unless the string holds characters this wide
+            return tuple(read_text(value) if type(value) is str else value for value in row)
+    return row if type(row) is tuple else tuple(row)
