@@ -5,12 +5,13 @@ store class runs on either.
 The statements are written once, in the dialect both servers share; the
 few words that differ are translated here and nowhere else: ``?``
 placeholders become ``%s``, ``BLOB`` becomes ``BYTEA``, ``INTEGER``
-``BIGINT`` (seqs and offsets reach 2^53), and SQLite's ``WITHOUT ROWID``
-is dropped. Text is kept as :mod:`.stored_text` writes it, as in the
-SQLite file (PostgreSQL's text holds no NUL, which a log's text may).
-Many processes on many hosts may share one database: the
-layout is claimed and migrated under an advisory lock, and every
-transaction is one of PostgreSQL's.
+``BIGINT`` (seqs and offsets reach 2^53), ``TEXT`` compares by code point
+(``COLLATE "C"``, SQLite's order, whatever the database's default), and
+SQLite's ``WITHOUT ROWID`` is dropped. Text is kept as :mod:`.stored_text`
+writes it, as in the SQLite file (PostgreSQL's text holds no NUL, which a
+log's text may), in a database that must be UTF8. Many processes on many
+hosts may share one database: the layout is claimed and migrated under an
+advisory lock, and every transaction is one of PostgreSQL's.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from .stored_text import read_row, stored_parameters
 
 __all__ = ["PostgresDatabase", "display_location", "first_line", "is_postgres_location", "postgres_sql", "text_rows"]
 
-_TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b| WITHOUT ROWID")
-_TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
+_TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b|\bTEXT\b| WITHOUT ROWID")
+#: Text compares by code point, as SQLite's does, whatever the database's default collation.
+_TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", "TEXT": 'TEXT COLLATE "C"', " WITHOUT ROWID": ""}
 #: An insert of rows whose conflict clause takes no parameters of its own:
 #: many such rows go in by ``COPY`` (see :meth:`_Connection.executemany`).
 _ROW_INSERT = re.compile(r"INSERT INTO (\w+) \(([^)]*)\) VALUES \(\?(?:, \?)*\)([^?]*)")
@@ -109,6 +111,10 @@ class PostgresDatabase:
             raise StateStoreError(f"{self.where}: cannot connect for the {kind}: {first_line(error)}") from None
         self.connection = _Connection(self.raw)
         try:
+            encoding = self.raw.info.parameter_status("server_encoding")
+            if encoding != "UTF8":
+                raise StateStoreError(f"{self.where}: the database's encoding is {encoding}, whose text cannot hold "
+                                      f"every character a log may: the {kind} needs a UTF8 database")
             with self.transaction() as db:
                 db.execute("SELECT pg_advisory_xact_lock(?)", (_LAYOUT_LOCK,))
                 tables = {row[0] for row in db.execute(
