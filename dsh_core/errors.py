@@ -4,9 +4,11 @@
 
     DshError                      root; carries a ``category``
     ├── DecodeError               bytes that are not a JSON value / record at all
+    │   └── SessionIdError        a record key that cannot be a session id (invalid-session-id)
     ├── InternalError             a record this code failed on unexpectedly (internal)
     ├── HeldLimitError            a session already holds the most records a gap may hold (held-limit)
     ├── DeletedSessionError       a record of a session deleted before it (deleted-session)
+    ├── UnstorableError           a session's rows a store refuses for their content (unstorable)
     ├── CorruptionError           stored log refused by the reader (corrupt-storage)
     │   └── SequenceGapError      a log's seq does not continue where ``expected`` was due
     ├── FormatUnsupportedError    intact but unreadable: format version, unknown
@@ -45,6 +47,7 @@ __all__ = [
     "Category",
     "DshError",
     "DecodeError",
+    "SessionIdError",
     "InternalError",
     "CorruptionError",
     "SequenceGapError",
@@ -69,6 +72,7 @@ __all__ = [
     "StateStoreError",
     "HeldLimitError",
     "DeletedSessionError",
+    "UnstorableError",
     "RuntimeDiedError",
     "ExposedSecretError",
 ]
@@ -76,8 +80,9 @@ __all__ = [
 #: The coarse classes of refusals and audit findings: an error's
 #: ``category``, a dead letter's ``dsh-dlq-reason``, a finding's category
 #: and the conformance output all use these words.
-Category = Literal["corrupt-storage", "unsupported-format", "invalid-log", "identity", "conflicting-writer",
-                   "held-limit", "deleted-session", "internal", "invariant", "reconstruction", "pipeline"]
+Category = Literal["corrupt-storage", "invalid-session-id", "unsupported-format", "invalid-log", "identity",
+                   "conflicting-writer", "held-limit", "deleted-session", "unstorable", "internal", "invariant",
+                   "reconstruction", "pipeline"]
 
 
 class DshError(Exception):
@@ -95,6 +100,14 @@ class DecodeError(DshError):
     """Raised when bytes cannot be decoded into the JSON value or record expected."""
 
     category: Category = "corrupt-storage"
+
+
+class SessionIdError(DecodeError):
+    """Raised for a record whose key cannot be a session id: it holds NUL,
+    which no dsh session folder, file name or PostgreSQL text holds, so
+    no store could keep the session apart from others."""
+
+    category: Category = "invalid-session-id"
 
 
 class InternalError(DshError):
@@ -251,6 +264,15 @@ class DeletedSessionError(DshError):
     def __init__(self, session_id: str, seq: int, where: str) -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id!r} was deleted; its record at seq {seq} ({where}) is not taken")
+
+
+class UnstorableError(DshError):
+    """Raised when a store refuses a session's rows for what they hold (a
+    number beyond its 64-bit columns, a constraint), never for the store
+    itself: the records that made them are dead-lettered and the session
+    is refused; the service goes on."""
+
+    category: Category = "unstorable"
 
 
 class RuntimeDiedError(PipelineError):

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Protocol, Sequence
 
 import msgspec
 
-from dsh_core.errors import DecodeError, DshError, IdentityError
+from dsh_core.errors import DecodeError, DshError, IdentityError, SessionHeaderError, SessionIdError
 from dsh_core.events import ROW_TAGS, Event, is_row
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.request import DIGEST_ALGORITHM
@@ -41,6 +41,11 @@ KIND_DELETION = "deletion"
 _KINDS = frozenset({KIND_HEADER, KIND_RECORD, KIND_ATTESTATION, KIND_WIRE, KIND_DELETION})
 
 
+#: The optional header fields of text dsh writes (the stores keep them;
+#: ``createdAt`` and ``delegationDepth`` are checked as the header is read).
+_HEADER_TEXT_FIELDS = ("cwd", "parentSession", "origin", "agentPreset")
+
+
 class KafkaRecord(Protocol):
     """What the consumer side needs of a fetched record (aiokafka's fits)."""
 
@@ -49,7 +54,7 @@ class KafkaRecord(Protocol):
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, bytes]]
+    headers: Sequence[tuple[str, bytes | None]]  # Kafka allows a null header value
     timestamp: int  # ms since the epoch (the producer's CreateTime)
 
 
@@ -161,7 +166,8 @@ def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
         headers = dict(record.headers)
         kind = headers["dsh-kind"].decode()
         seq, count = int(headers["dsh-seq"]), int(headers["dsh-count"])
-        if (kind in _KINDS and record.key and record.value is not None and 0 <= seq <= MAX_SAFE_INTEGER
+        if (kind in _KINDS and record.key and b"\x00" not in record.key and record.value is not None
+                and 0 <= seq <= MAX_SAFE_INTEGER
                 and 0 <= count <= MAX_SAFE_INTEGER and len(record.value) <= MAX_MESSAGE_BYTES):
             return SessionRecord(record.key.decode("utf-8"), kind, seq, count, record.value,
                                  int(headers["dsh-format"]))
@@ -176,15 +182,20 @@ def _envelope_error(record: KafkaRecord) -> DecodeError:
     if not record.key:
         return DecodeError(f"{where}: record has no key (the session id)")
     try:
-        record.key.decode("utf-8")
+        session_id = record.key.decode("utf-8")
     except UnicodeDecodeError:
         return DecodeError(f"{where}: key is not UTF-8")
+    if "\x00" in session_id:
+        return SessionIdError(f"{where}: key {session_id!r} holds NUL, which no session id holds (no dsh session "
+                              "folder, file name or PostgreSQL text can)")
     headers = dict(record.headers or ())
     fields = {}
     for name in ("dsh-kind", "dsh-seq", "dsh-count", "dsh-format"):
-        value = headers.get(name)
-        if value is None:
+        if name not in headers:
             return DecodeError(f"{where}: header {name} is missing")
+        value = headers[name]
+        if value is None:
+            return DecodeError(f"{where}: header {name} is null")
         fields[name] = value.decode("utf-8", "replace")
     kind = fields["dsh-kind"]
     if kind not in _KINDS:
@@ -226,11 +237,21 @@ def _differences(first: SessionHeader, second: SessionHeader) -> str:
 def check_identity(record: SessionRecord, header: SessionHeader) -> None:
     """The key is a record's identity: a header naming another session is
     refused with :class:`IdentityError`; one whose ``dsh-format`` is not its
-    version, with :class:`DecodeError`."""
+    version, with :class:`DecodeError`; one with a field of another type
+    than dsh gives it, with :class:`SessionHeaderError`."""
     if header.id != record.session_id:
         raise IdentityError(f"session {record.session_id!r}: the header in the value names session {header.id!r}; "
                             "the record key is the session's identity")
     check_format(record, header)
+    for name in _HEADER_TEXT_FIELDS:
+        value = getattr(header, name)
+        if value is not msgspec.UNSET and type(value) is not str:
+            raise SessionHeaderError(f"session {record.session_id!r} header: {name} must be a string, got "
+                                     f"{'null' if value is None else type(value).__name__}")
+    seed = header.seedLength
+    if seed is not msgspec.UNSET and not (type(seed) is int and 0 <= seed <= MAX_SAFE_INTEGER):
+        raise SessionHeaderError(f"session {record.session_id!r} header: seedLength must be a safe integer from 0 "
+                                 "to 2^53-1")
 
 
 def check_format(record: SessionRecord, header: SessionHeader | None) -> None:

@@ -221,7 +221,7 @@ class Archive(Policy[ArchivedSession]):
             if session.copy_due:
                 copies.append(session)
             if session.held.dirty:
-                held_changed.append(session.held)
+                held_changed.append((session_id, session.held.changes()))
         self._changed.clear()
         # After the files: a crash in between leaves held rows the file has
         # passed, which the next drain drops as below the next seq.

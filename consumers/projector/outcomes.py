@@ -39,6 +39,8 @@ INDEXED = Counter("dsh_projector_outcomes_indexed_total",
                   "Findings, dead letters and verdict counts written to the view store (kind unreadable: verdict "
                   "records that are no counts object, logged and passed over).", ["kind"])
 _HEAD_BYTES = 256
+#: The most characters a safe integer is written with (a sign and 16 digits).
+_DIGITS = len(str(-MAX_SAFE_INTEGER))
 _POLL_MS = 500
 
 
@@ -61,14 +63,16 @@ def finding_row(record: Any) -> tuple:
 
 
 def letter_row(record: Any) -> tuple:
-    """The ``dead_letters`` row of a dead-letter-topic record."""
-    headers = {name: value.decode("utf-8", "backslashreplace") for name, value in record.headers}
+    """The ``dead_letters`` row of a dead-letter-topic record (a key that is
+    no UTF-8 is no session's: the row names none)."""
+    headers = {name: value.decode("utf-8", "backslashreplace") for name, value in record.headers or ()
+               if isinstance(value, bytes)}
     value = record.value or b""
     size = _integer(headers.get("dsh-dlq-value-size")) or len(value)
     return (record.topic, record.partition, record.offset, headers.get("dsh-dlq-service", "unknown"),
             headers.get("dsh-dlq-reason", "unknown"), headers.get("dsh-dlq-error", ""), headers.get("dsh-dlq-topic"),
             _integer(headers.get("dsh-dlq-partition")), _integer(headers.get("dsh-dlq-offset")),
-            (record.key or b"").decode("utf-8", "backslashreplace") or None, _integer(headers.get("dsh-seq")),
+            _session_of(record.key), _integer(headers.get("dsh-seq")),
             record.timestamp, size, value[:_HEAD_BYTES])
 
 
@@ -86,10 +90,19 @@ def verdict_row(record: Any) -> tuple | None:
     return (counts["session"], text, record.topic, record.partition, record.offset, record.timestamp)
 
 
+def _session_of(key: bytes | None) -> str | None:
+    """A dead letter's session: its key, when that is UTF-8."""
+    try:
+        return key.decode("utf-8") if key else None
+    except UnicodeDecodeError:
+        return None
+
+
 def _integer(value: Any) -> int | None:
     """A safe integer (what the services write), else ``None``: a record's
-    header or field is anything its producer put there."""
-    if isinstance(value, str) and value.isascii() and value.lstrip("-").isdigit():
+    header or field is anything its producer put there (thousands of
+    digits too, which ``int`` refuses to parse)."""
+    if isinstance(value, str) and len(value) <= _DIGITS and value.isascii() and value.lstrip("-").isdigit():
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_SAFE_INTEGER:
         return value

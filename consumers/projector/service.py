@@ -27,6 +27,7 @@ the heads' acknowledgement loses no head.
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DeletedSessionError, DshError, InternalError
+from dsh_core.errors import DeletedSessionError, DshError, InternalError, UnstorableError
 from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
@@ -63,6 +64,8 @@ SESSIONS = Gauge("dsh_projector_sessions", "Sessions by state (hot in memory, he
 TOKENS = Counter("dsh_tokens_total", "Tokens reported by assistant messages, by provider, model and kind.",
                  ["provider", "model", "kind"])
 TURN_ENDS = Counter("dsh_turn_ends_total", "Turns ended, by end reason.", ["reason"])
+
+_log = logging.getLogger("dsh.projector")
 
 # Label values come from log content: bounded, so /metrics stays small.
 _reasons, _models = LabelValues(32), LabelValues(256)
@@ -126,6 +129,13 @@ class ProjectedSession:
         self.applied += fold.count - before
         return True
 
+    def unstorable(self, error: UnstorableError) -> SessionChange:
+        """The rows of a session the store refused rows of: refused, with
+        neither fold nor analysis (what the store refused is in them)."""
+        self.refuse(error)
+        self.fold, self.analysis = None, _analysis()
+        return self.change()
+
     def refuse(self, error: DshError) -> None:
         self.status = "refused"
         text = f"[{error.category}] {type(error).__name__}: {error.message}"
@@ -160,14 +170,11 @@ class ProjectedSession:
 
     def change(self) -> SessionChange:
         """The rows to store for this session now."""
-        gone: set[int] = set()
-        new: list[tuple[int, str, Any]] = []
-        if self.fold is not None:  # surface rows change by difference
-            current = self.fold.state.surface_events()
-            gone = self.stored_surface - current.keys()
-            new = [(seq, *current[seq]) for seq in current.keys() - self.stored_surface]
-            self.stored_surface = set(current)
-        held = self.held if self.held.dirty else None
+        current = self.fold.state.surface_events() if self.fold is not None else {}
+        gone = self.stored_surface - current.keys()  # surface rows change by difference
+        new = [(seq, *current[seq]) for seq in current.keys() - self.stored_surface]
+        self.stored_surface = set(current)
+        held = self.held.changes() if self.held.dirty else None
         snapshot = snapshot_fold(self.fold, with_surface_events=False) if self.fold is not None else None
         view = self.view()
         usage_changed = view["usage"] != self.stored_usage
@@ -184,6 +191,7 @@ class Projection(Policy[ProjectedSession]):
     def __init__(self, config: ProjectorConfig) -> None:
         super().__init__(config)
         self._changed: dict[str, ProjectedSession] = {}
+        self._handled: dict[str, list[KafkaRecord]] = {}  # the batch's records each session took, until persisted
         self._unacknowledged: list[str] = []  # sessions whose heads the commit in flight covers
         self._unstored: set[str] = set()  # the batch's sessions the store has no row of (prepare)
         self._epochs: dict[int, int] = {}  # the owner epoch of each assigned partition (ViewStore.claim)
@@ -245,6 +253,7 @@ class Projection(Policy[ProjectedSession]):
                 self._header(session, decoded)
             else:
                 self._record(session, decoded)
+            self._handled.setdefault(session.session_id, []).append(record)
             if session.applied or decoded.kind == KIND_HEADER:
                 session.last_activity = max(session.last_activity or 0, record.timestamp)
         finally:
@@ -304,10 +313,16 @@ class Projection(Policy[ProjectedSession]):
             session.status = "open"
 
     def persist(self) -> None:
+        handled, self._handled = self._handled, {}
         if not self._changed and not self._deletions:
             return
         changes = [session.change() for session in self._changed.values()]
-        gone = self.store.write(changes, self._epochs, self._deletions)
+        try:
+            gone = self.store.write(changes, self._epochs, self._deletions)
+        except UnstorableError:  # one session's rows: each is written alone, and those refused refuse their session
+            gone = self.store.write([], self._epochs, self._deletions)
+            written = (self._write_alone(change, handled.get(change.session_id, [])) for change in changes)
+            changes = [change for change in written if change is not None]
         changes = [change for change in changes if change.session_id not in gone]
         self._changed.clear()
         for change in changes:
@@ -320,6 +335,20 @@ class Projection(Policy[ProjectedSession]):
         self.sessions.evict()  # nothing unwritten is left to lose
         SESSIONS.labels("hot").set(len(self.sessions))
         SESSIONS.labels("held").set(sum(1 for s in self.sessions if s.status == "held"))
+
+    def _write_alone(self, change: SessionChange, records: list[KafkaRecord]) -> SessionChange | None:
+        """Write one session's rows; rows the store refuses refuse the
+        session, and the batch's ``records`` that made them are
+        dead-lettered. What was written, or ``None`` for a session deleted
+        meanwhile (nothing written)."""
+        try:
+            return None if self.store.write([change], self._epochs) else change
+        except UnstorableError as error:
+            _log.warning("dead-lettered %d record(s), reason %s; %s", len(records), error.category, error.message)
+            for record in records:
+                self.outputs.dead_letter(record, error)
+            refused = self._changed[change.session_id].unstorable(error)
+            return None if self.store.write([refused], self._epochs) else refused
 
     def committed(self, offsets: dict[TopicPartition, int]) -> None:
         self.store.acknowledged(self._unacknowledged)

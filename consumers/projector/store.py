@@ -21,20 +21,23 @@ current epoch of every partition it touches.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import psycopg
+
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DeletedSessionError, FencedError
+from dsh_core.errors import DeletedSessionError, FencedError, UnstorableError
 from dsh_core.folds import SessionFold
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
                                 store_held)
-from ..runtime.postgres import PostgresDatabase, is_postgres_location
-from ..runtime.sequencing import AppliedDigest, HeldRecords
+from ..runtime.postgres import PostgresDatabase, first_line, is_postgres_location
+from ..runtime.sequencing import AppliedDigest, HeldChanges
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
@@ -44,6 +47,8 @@ _DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEG
 #: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
 _LETTERS_BY_SOURCE = ("CREATE INDEX dead_letters_by_source ON dead_letters (source_topic, source_partition, "
                       "source_offset, reason)")
+#: What a driver raises for a row refused for its content, not for the store.
+_ROWS_REFUSED = (OverflowError, sqlite3.IntegrityError, sqlite3.DataError, psycopg.DataError, psycopg.IntegrityError)
 _SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
                     "message_count INTEGER NOT NULL DEFAULT 0")
 TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
@@ -283,24 +288,31 @@ class ViewStore:
         partition nobody claimed yet has no owner to check); raises
         :class:`FencedError` (nothing written) when a newer member claimed
         one. The check locks the partitions' rows until the commit, so a
-        claim cannot come between it and the writes."""
+        claim cannot come between it and the writes. Rows the store refuses
+        for what they hold (a number beyond a 64-bit column, a constraint)
+        raise :class:`UnstorableError`, nothing written."""
         changes, deletions = list(changes), deletions or {}
         numbers = sorted({change.partition for change in changes} | {partition for partition, _ in deletions.values()})
         if not numbers:
             return set()
-        with self.database.transaction() as db:
-            current = dict(db.execute("UPDATE partition_owners SET epoch = epoch WHERE partition IN "
-                                      f"({', '.join('?' * len(numbers))}) RETURNING partition, epoch",
-                                      numbers).fetchall())
-            taken = [number for number in numbers if current.get(number) != epochs.get(number)]
-            if taken:
-                raise FencedError(f"{self.database.where}: events partition {taken[0]} was taken over by a newer "
-                                  f"member (store epoch {current.get(taken[0])}, this member's "
-                                  f"{epochs.get(taken[0])}); this member stops without writing its batch")
-            for session_id, (_, at) in deletions.items():
-                _delete_session(db, session_id, at)
-            gone = _among(db, "deleted_sessions", [change.session_id for change in changes])
-            _write_changes(db, [change for change in changes if change.session_id not in gone])
+        try:
+            with self.database.transaction() as db:
+                current = dict(db.execute("UPDATE partition_owners SET epoch = epoch WHERE partition IN "
+                                          f"({', '.join('?' * len(numbers))}) RETURNING partition, epoch",
+                                          numbers).fetchall())
+                taken = [number for number in numbers if current.get(number) != epochs.get(number)]
+                if taken:
+                    raise FencedError(f"{self.database.where}: events partition {taken[0]} was taken over by a "
+                                      f"newer member (store epoch {current.get(taken[0])}, this member's "
+                                      f"{epochs.get(taken[0])}); this member stops without writing its batch")
+                for session_id, (_, at) in deletions.items():
+                    _delete_session(db, session_id, at)
+                gone = _among(db, "deleted_sessions", [change.session_id for change in changes])
+                _write_changes(db, [change for change in changes if change.session_id not in gone])
+        except _ROWS_REFUSED as error:
+            named = ", ".join(repr(change.session_id) for change in changes[:3]) + (", ..." if changes[3:] else "")
+            raise UnstorableError(f"{self.database.where}: the view store refused the rows of session(s) {named} "
+                                  f"(nothing of them written): {type(error).__name__}: {first_line(error)}") from None
         return gone
 
     def outcome_offsets(self) -> dict[tuple[str, int], int]:
@@ -366,9 +378,9 @@ class ViewStore:
 
 @dataclass(frozen=True, slots=True)
 class SessionChange:
-    """One session's rows as a batch left them (``held``: its held records,
-    whose changes are written; ``None``: unchanged; ``digests``: of the
-    records applied since the last change)."""
+    """One session's rows as a batch left them (``held``: what changed in
+    its held records, ``None``: nothing; ``digests``: of the records
+    applied since the last change). Writing one again writes the same rows."""
 
     session_id: str
     partition: int
@@ -377,7 +389,7 @@ class SessionChange:
     error: str | None
     surface_gone: Iterable[int]
     surface_new: Iterable[tuple[int, str, Any]]
-    held: HeldRecords | None
+    held: HeldChanges | None
     digests: dict[int, AppliedDigest]
     last_activity: int | None = None  # ms: when the last record applied was written
     usage_changed: bool = True  # the view's usage differs from what the store holds
@@ -419,7 +431,7 @@ def _write_changes(db: Any, changes: list[SessionChange]) -> None:
                      change.last_activity) for change in changes])
     store_usage(db, [(change.session_id, change.view.get("usage") or ()) for change in changes
                      if change.usage_changed])
-    store_held(db, [change.held for change in changes if change.held is not None])
+    store_held(db, [(change.session_id, change.held) for change in changes if change.held is not None])
     store_digests(db, [(change.session_id, change.digests) for change in changes])
     db.executemany("INSERT INTO unacknowledged_heads (session_id, partition) VALUES (?, ?) "
                    "ON CONFLICT (session_id) DO UPDATE SET partition = excluded.partition",

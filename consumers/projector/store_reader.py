@@ -22,7 +22,8 @@ from dsh_core.errors import DshError, StateStoreError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
-from ..runtime.postgres import display_location, is_postgres_location, postgres_parameters, postgres_sql
+from ..runtime.postgres import display_location, is_postgres_location, postgres_sql
+from ..runtime.stored_text import read_row, stored_parameters, stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
 from .store import LAYOUT, TOKEN_COLUMNS
 
@@ -71,14 +72,17 @@ class StoreReader:
     def _rows(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple]:
         """The rows of one query; a store that cannot answer is a
         :class:`StateStoreError` naming it."""
+        parameters = stored_parameters(parameters)
         try:
             if self.postgres:
                 with self._connection.connection(timeout=_CONNECT_SECONDS) as connection:
-                    return connection.execute(postgres_sql(statement), postgres_parameters(parameters)).fetchall()
-            return self._connection.execute(statement, parameters).fetchall()
+                    rows = connection.execute(postgres_sql(statement), parameters).fetchall()
+            else:
+                rows = self._connection.execute(statement, parameters).fetchall()
         except (sqlite3.Error, psycopg.Error, PoolTimeout) as error:
             text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise StateStoreError(f"{self.where}: the view store did not answer: {text}") from None
+        return [read_row(row) for row in rows]
 
     def close(self) -> None:
         self._connection.close()
@@ -155,7 +159,7 @@ class StoreReader:
     def resolve(self, prefix: str) -> list[str]:
         return [row[0] for row in self._rows(
             "SELECT session_id FROM sessions WHERE substr(session_id, 1, ?) = ? ORDER BY session_id LIMIT 10",
-            (len(prefix), prefix))]
+            (len(stored_text(prefix)), prefix))]
 
     # ------------------------------------------------- findings, dead letters
 
@@ -264,7 +268,7 @@ def _session_conditions(where: SessionFilter) -> tuple[list[str], list[Any]]:
         parameters += list(where.status)
     if where.cwd is not None:
         conditions.append("substr(s.cwd, 1, ?) = ?")
-        parameters += [len(where.cwd), where.cwd]
+        parameters += [len(stored_text(where.cwd)), where.cwd]  # substr counts the stored characters
     if where.has_findings is not None:
         conditions.append(("" if where.has_findings else "NOT ")
                           + "EXISTS (SELECT 1 FROM findings f WHERE f.session_id = s.session_id)")

@@ -4,6 +4,9 @@ recorded kind and layout version, one way to run a transaction.
 A file holds its kind (``view-store``, ``auditor-state``, ...) and layout
 version in a ``dsh_layout`` table; a service refuses a file of another
 kind or layout, naming the path and both, instead of reading it wrongly.
+Text is kept as :mod:`.stored_text` writes it (exactly, lone surrogates
+included). A write the file cannot take (a full disk, an I/O error, a
+lock never released) is a :class:`StateStoreError` naming the path.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from dsh_core.errors import StateStoreError
 
-from .sequencing import AppliedDigest, HeldRecords, HeldRow
+from .sequencing import AppliedDigest, HeldChanges, HeldRow
+from .stored_text import read_row, stored_parameters
 
 __all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "applied_digest", "claim_layout", "load_held",
            "replace_held", "store_digests", "store_held"]
@@ -29,6 +33,10 @@ HELD_SCHEMA = ("CREATE TABLE held (session_id TEXT NOT NULL, seq INTEGER NOT NUL
 #: The sha256 of every record applied, by session and first seq (so is every service's).
 DIGESTS_SCHEMA = ("CREATE TABLE applied (session_id TEXT NOT NULL, seq INTEGER NOT NULL, count INTEGER NOT NULL, "
                   "digest BLOB NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID")
+
+#: SQLite's primary result codes for a file that cannot take a write.
+_UNWRITABLE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED,
+                         sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CANTOPEN})
 
 #: How a service's state is rebuilt when its file cannot be used.
 _REBUILD = ("give the service a path of its own; to rebuild from the topic, move the file away (the auditor replays "
@@ -60,6 +68,21 @@ def claim_layout(db: Any, where: str, kind: str, layout: int, schema: Sequence[s
                               f"{layout} this service writes; {_REBUILD}")
 
 
+class _TextConnection(sqlite3.Connection):
+    """A connection whose statements write strings as :mod:`.stored_text`
+    keeps them (its ``row_factory`` reads them back)."""
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ()) -> sqlite3.Cursor:  # type: ignore[override]
+        return super().execute(statement, stored_parameters(parameters))
+
+    def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:  # type: ignore[override]
+        return super().executemany(statement, (stored_parameters(row) for row in rows))
+
+
+def _read_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return read_row(row)
+
+
 class Database:
     """A service's SQLite file (``None``: in memory) of one kind and layout."""
 
@@ -73,9 +96,11 @@ class Database:
             except OSError as error:
                 raise StateStoreError(f"{path}: cannot create its folder: {error.strerror or error}") from None
         try:
-            self.connection = sqlite3.connect(self.where, isolation_level=None, check_same_thread=False)
+            self.connection = sqlite3.connect(self.where, isolation_level=None, check_same_thread=False,
+                                              factory=_TextConnection)
         except sqlite3.Error as error:
             raise StateStoreError(f"{self.where}: cannot open the {kind} file: {error}") from None
+        self.connection.row_factory = _read_row
         try:
             self.connection.execute("PRAGMA journal_mode=WAL")
             self.connection.execute("PRAGMA synchronous=NORMAL")
@@ -94,15 +119,27 @@ class Database:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` on any failure."""
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; ``ROLLBACK`` on any failure
+        (unless SQLite rolled back by itself, as it does when the disk is
+        full). A write the file cannot take is a :class:`StateStoreError`."""
         db = self.connection
-        db.execute("BEGIN IMMEDIATE")
         try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                raise StateStoreError(f"{self.where}: the disk holding the {self.kind} file is full; nothing of "
+                                      "this transaction was written (free space, then start the service again)") \
+                    from None
+            if error.sqlite_errorcode & 0xFF in _UNWRITABLE:
+                raise StateStoreError(f"{self.where}: the {self.kind} file cannot be written: {error}") from None
             raise
-        db.execute("COMMIT")
 
     def close(self) -> None:
         self.connection.close()
@@ -113,14 +150,14 @@ def load_held(db: sqlite3.Connection, session_id: str) -> list[HeldRow]:
     return db.execute("SELECT seq, value, count FROM held WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
 
 
-def store_held(db: sqlite3.Connection, sessions: Iterable[HeldRecords]) -> None:
-    """Write what changed in these sessions' held records (inside a
-    transaction; one statement per kind of change, whatever the sessions)."""
+def store_held(db: sqlite3.Connection, sessions: Iterable[tuple[str, HeldChanges]]) -> None:
+    """Write what changed in sessions' held records (``(session_id,``
+    :meth:`HeldRecords.changes` ``)`` pairs, inside a transaction; one
+    statement per kind of change, whatever the sessions)."""
     removed, added = [], []
-    for held in sessions:
-        gone, new = held.changes()
-        removed += [(held.session_id, seq) for seq in gone]
-        added += [(held.session_id, seq, value, count) for seq, value, count in new]
+    for session_id, (gone, new) in sessions:
+        removed += [(session_id, seq) for seq in gone]
+        added += [(session_id, seq, value, count) for seq, value, count in new]
     db.executemany("DELETE FROM held WHERE session_id = ? AND seq = ?", removed)
     db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)", added)
 

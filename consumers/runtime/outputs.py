@@ -30,7 +30,7 @@ from .metrics import DEAD_LETTERS
 __all__ = ["DEAD_LETTER_VALUE_BYTES", "Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter",
            "redrive_headers", "redriven_from"]
 
-Headers = Sequence[tuple[str, bytes]]
+Headers = Sequence[tuple[str, bytes | None]]
 #: ``(source partition, topic, key, value, headers)``
 OutgoingRecord = tuple[int, str, bytes | None, bytes | None, Headers]
 
@@ -70,17 +70,20 @@ def redriven_from(headers: Iterable[tuple[str, bytes]]) -> tuple[Source, frozens
     return None
 
 
-def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[bytes | None, list[tuple[str, bytes]]]:
+def dead_letter(record: KafkaRecord, error: DshError,
+                service: str) -> tuple[bytes | None, list[tuple[str, bytes | None]]]:
     """The dead letter of ``record``: its value and headers plus why and where
     it was refused (a redriven record: where it was first read, so all the
     letters of one record share its coordinates). The letter of a deleted
     session's record keeps none of its value (only its size and SHA-256):
     what was erased is not copied. It always fits the topic: an original over
     :data:`DEAD_LETTER_VALUE_BYTES` is cut, with its size and SHA-256, and
-    oversized original headers are left out, with their size."""
-    value, original = record.value, list(record.headers or ())
-    headers: list[tuple[str, bytes]] = []
-    original_size = sum(len(key) + len(item) for key, item in original)
+    oversized original headers are left out, with their size. An original
+    header's null value stays null (Kafka allows it)."""
+    value = record.value
+    original = [(key, _header_value(item)) for key, item in record.headers or ()]
+    headers: list[tuple[str, bytes | None]] = []
+    original_size = sum(len(key) + len(item or b"") for key, item in original)
     if original_size <= _ORIGINAL_HEADER_BYTES:
         headers += original
     else:
@@ -98,6 +101,15 @@ def dead_letter(record: KafkaRecord, error: DshError, service: str) -> tuple[byt
         ("dsh-dlq-topic", topic.encode()), ("dsh-dlq-partition", str(partition).encode()),
         ("dsh-dlq-offset", str(offset).encode())]
     return value, headers
+
+
+def _header_value(value: object) -> bytes | None:
+    """A fetched header's value as Kafka carries it: bytes, or null."""
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return str(value).encode("utf-8", "backslashreplace")
 
 
 async def all_done(awaitables: Iterable[Awaitable[Any]]) -> None:

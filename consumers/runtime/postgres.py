@@ -5,10 +5,13 @@ store class runs on either.
 The statements are written once, in the dialect both servers share; the
 few words that differ are translated here and nowhere else: ``?``
 placeholders become ``%s``, ``BLOB`` becomes ``BYTEA``, ``INTEGER``
-``BIGINT`` (seqs and offsets reach 2^53), and SQLite's ``WITHOUT ROWID``
-is dropped. Many processes on many hosts may share one database: the
-layout is claimed and migrated under an advisory lock, and every
-transaction is one of PostgreSQL's.
+``BIGINT`` (seqs and offsets reach 2^53), ``TEXT`` compares by code point
+(``COLLATE "C"``, SQLite's order, whatever the database's default), and
+SQLite's ``WITHOUT ROWID`` is dropped. Text is kept as :mod:`.stored_text`
+writes it, as in the SQLite file (PostgreSQL's text holds no NUL, which a
+log's text may), in a database that must be UTF8. Many processes on many
+hosts may share one database: the layout is claimed and migrated under an
+advisory lock, and every transaction is one of PostgreSQL's.
 """
 
 from __future__ import annotations
@@ -16,18 +19,20 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import psycopg
 
 from dsh_core.errors import StateStoreError
 
 from .database import Migrations, claim_layout
+from .stored_text import read_row, stored_parameters
 
-__all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_parameters", "postgres_sql"]
+__all__ = ["PostgresDatabase", "display_location", "first_line", "is_postgres_location", "postgres_sql", "text_rows"]
 
-_TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b| WITHOUT ROWID")
-_TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
+_TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b|\bTEXT\b| WITHOUT ROWID")
+#: Text compares by code point, as SQLite's does, whatever the database's default collation.
+_TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", "TEXT": 'TEXT COLLATE "C"', " WITHOUT ROWID": ""}
 #: An insert of rows whose conflict clause takes no parameters of its own:
 #: many such rows go in by ``COPY`` (see :meth:`_Connection.executemany`).
 _ROW_INSERT = re.compile(r"INSERT INTO (\w+) \(([^)]*)\) VALUES \(\?(?:, \?)*\)([^?]*)")
@@ -50,16 +55,6 @@ def postgres_sql(statement: str) -> str:
     return _TYPES.sub(lambda match: _TYPE_NAMES[match.group(0)], statement).replace("?", "%s")
 
 
-def postgres_parameters(parameters: Sequence[Any]) -> Sequence[Any]:
-    """Parameters as PostgreSQL takes them: its text holds no NUL, which a
-    log's text may (JSON's ``\\u0000``), so a NUL in a string is written as
-    those six characters. Every lookup goes through the same translation,
-    so a session id holding one still finds its rows."""
-    if not any(type(value) is str and "\x00" in value for value in parameters):
-        return parameters
-    return [value.replace("\x00", "\\u0000") if type(value) is str else value for value in parameters]
-
-
 class _Connection:
     """A psycopg connection speaking the statements of the SQLite stores."""
 
@@ -69,7 +64,7 @@ class _Connection:
         self.staging: dict[tuple[str, str], str] = {}
 
     def execute(self, statement: str, parameters: Sequence[Any] = ()) -> psycopg.Cursor:
-        return self.connection.execute(postgres_sql(statement), postgres_parameters(parameters))
+        return self.connection.execute(postgres_sql(statement), stored_parameters(parameters))
 
     def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement for every row. Many rows of an insert are
@@ -79,7 +74,7 @@ class _Connection:
         parameters. The rows of one call hold each key once (as every
         caller writes them): ``ON CONFLICT DO UPDATE`` takes a key once per
         statement."""
-        rows = [postgres_parameters(row) for row in rows]
+        rows = [stored_parameters(row) for row in rows]
         insert = _ROW_INSERT.fullmatch(statement)
         if insert is not None and len(rows) >= _COPY_ROWS:
             self._copy_insert(*insert.groups(), rows)
@@ -110,11 +105,16 @@ class PostgresDatabase:
         self.where = display_location(dsn)
         self.kind = kind
         try:
-            self.raw = psycopg.connect(dsn, autocommit=True, application_name=f"dsh-pipeline {kind}")
+            self.raw = psycopg.connect(dsn, autocommit=True, application_name=f"dsh-pipeline {kind}",
+                                       row_factory=text_rows)
         except psycopg.Error as error:
-            raise StateStoreError(f"{self.where}: cannot connect for the {kind}: {_first_line(error)}") from None
+            raise StateStoreError(f"{self.where}: cannot connect for the {kind}: {first_line(error)}") from None
         self.connection = _Connection(self.raw)
         try:
+            encoding = self.raw.info.parameter_status("server_encoding")
+            if encoding != "UTF8":
+                raise StateStoreError(f"{self.where}: the database's encoding is {encoding}, whose text cannot hold "
+                                      f"every character a log may: the {kind} needs a UTF8 database")
             with self.transaction() as db:
                 db.execute("SELECT pg_advisory_xact_lock(?)", (_LAYOUT_LOCK,))
                 tables = {row[0] for row in db.execute(
@@ -133,9 +133,11 @@ class PostgresDatabase:
                 yield self.connection
             committed = True
         except psycopg.OperationalError as error:
-            raise StateStoreError(f"{self.where}: the {self.kind} is unreachable: {_first_line(error)}") from None
+            raise StateStoreError(f"{self.where}: the {self.kind} is unreachable: {first_line(error)}") from None
+        except (psycopg.DataError, psycopg.IntegrityError):
+            raise  # refused for what a row holds, as SQLite's own errors are: its caller names the row
         except psycopg.Error as error:
-            raise StateStoreError(f"{self.where}: the {self.kind} refused a write: {_first_line(error)}") from None
+            raise StateStoreError(f"{self.where}: the {self.kind} refused a write: {first_line(error)}") from None
         finally:
             if not committed:
                 self.connection.staging.clear()  # any made in it are gone with it
@@ -144,10 +146,16 @@ class PostgresDatabase:
         self.raw.close()
 
 
+def text_rows(cursor: Any) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """psycopg's row factory for the stores' rows: strings as written."""
+    return read_row
+
+
 def display_location(dsn: str) -> str:
     """A connection URI as messages may show it: without its password."""
     return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", dsn)
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
+    """The first line of an error's message (a driver's go on for lines)."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -20,8 +20,8 @@ from typing import Callable, Iterable, Protocol
 
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["AppliedDigest", "AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldRecords",
-           "HeldRow", "Placement", "Sequenced", "deliver", "drain"]
+__all__ = ["AppliedDigest", "AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldChanges",
+           "HeldRecords", "HeldRow", "Placement", "Sequenced", "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
@@ -44,6 +44,8 @@ class Placement(enum.Enum):
 
 #: ``(seq, value, count)`` of a held record, as a store keeps it.
 HeldRow = tuple[int, bytes, int]
+#: The seqs gone and the rows added since a store last wrote a session's held records.
+HeldChanges = tuple[list[int], list[HeldRow]]
 
 
 class HeldRecords:
@@ -76,7 +78,7 @@ class HeldRecords:
         """Every held record in seq order."""
         return [(seq, value, count) for seq, (value, count) in sorted(self.records.items())]
 
-    def changes(self) -> tuple[list[int], list[HeldRow]]:
+    def changes(self) -> HeldChanges:
         """The seqs gone and the records added since the last call, for a
         store to write; it is clean afterwards."""
         removed = sorted(self._removed)

@@ -9,9 +9,14 @@ import asyncio
 import collections
 import json
 import logging
+import shutil
 
 import pytest
 
+from dsh_core.storage.layout import find_session_files
+from consumers.projector.store_reader import StoreReader
+from dsh_core.storage.reader import load_session
+from dsh_core.jsonvalue import encode_json
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER
 from dsh_kafka.records import KIND_HEADER, SessionRecord
@@ -35,6 +40,11 @@ def _headers(kind: str, seq: object, count: object) -> list[tuple[str, bytes]]:
             ("dsh-format", b"0")]
 
 
+def _records_of(config: SimulatorConfig, index: int) -> list[Raw]:
+    _, batches = simulate_session(config, index)
+    return [_raw(record) for batch in batches for record in batch]
+
+
 def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="dsh")
     names = topics(partitions=1)
@@ -46,6 +56,14 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path, caplog
         honest.append([r for batch in batches for r in batch])
     victim, liar, shared = truths[0].session_id, truths[1].session_id, truths[2].session_id
     forged = json.loads(honest[0][0].value) | {"id": "someone-else"}
+    # a session whose token counts are past the store's 64-bit columns; one whose texts no store text holds
+    overflow, unusual = (_records_of(config, index) for index in (3, 4))
+    overflow = [(key, value.replace(b'"inputTokens":', b'"inputTokens":1' + b"0" * 30), headers)
+                for key, value, headers in overflow]
+    text = "\ud800 nul\x00 \udfff\U0010ffff0; "
+    unusual = [(key, value.replace(b'"type":"text","text":"', b'"type":"text","text":"' + encode_json(text)[1:-1]),
+                headers) for key, value, headers in unusual]
+    header = json.loads(honest[0][0].value)
     seq_zero = next(r for r in honest[1] if r.kind != KIND_HEADER and r.seq == 0)
     seq_two = next(r for r in honest[2] if r.kind != KIND_HEADER and r.seq == 2)
     # (key, value, headers) -> what each service does with it
@@ -60,13 +78,24 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path, caplog
          {"projector": {"corrupt-storage"}, "archiver": {"corrupt-storage"}}),  # the auditor reports it
         ((b"hostile-surrogate", b'{"type": "\\ud800", "seq": 0}', _headers("record", 0, 1)),
          {}),  # held: the session never gets a header
+        # a key that is no session id: PostgreSQL's text and file names hold no NUL
+        ((b"hostile\x00nul", json.dumps(header | {"id": "hostile\x00nul"}).encode(), _headers("header", 0, 0)),
+         {name: {"invalid-session-id"} for name in ("projector", "auditor", "archiver")}),
+        # a null header value, copied into the record's dead letter as it is
+        ((b"hostile-null", b"{}", _headers("record", 0, 1)[:2] + [("dsh-count", None), ("dsh-format", b"0")]),
+         {name: {"corrupt-storage"} for name in ("projector", "auditor", "archiver")}),
+        # header fields the stores keep as columns, of a type dsh never gives them
+        *(((key, json.dumps(header | {"id": key.decode(), "cwd": cwd}).encode(), _headers("header", 0, 0)),
+           {name: {"invalid-log"} for name in ("projector", "auditor", "archiver")})
+          for key, cwd in ((b"hostile-cwd-number", 10**30), (b"hostile-cwd-list", ["/"]))),
+        (overflow[0], {"projector": {"unstorable"}}),  # its token counts: the projector's store takes no such number
         # a second writer of a session: other bytes at a seq it wrote
         ((shared.encode(), seq_two.value.replace(b"{", b"{ ", 1), _headers("record", 2, 1)),
          {name: {"conflicting-writer"} for name in ("projector", "auditor", "archiver")}),
         ((liar.encode(), seq_zero.value, _headers("record", 0, 10**9)), {"archiver": {"corrupt-storage"}}),
     ]
     # the liar's record right after its header, the second writer's at the end, the rest before the honest sessions
-    stream = [raw for raw, _ in hostile[:-2]]
+    stream = [raw for raw, _ in hostile[:-2]] + overflow[1:] + unusual
     for index, records in enumerate(honest):
         stream += [_raw(records[0])] + ([hostile[-1][0]] if index == 1 else []) + [_raw(r) for r in records[1:]]
     stream.append(hostile[-2][0])
@@ -112,6 +141,20 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path, caplog
                  "reason identity"), (f"dsh.{service}", "INFO", "stopped: everything handled is persisted and "
                  "committed")} <= said, sorted(said)
     assert views_match(db, truths)
+    reader = StoreReader(db)
+    try:
+        view = reader.session(unusual[0][0].decode())
+        assert view["status"] == "idle" and view["messages"]
+        assert all(block["text"].startswith(text) for message in view["messages"] if message["role"] == "user"
+                   for block in message["content"] if block["type"] == "text")
+        assert reader.session(overflow[0][0].decode())["status"] == "refused"
+    finally:
+        reader.close()
+    beside = {path.parent.name: path for path in find_session_files(root)
+              if path.parent.name in (overflow[0][0].decode(), unusual[0][0].decode())}
+    assert len(beside) == 2 and all(load_session(path).accepted for path in beside.values())
+    for path in beside.values():  # not among the truths
+        shutil.rmtree(path.parent)
     assert_archive_is_the_truth(root, truths)
     written = {path.relative_to(tmp_path).parts[0] for path in tmp_path.rglob("*")}
     assert written <= {"views.sqlite", "views.sqlite-wal", "views.sqlite-shm", "auditor.sqlite", "auditor.sqlite-wal",

@@ -14,6 +14,7 @@ from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
 from consumers.projector.reader import DeadLetterFilter, FindingFilter
 from consumers.projector.store import ViewStore
 from consumers.projector.store_reader import StoreReader
+from dsh_core.jsonvalue import encode_json
 from dsh_kafka.clients import make_producer
 from tests import postgres_fixture
 from tests.waiting import until
@@ -96,5 +97,41 @@ def test_every_committed_outcome_is_indexed_once(kafka, topics, group_id, store_
         one = reader.dead_letter(letters[0]["id"])
         assert one["size"] == 17 * 40 and one["head"] == ('{"seq": "broken"}' * 40)[:256]
         assert (one["topic"], one["partition"], one["offset"]) == (names.events, 0, one["seq"])
+    finally:
+        reader.close()
+
+
+def test_outcomes_no_store_text_or_column_holds_are_indexed_exactly(kafka, topics, group_id, store_location):
+    """A finding whose detail holds a lone surrogate and NUL, a dead letter
+    with numbers of thousands of digits (past what Python's int() parses)
+    and null headers: each indexed (the texts exactly), none stops it."""
+    names = topics(partitions=1)
+    ViewStore(store_location).close()
+    detail = "a \ud800 lone \x00 surrogate \U0010ffff"
+    digits = ("9" * 5000).encode()
+
+    async def scenario() -> None:
+        producer = make_producer(kafka, transactional_id=f"test-outcomes-{names.findings}")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send(names.findings, encode_json({"rule": "invariant", "severity": "error",
+                                                                 "session": "s-\udfff", "seq": 3, "detail": detail}),
+                                    key="s-\udfff".encode("utf-8", "surrogatepass"))
+                await producer.send(names.dead_letter, b"{}", key=b"s-\x00", headers=[
+                    ("dsh-seq", digits), ("dsh-dlq-offset", b"-" + digits), ("dsh-dlq-value-size", digits),
+                    ("dsh-dlq-service", b"auditor"), ("dsh-dlq-reason", None), ("dsh-count", None)])
+        finally:
+            await producer.stop()
+        await _index_until(kafka, names, group_id("outcomes"), store_location, (1, 1))
+
+    asyncio.run(scenario())
+    reader = StoreReader(store_location)
+    try:
+        [finding] = reader.findings(FindingFilter(session_id="s-\udfff"))["items"]
+        assert (finding["detail"], finding["seq"]) == (detail, 3)
+        [letter] = reader.dead_letters(DeadLetterFilter(session_id="s-\x00"))["items"]
+        assert (letter["service"], letter["reason"], letter["offset"], letter["seq"], letter["size"]) == (
+            "auditor", "unknown", None, None, 2)
     finally:
         reader.close()

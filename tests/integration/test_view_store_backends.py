@@ -3,9 +3,12 @@ SQLite file and on a real PostgreSQL database (a fresh one per test)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 
+import msgspec
+import psycopg
 import pytest
 
 from consumers.projector import Projection, ProjectorConfig, ViewStore
@@ -15,11 +18,12 @@ from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import Database, store_digests
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
 from dsh_core.errors import FencedError, StateStoreError
-from dsh_core.jsonvalue import dump_json, thaw
-from dsh_kafka.records import KIND_RECORD
-from producers.simulator import messages_digest
+from dsh_pipeline.local_postgres import create_database
+from dsh_core.jsonvalue import dump_json, encode_json, thaw
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD
+from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests import postgres_fixture
-from tests.policy_driver import KAFKA, fetched, run_batch
+from tests.policy_driver import KAFKA, NAMES, fetched, run_batch
 from tests.view_store_helpers import simulated_fleet, stored_fleet
 
 postgres_dsn, store_location = postgres_fixture.postgres_dsn, postgres_fixture.store_location
@@ -330,3 +334,136 @@ def test_a_layout_5_store_notes_the_records_it_redrove(store_location):
         assert store.deleted(["s-1"]) == set()
     finally:
         store.close()
+
+
+def _renamed(records, session_id: str):
+    """A simulated session's records as those of ``session_id``."""
+    old, new = json.dumps(records[0].session_id).encode(), encode_json(session_id)
+    return [msgspec.structs.replace(record, session_id=session_id, value=record.value.replace(old, new))
+            for record in records]
+
+
+@pytest.mark.parametrize("batches", [1, 2])
+def test_two_session_ids_told_apart_only_by_nul_never_share_a_row(store_location, batches):
+    """PostgreSQL's text holds no NUL: ``s<NUL>`` and ``s\\u0000`` (six
+    characters) are two sessions. The one whose key holds NUL is no session
+    id (every service refuses it, by one name); the other is projected
+    alone, in one batch or two; and the store, given both, keeps both."""
+    [(truth, records)] = simulated_fleet(1, seed=76)
+    spelled, nul = truth.session_id + "\\u0000", truth.session_id + "\x00"
+    both = [_renamed(records, spelled), _renamed(records, nul)]
+    outputs = []
+    for batch in ([both[0] + both[1]] if batches == 1 else both):
+        outputs.append(run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store_location)), fetched(batch)))
+    letters = [letter for out in outputs for letter in out.on(NAMES.dead_letter)]
+    assert {(key, headers["dsh-dlq-reason"]) for key, _, headers in letters} == {
+        (nul.encode(), b"invalid-session-id")}
+    assert len(letters) == len(records)
+    store = ViewStore(store_location)
+    try:
+        view = store.view(spelled)
+        assert (view["sessionId"], view["status"], view["nextSeq"], view["messagesDigest"]) == (
+            spelled, "idle", truth.next_seq, truth.messages_digest)
+        assert store.stored([spelled, nul]) == {spelled}
+        views = {session_id: {"sessionId": session_id, "status": "open", "header": None, "nextSeq": n, "turns": [],
+                              "usage": []} for n, session_id in enumerate(("s\x00", "s\\u0000"), 1)}
+        changes = [SessionChange(session_id, 0, view, None, None, (), (), None, {}) for session_id, view in
+                   views.items()]
+        for written in ([changes] if batches == 1 else [[change] for change in changes]):
+            store.write(written, store.claim([0]))
+        assert {session_id: store.view(session_id) for session_id in views} == views
+    finally:
+        store.close()
+
+
+def _with_text(records, text: str):
+    """The records with ``text`` put before the text of every user message."""
+    escaped = encode_json(text)[1:-1]
+    return [msgspec.structs.replace(record, value=record.value.replace(b'"type":"text","text":"',
+                                                                       b'"type":"text","text":"' + escaped))
+            if b'"type":"user/message"' in record.value else record for record in records]
+
+
+@pytest.mark.parametrize("version", [0, 4])
+def test_text_no_store_text_holds_is_kept_exactly_and_found(store_location, version):
+    """A lone surrogate, NUL and the store's own escape character in message
+    text: the session is projected, its surface rows read back exactly and
+    a search for the text finds it, on both backends alike."""
+    text = "\ud800 nul\x00 \udfff\U0010ffff0; "
+    config = SimulatorConfig(sessions=1, seed=77, min_turns=1, max_turns=2, formats=(version,))
+    truth, batches = simulate_session(config, 0)
+    _project(store_location, _with_text([record for batch in batches for record in batch], text))
+    reader = StoreReader(store_location)
+    try:
+        session = reader.session(truth.session_id)
+        assert (session["status"], session["nextSeq"]) == ("idle", truth.next_seq)
+        texts = [block["text"] for message in session["messages"] if message["role"] == "user"
+                 for block in message["content"] if block["type"] == "text"]
+        assert texts and all(value.startswith(text) for value in texts)
+        assert [item["sessionId"] for item in reader.sessions(SessionFilter(text=text.upper()))["items"]] == [
+            truth.session_id]
+        assert reader.sessions(SessionFilter(text="\ud800 nul\x00 \udffe"))["items"] == []
+    finally:
+        reader.close()
+
+
+def test_rows_a_store_refuses_for_their_content_refuse_their_session_alone(store_location):
+    """Token counts past the store's 64-bit columns: that session's records
+    of the batch are dead-lettered (unstorable) and the session is refused;
+    the batch's other sessions are stored, and the projector goes on."""
+    (truth, records), (other, others) = simulated_fleet(2, seed=79)
+    huge = [msgspec.structs.replace(record, value=record.value.replace(b'"inputTokens":', b'"inputTokens":9' + b"0" * 25))
+            for record in records]
+    outputs = run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store_location)), fetched(huge + others))
+    letters = outputs.on(NAMES.dead_letter)
+    assert {(key, headers["dsh-dlq-reason"]) for key, _, headers in letters} == {
+        (truth.session_id.encode(), b"unstorable")}
+    assert len(letters) == sum(1 for record in records if record.kind in (KIND_HEADER, KIND_RECORD))  # all it took
+    assert b"the view store refused the rows of session(s) " in letters[0][2]["dsh-dlq-error"]
+    store = ViewStore(store_location)
+    try:
+        refused = store.view(truth.session_id)
+        assert (refused["status"], refused["usage"]) == ("refused", [])
+        assert refused["error"].startswith("[unstorable] UnstorableError: ")
+        assert (store.view(other.session_id)["status"], store.view(other.session_id)["nextSeq"]) == (
+            "idle", other.next_seq)
+    finally:
+        store.close()
+
+
+def _database(postgres_dsn, options: str) -> str:
+    """A fresh database created with ``options``."""
+    location = create_database(postgres_dsn, "test")
+    name = location.rsplit("/", 1)[1]
+    with psycopg.connect(postgres_dsn, autocommit=True) as connection:
+        connection.execute(f"DROP DATABASE {name}")
+        connection.execute(f"CREATE DATABASE {name} TEMPLATE template0 {options}")
+    return location
+
+
+def test_sessions_are_listed_in_one_order_on_both_backends_whatever_the_collation(tmp_path, postgres_dsn):
+    """Text compares by code point on both backends: a PostgreSQL database
+    whose default collation is a language's lists like the SQLite file."""
+    locations = [tmp_path / "views.sqlite", _database(postgres_dsn, "LOCALE_PROVIDER icu ICU_LOCALE 'und'")]
+    orders = []
+    for location in locations:
+        store = ViewStore(location)
+        try:
+            store.write([SessionChange(session_id, 0, {"sessionId": session_id, "status": "open", "header": None,
+                                                       "nextSeq": 1, "turns": [], "usage": []}, None, None, (), (),
+                                       None, {}, 5) for session_id in ("a-1", "B-1", "é-1", "b-1")], store.claim([0]))
+        finally:
+            store.close()
+        reader = StoreReader(location)
+        try:
+            orders.append([item["sessionId"] for item in reader.sessions(SessionFilter())["items"]])
+        finally:
+            reader.close()
+    assert orders == [["é-1", "b-1", "a-1", "B-1"]] * 2
+
+
+def test_a_database_whose_text_cannot_hold_every_character_is_refused(postgres_dsn):
+    location = _database(postgres_dsn, "ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'")
+    with pytest.raises(StateStoreError, match=r"the database's encoding is SQL_ASCII, whose text cannot hold every "
+                                              r"character a log may: the view-store needs a UTF8 database"):
+        ViewStore(location)

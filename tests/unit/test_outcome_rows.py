@@ -16,7 +16,17 @@ def test_a_hostile_dead_letter_becomes_a_row_of_safe_values():
     row = letter_row(record)
     assert row[:3] == (record.topic, 1, 7)
     assert (row[7], row[8], row[10]) == (None, None, None)  # partition, offset, seq: not safe integers
-    assert row[4] == "\\xff" and row[9] == "\\xff\\xfesession" and row[12] == 1000 and len(row[13]) == 256
+    assert row[4] == "\\xff" and row[12] == 1000 and len(row[13]) == 256
+    assert row[9] is None  # a key that is no UTF-8 is no session's (not one spelled like its escaped bytes)
+
+
+def test_a_dead_letter_with_numbers_of_thousands_of_digits_or_null_headers_becomes_a_row():
+    digits = "9" * 5000  # past the digits Python's int() parses
+    record = Fetched(b"s-1", b"x", [("dsh-seq", digits.encode()), ("dsh-dlq-offset", ("-" + digits).encode()),
+                                    ("dsh-dlq-value-size", digits.encode()), ("dsh-dlq-reason", None),
+                                    ("dsh-dlq-service", b"projector")], 8, timestamp=5)
+    row = letter_row(record)
+    assert (row[3], row[4], row[8], row[9], row[10], row[12]) == ("projector", "unknown", None, "s-1", None, 1)
 
 
 def test_a_value_that_is_no_finding_is_kept_as_unreadable():

@@ -175,6 +175,18 @@ def test_an_oversized_dead_letter_is_cut_with_its_size_and_digest():
     assert len(named["dsh-dlq-value-sha256"]) == 64 and named["dsh-dlq-offset"] == b"7"
 
 
+def test_a_record_with_null_headers_is_dead_lettered_with_them_by_every_service(tmp_path):
+    """Kafka allows a null header value: the envelope names it and the dead
+    letter keeps it null."""
+    headers = [("dsh-kind", b"record"), ("dsh-seq", None), ("dsh-count", b"1"), ("dsh-format", b"0"), ("x", None)]
+    for policy in (Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
+                   Audit(AuditorConfig(kafka=KAFKA)), Archive(ArchiverConfig(kafka=KAFKA, root=tmp_path / "a"))):
+        [(key, value, letter)] = run_batch(policy, [Fetched(b"s-1", b"{}", headers, 3)]).on(NAMES.dead_letter)
+        assert (key, value, letter["dsh-dlq-reason"], letter["dsh-seq"], letter["x"]) == (
+            b"s-1", b"{}", b"corrupt-storage", None, None)
+        assert letter["dsh-dlq-error"] == b"DecodeError: dsh.session-events[0]@3: header dsh-seq is null"
+
+
 def test_label_values_from_log_content_are_bounded():
     from consumers.runtime.metrics import LabelValues
     labels = LabelValues(2)
