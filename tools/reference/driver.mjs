@@ -4,21 +4,14 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { foldedState } from "./session-state.mjs";
 
 const dir = process.env.DSH_REFERENCE_DIR;
 const ref = await import(pathToFileURL(join(dir, "node_modules/@deepseek-ai/dsh-session/lib/index.js")).href);
 const { Session, decodeStorageRecord, packChunkRuns } = ref;
 
 function stateOf(session) {
-  return {
-    accepted: true,
-    events: session.events.length,
-    surfaceNodes: [...session.surface.nodes],
-    replaceGeneration: session.surface.replaceGeneration,
-    derivedMessages: session.deriveMessages(),
-    requestHeader: session.requestHeader() ?? null,
-    requestContext: session.requestContext() ?? null,
-  };
+  return { accepted: true, events: session.events.length, ...foldedState(session) };
 }
 
 function refused(error) {

@@ -1,0 +1,1 @@
+"""The conformance corpus and the script that regenerates its expected outputs."""
