@@ -71,7 +71,7 @@ def test_the_index_keeps_each_session_s_latest_counts(tmp_path):
         store.index_outcomes([], [], rows[1:], {(NAMES.verdicts, 0): 10})
         assert [tuple(row) for row in store.db.execute("SELECT session_id, counts, \"offset\" FROM audit_verdicts")] == [
             ("s-1", '{"attested":{"verified":9},"wire":{"agent":{"verified":1}}}', 9)]
-        store.delete_session("s-1")
+        store.delete_session("s-1", 1700000000000)
         assert store.db.execute("SELECT count(*) FROM audit_verdicts").fetchone()[0] == 0
     finally:
         store.close()
