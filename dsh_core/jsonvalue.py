@@ -327,6 +327,8 @@ def _needs_exact_writer(fast: bytes) -> bool:
 
 
 _encoder = msgspec.json.Encoder()
+#: The least integer magnitude a double cannot hold (rounds to Infinity).
+_DOUBLE_OVERFLOW = 2**1024 - 2**970
 _sorted_encoder = msgspec.json.Encoder(order="sorted")
 _ASTRAL = re.compile(rb"[\xf0-\xf4]")  # the lead byte of a 4-byte UTF-8 character
 
@@ -357,9 +359,10 @@ def _write(value: Any, out: list[str], canonical: bool) -> None:
     elif kind is bool:
         out.append("true" if value else "false")
     elif kind is int:
-        # Beyond 2^53 ECMAScript holds (and prints) the nearest double.
+        # Beyond 2^53 ECMAScript holds (and prints) the nearest double;
+        # beyond the doubles, Infinity, which JSON.stringify writes as null.
         out.append(str(value) if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-                   else es_number(float(value)))
+                   else es_number(float(value)) if abs(value) < _DOUBLE_OVERFLOW else "null")
     elif kind is float:
         out.append(es_number(value))
     elif kind is str:
