@@ -9,6 +9,9 @@ Decoding follows ECMAScript's ``JSON.parse`` as dsh does: an integral float
 (``1.0``, ``-0.0``) is the same number as the integer, so it decodes to ``int``;
 other floats stay ``float``. Encoding follows ``JSON.stringify`` byte for byte
 (ECMAScript number form, integer-like keys first, lone surrogates escaped).
+A text nested deeper than :data:`MAX_DEPTH` is refused before any decoder
+recurses into it (:func:`check_depth`), so nothing that walks a decoded value
+recursively can reach Python's recursion limit.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import random
 import sys
 import tempfile
