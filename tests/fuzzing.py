@@ -167,6 +167,12 @@ def _odd_value(rng: random.Random, lines: list[bytes]) -> typing.Any:
     return rng.choice(_ODD)
 
 
+def _path(rng: random.Random, value: typing.Any) -> tuple:
+    paths = _paths(value)
+    shallow = [path for path in paths if len(path) <= 3]  # data.header.tools, data.message.content, ...
+    return rng.choice(shallow if rng.randrange(2) else paths)
+
+
 def _at(value: typing.Any, path: tuple) -> typing.Any:
     for part in path:
         value = value[part]
@@ -180,8 +186,8 @@ def _mutate_once(rng: random.Random, lines: list[bytes], others: tuple[Log, ...]
     if kind == 0 and line:  # a byte changed, added or lost
         at = rng.randrange(len(line))
         lines[index] = line[:at] + bytes([rng.randrange(256)]) * rng.randrange(2) + line[at + rng.randrange(2):]
-    elif kind in (1, 2, 3):  # a value of another type anywhere
-        _json_line(rng, lines, lambda v: _put(v, rng.choice(_paths(v)), _odd_value(rng, lines)))
+    elif kind in (1, 2, 3):  # a value of another type anywhere, as often in an event's own fields as below them
+        _json_line(rng, lines, lambda v: _put(v, _path(rng, v), _odd_value(rng, lines)))
     elif kind == 4:  # a key dropped
         def drop(value: typing.Any) -> typing.Any:
             objects = [path for path in _paths(value) if isinstance(_at(value, path), dict) and _at(value, path)]
