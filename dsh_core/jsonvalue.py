@@ -226,7 +226,12 @@ def _nesting(data: bytes, limit: int) -> int:
 def check_depth(data: bytes | str | msgspec.Raw, limit: int = MAX_DEPTH) -> None:
     """Raise :class:`DecodeError` if the JSON text ``data`` nests arrays and
     objects deeper than ``limit``; checked before any decoder recurses."""
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if isinstance(data, str):
+        raw = data.encode("utf-8", "surrogatepass")
+    elif isinstance(data, (bytes, bytearray, memoryview, msgspec.Raw)):
+        raw = data if isinstance(data, bytes) else bytes(data)
+    else:
+        return  # no JSON text at all: the decoder says so (bytes(n) would be n zero bytes)
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return  # the common case: too few brackets to nest that deep
     if _nesting(raw, limit) > limit:

@@ -50,6 +50,7 @@ def test_the_decoder_takes_the_limit_and_refuses_one_more():
             decode_json(data)
     with pytest.raises(DecodeError, match=TOO_DEEP):
         check_depth(b"[[" + b"[]" * 10_000 + b"[" * MAX_DEPTH)  # unbalanced: every open bracket counts
+    check_depth(10**15)  # no text at all (tool-call arguments may be anything): left to the decoder, not bytes(n)
 
 
 def _lines(path: Path) -> list[bytes]:
