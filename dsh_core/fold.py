@@ -36,7 +36,7 @@ from msgspec import UNSET, UnsetType
 
 from .errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, ValidationError
 from .events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES, is_row
-from .jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json, float_hook
+from .jsonvalue import MAX_SAFE_INTEGER, bounded, decode_json, encode_json, float_hook
 from .session import SessionState
 from .session_header import SessionHeader, parse_header_line
 from .shapes import check_envelope, check_message_shape, check_retired
@@ -86,7 +86,7 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
     ignorable: Literal[True] | UnsetType = UNSET
 
 
-_decode_envelope = msgspec.json.Decoder(_Envelope, float_hook=float_hook).decode
+_decode_envelope = bounded(msgspec.json.Decoder(_Envelope, float_hook=float_hook).decode)
 
 class StagedFold:
     """The staged load of one session, fed one storage line at a time.
@@ -137,7 +137,7 @@ class StagedFold:
             # ChunkRow; anything unusual takes the full path.
             try:
                 envelope = _decode_envelope(line)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError, DecodeError):
                 envelope = None
             if envelope is not None and envelope.seq == self.count and envelope.type not in ROW_TAGS:
                 self._line_no += 1
@@ -199,7 +199,7 @@ class StagedFold:
         raises :class:`DecodeError` for a value that is no storage record."""
         try:
             envelope = _decode_envelope(line)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, DecodeError):
             envelope = None
         if envelope is not None and envelope.type not in ROW_TAGS:
             self.count += 1

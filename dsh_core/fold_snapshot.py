@@ -38,7 +38,7 @@ from .analysis import AnalysisSnapshot, LogAnalysis
 from .errors import CorruptionError, DecodeError, FormatUnsupportedError
 from .fold import FoldObserver, StagedFold
 from .folds import SessionFold
-from .jsonvalue import decode_json, dump_json, float_hook, freeze
+from .jsonvalue import STORED_DEPTH, decode_json, dump_json, float_hook, freeze
 from .session import SessionState, SessionStateSnapshot
 from .session_header import SessionHeader
 from .storage.repair import OpenTurnSnapshot, OpenTurnTracker
@@ -189,7 +189,7 @@ def _read(blob: bytes, where: str) -> FoldSnapshot:
         # Another version or no snapshot at all, or payloads only
         # decode_json reads (lone surrogate escapes): decode, then check.
         try:
-            value = decode_json(blob)
+            value = decode_json(blob, STORED_DEPTH)
         except DecodeError as exc:
             raise DecodeError(f"{where}: not a fold snapshot: {exc.message}") from None
         version = value.get("version") if isinstance(value, dict) else None

@@ -32,8 +32,8 @@ SessionFold = StagedFold | V4Fold | V3Fold
 def _decode_header(line: bytes, where: str) -> Any:
     try:
         return decode_json(line)
-    except DecodeError:
-        raise CorruptionError(f"{where}: corrupt session log: header line is not valid JSON") from None
+    except DecodeError as exc:
+        raise CorruptionError(f"{where}: corrupt session log: header line is not valid JSON ({exc.message})") from None
 
 
 def header_version(parsed: Any) -> Any:

@@ -12,9 +12,19 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from .jsonvalue import canonical_json
+
 __all__ = ["Violation", "InvariantChecker"]
 
 _TURN_SCOPED = frozenset({"todo/write", "request/header", "request/context"})
+
+
+def _call_key(call_id: Any) -> Any:
+    """A call id as the pending set (and its saved state) holds it: an object
+    or array, no id dsh writes but one a log may hold, by its canonical text."""
+    if isinstance(call_id, (dict, list, tuple)):
+        return "\0json:" + canonical_json(call_id).decode("utf-8", "surrogatepass")
+    return call_id
 
 
 class Violation(NamedTuple):
@@ -104,7 +114,7 @@ class InvariantChecker:
         elif event_type in ("assistant/chunk", "assistant/message", "tool/call"):
             self._in_step(event_type, turn, step, violation)
             if event_type == "tool/call":
-                self.pending.add(d.get("callId"))
+                self.pending.add(_call_key(d.get("callId")))
         elif event_type == "tool/result":
             if surface_op == "append":
                 self._in_step(event_type, turn, step, violation)
@@ -115,9 +125,9 @@ class InvariantChecker:
                 block = content[0] if content and isinstance(content[0], dict) else {}
                 error = d.get("error") if isinstance(d.get("error"), dict) else {}
                 not_started = block.get("isError") is True and error.get("code") == "TOOL_NOT_STARTED"
-                if call_id not in self.pending and not not_started:
+                if _call_key(call_id) not in self.pending and not not_started:
                     violation("tool-result-unpaired", f"tool/result for call {call_id!r} with no pending tool/call in this step")
-                self.pending.discard(call_id)
+                self.pending.discard(_call_key(call_id))
             elif self.open_turn is None:
                 violation("rewrite-outside-turn", "tool/result replacement between turns")
         elif event_type in _TURN_SCOPED:

@@ -9,6 +9,9 @@ Decoding follows ECMAScript's ``JSON.parse`` as dsh does: an integral float
 (``1.0``, ``-0.0``) is the same number as the integer, so it decodes to ``int``;
 other floats stay ``float``. Encoding follows ``JSON.stringify`` byte for byte
 (ECMAScript number form, integer-like keys first, lone surrogates escaped).
+A text nested deeper than :data:`MAX_DEPTH` is refused before any decoder
+recurses into it (:func:`check_depth`), so nothing that walks a decoded value
+recursively can reach Python's recursion limit.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import hashlib
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import msgspec
 
@@ -25,6 +28,10 @@ from .errors import DecodeError, LosslessJsonError
 
 __all__ = [
     "MAX_SAFE_INTEGER",
+    "MAX_DEPTH",
+    "STORED_DEPTH",
+    "check_depth",
+    "bounded",
     "FrozenDict",
     "is_safe_int",
     "check_lossless",
@@ -81,8 +88,8 @@ def _path(parts: list[str | int]) -> str:
 def _copy_lossless(value: Any, where: str, frozen: bool) -> Any:
     """Validate ``value`` as lossless JSON and return a detached copy.
 
-    Iterative, so deep nesting is bounded by memory rather than the stack.
-    Aliased sub-objects are accepted (copied twice); a cycle is rejected.
+    Recursive, a frame per level: a decoded value nests at most
+    :data:`MAX_DEPTH` deep. Aliased sub-objects are accepted (copied twice); a cycle is rejected.
     """
     ancestors: set[int] = set()
     path: list[str | int] = []
@@ -186,6 +193,58 @@ def float_hook(text: str) -> float | int:
 
 _decoder = msgspec.json.Decoder(float_hook=float_hook)
 
+#: The deepest nesting of arrays and objects a JSON text may have (serde_json's
+#: default). dsh's logs nest 13 deep at most; every decoder, and everything that
+#: walks a decoded value recursively, stays far below Python's recursion limit.
+MAX_DEPTH = 128
+#: What the pipeline's own stores (fold snapshots, views, state) may nest: a
+#: value of a log, inside the few levels a snapshot or view wraps it in.
+STORED_DEPTH = MAX_DEPTH + 16
+
+# Outside strings, only these bytes matter to the nesting: `{` and `[` open, `}` and `]` close.
+_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+T = TypeVar("T")
+
+
+def _nesting(data: bytes, limit: int) -> int:
+    """An upper bound of the nesting depth of ``data`` (exact for valid JSON).
+
+    String contents are cut out (escaped backslashes and quotes first), the
+    brackets left are paired innermost first, one level per pass; an open
+    bracket left unpaired counts as one more level. C-speed scans only."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(data.split(b'"')[0::2]).translate(_BRACKETS, _NOT_BRACKETS)
+    depth = 0
+    while b"[]" in brackets and depth <= limit:
+        brackets = brackets.replace(b"[]", b"")
+        depth += 1
+    return depth + brackets.count(b"[")
+
+
+def check_depth(data: bytes | str | msgspec.Raw, limit: int = MAX_DEPTH) -> None:
+    """Raise :class:`DecodeError` if the JSON text ``data`` nests arrays and
+    objects deeper than ``limit``; checked before any decoder recurses."""
+    if isinstance(data, str):
+        raw = data.encode("utf-8", "surrogatepass")
+    elif isinstance(data, (bytes, bytearray, memoryview, msgspec.Raw)):
+        raw = data if isinstance(data, bytes) else bytes(data)
+    else:
+        return  # no JSON text at all: the decoder says so (bytes(n) would be n zero bytes)
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return  # the common case: too few brackets to nest that deep
+    if _nesting(raw, limit) > limit:
+        raise DecodeError(f"not a JSON value this reader takes: arrays and objects nested more than {limit} deep")
+
+
+def bounded(decode: Callable[[Any], T]) -> Callable[[Any], T]:
+    """``decode`` (a msgspec decoder's, or ``json.loads``) behind :func:`check_depth`."""
+    def decode_bounded(data: Any) -> T:
+        check_depth(data)
+        return decode(data)
+    return decode_bounded
+
 
 def _json_fallback_float(text: str) -> float | int:
     value = float(text)
@@ -194,19 +253,14 @@ def _json_fallback_float(text: str) -> float | int:
     return float_hook(text)
 
 
-def decode_json(data: bytes | str | msgspec.Raw) -> Any:
-    """Decode one JSON text the way ``JSON.parse`` does.
+def decode_json(data: bytes | str | msgspec.Raw, max_depth: int = MAX_DEPTH) -> Any:
+    """Decode one JSON text the way ``JSON.parse`` does, nested at most
+    ``max_depth`` deep (:class:`DecodeError` otherwise).
 
     The fast path is msgspec; texts it refuses but ECMAScript accepts (lone
     surrogate escapes, integers beyond 64 bits) go through the stdlib parser.
     """
-    try:
-        return _decode(data)
-    except RecursionError:  # msgspec's and the stdlib's own limit
-        raise DecodeError("not a JSON value this reader takes: nested too deeply") from None
-
-
-def _decode(data: bytes | str | msgspec.Raw) -> Any:
+    check_depth(data, max_depth)
     try:
         return _decoder.decode(data)
     except msgspec.DecodeError as exc:
@@ -281,6 +335,8 @@ def _needs_exact_writer(fast: bytes) -> bool:
 
 
 _encoder = msgspec.json.Encoder()
+#: The least integer magnitude a double cannot hold (rounds to Infinity).
+_DOUBLE_OVERFLOW = 2**1024 - 2**970
 _sorted_encoder = msgspec.json.Encoder(order="sorted")
 _ASTRAL = re.compile(rb"[\xf0-\xf4]")  # the lead byte of a 4-byte UTF-8 character
 
@@ -311,9 +367,10 @@ def _write(value: Any, out: list[str], canonical: bool) -> None:
     elif kind is bool:
         out.append("true" if value else "false")
     elif kind is int:
-        # Beyond 2^53 ECMAScript holds (and prints) the nearest double.
+        # Beyond 2^53 ECMAScript holds (and prints) the nearest double;
+        # beyond the doubles, Infinity, which JSON.stringify writes as null.
         out.append(str(value) if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-                   else es_number(float(value)))
+                   else es_number(float(value)) if abs(value) < _DOUBLE_OVERFLOW else "null")
     elif kind is float:
         out.append(es_number(value))
     elif kind is str:

@@ -37,7 +37,8 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from .jsonvalue import canonical_json, sha256_jcs
+from .errors import DecodeError
+from .jsonvalue import bounded, canonical_json, sha256_jcs
 
 __all__ = ["ALGORITHM", "KINDS", "WIRES", "Wire", "classify", "differences", "normalize", "request_parts",
            "wire_digest"]
@@ -75,12 +76,15 @@ def _texts(content: Any) -> list[Any]:
     return [] if content is None else [{"type": "unknown", "value": content}]
 
 
+_loads = bounded(json.loads)
+
+
 def _arguments(text: Any) -> Any:
     if not isinstance(text, str):
         return text
     try:
-        return json.loads(text)
-    except ValueError:
+        return _loads(text)
+    except (ValueError, DecodeError):  # not JSON, or nested too deeply: the text it is
         return text
 
 

@@ -250,7 +250,8 @@ class Archive(Policy[ArchivedSession]):
     def _write_copies(self, sessions: list[ArchivedSession]) -> None:
         """The v4 copies of these sessions (after their files), then of the
         parents of those that are subagents."""
-        parents = {str(s.header.parentSession) for s in sessions if s.header.origin == "subagent"}
+        parents = {str(s.header.parentSession) for s in sessions
+                   if s.header.origin == "subagent" and s.header.parentSession}  # "" names no session
         done = set()
         for session in sessions:
             self._write_copy(session.header.id, session.writer.path, session)

@@ -8,8 +8,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsh_core.errors import Category
-from dsh_core.jsonvalue import MAX_SAFE_INTEGER, encode_json
+from dsh_core.errors import Category, DecodeError
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, check_depth, encode_json
 
 __all__ = ["Finding", "Report", "category_of", "lossless_problem"]
 
@@ -125,7 +125,8 @@ def lossless_problem(value: bytes) -> str | None:
         return parsed_float
 
     try:
+        check_depth(value)
         json.loads(value, parse_int=number, parse_float=number)
-    except ValueError:
+    except (ValueError, DecodeError):
         return None  # not JSON at all: the fold refuses it with a better reason
     return "; ".join(found) or None

@@ -47,12 +47,12 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import ConflictingWriterError, DecodeError, DeletedSessionError, DshError, InternalError
-from dsh_kafka.records import (KIND_ATTESTATION, KIND_DELETION, KIND_HEADER, KIND_WIRE, KafkaRecord, SessionRecord,
-                               check_format, check_same_header, decode_kafka_record, where_of)
+from dsh_kafka.records import (KIND_ATTESTATION, KIND_DELETION, KIND_HEADER, KIND_RECORD, KIND_WIRE, KafkaRecord,
+                               SessionRecord, check_format, check_same_header, decode_kafka_record, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.policy import CommittedOffset, Policy
-from ..runtime.sequencing import AppliedDigest, deliver, drain
+from ..runtime.sequencing import AppliedDigest, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
 from .findings import Finding, lossless_problem
 from .replay import replay
@@ -148,6 +148,8 @@ class Audit(Policy[AuditedSession]):
         if session.deleted:
             raise DeletedSessionError(session.session_id, decoded.seq, where_of(record))
         if session.refused:
+            if decoded.kind == KIND_RECORD:  # a second writer still shows, and is named (refuse())
+                check_copy(session, decoded.seq, decoded.value, decoded.count)
             return
         session.clock = record.timestamp
         if record.timestamp > self._clocks.get(record.partition, 0):

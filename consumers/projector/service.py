@@ -36,7 +36,7 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DeletedSessionError, DshError, InternalError, UnstorableError
+from dsh_core.errors import ConflictingWriterError, DeletedSessionError, DshError, InternalError, UnstorableError
 from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
@@ -47,7 +47,7 @@ from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import CommittedOffset, Policy
-from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, deliver, drain
+from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
 from .store import SessionChange, ViewStore, view_head
 
@@ -246,6 +246,8 @@ class Projection(Policy[ProjectedSession]):
             return
         session = self._session(decoded.session_id, record.partition)
         if session.status == "refused":
+            if decoded.kind == KIND_RECORD:
+                self._copy_of_refused(session, decoded)
             SKIPPED.labels("session-refused").inc()
             return
         try:
@@ -272,6 +274,16 @@ class Projection(Policy[ProjectedSession]):
             session.refuse(error)
             self._changed[session.session_id] = session
         return super().refuse(error, record)
+
+    def _copy_of_refused(self, session: ProjectedSession, decoded: SessionRecord) -> None:
+        """A refused session's record at an applied seq in other bytes is a
+        second writer's: its refusal was that writer's doing, and says so."""
+        try:
+            check_copy(session, decoded.seq, decoded.value, decoded.count)
+        except ConflictingWriterError as error:
+            session.refuse(error)
+            self._changed[session.session_id] = session
+            raise
 
     def _header(self, session: ProjectedSession, decoded: SessionRecord) -> None:
         if session.fold is not None:

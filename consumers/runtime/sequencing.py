@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Protocol
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
 __all__ = ["AppliedDigest", "AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldChanges",
-           "HeldRecords", "HeldRow", "Placement", "Sequenced", "deliver", "drain"]
+           "HeldRecords", "HeldRow", "Placement", "Sequenced", "check_copy", "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
@@ -180,19 +180,39 @@ class Sequenced(Protocol):
         takes no more (it was refused). May raise to refuse the record."""
 
 
+def check_copy(session: Sequenced, seq: int, value: bytes, count: int) -> bool:
+    """Whether the record is a copy of one the session applied (below its
+    next seq); raises :class:`ConflictingWriterError` where it carries as
+    many events in other bytes. A session whose log was refused still asks
+    this of its records: the refusal may have been a second writer's events,
+    folded at the next seqs before its own copies of them showed it."""
+    expected = session.next_seq()
+    if expected is None or seq >= expected:
+        return False
+    session.digests.check(seq, value, count)
+    return True
+
+
 def deliver(session: Sequenced, seq: int, value: bytes, count: int) -> Placement:
     """Place one record of ``session`` carrying events from ``seq`` on."""
-    expected = session.next_seq()
-    if expected is not None and seq < expected:
-        session.digests.check(seq, value, count)
+    if check_copy(session, seq, value, count):
         return Placement.DUPLICATE
+    expected = session.next_seq()
     if expected is None or seq > expected:
         return Placement.HELD if session.held.hold(seq, value, count, expected or 0) else Placement.HELD_AGAIN
-    applies = session.apply(value, count)
-    session.digests.add(seq, value, count)
-    if applies:
+    if _apply(session, seq, value, count):
         drain(session)
     return Placement.APPLIED
+
+
+def _apply(session: Sequenced, seq: int, value: bytes, count: int) -> bool:
+    """Apply the record at the next seq, noting its digest once it is the
+    session's (folded, even where that refused the log)."""
+    try:
+        return session.apply(value, count)
+    finally:
+        if (session.next_seq() or 0) > seq:
+            session.digests.add(seq, value, count)
 
 
 def drain(session: Sequenced) -> int:
@@ -204,8 +224,6 @@ def drain(session: Sequenced) -> int:
         if item is None:
             break
         applied += 1
-        applies = session.apply(*item)
-        session.digests.add(expected, *item)
-        if not applies:
+        if not _apply(session, expected, *item):
             break
     return applied

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Iterable, NamedTuple, Union
 import msgspec
 
 from ..errors import DecodeError
-from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, float_hook, is_safe_int
+from ..jsonvalue import MAX_SAFE_INTEGER, bounded, encode_json, float_hook, is_safe_int
 
 __all__ = ["ChunkRow", "MIN_RUN", "decode_row", "decode_row_line", "pack_chunk_runs", "encode_records", "DELTA_TYPE"]
 
@@ -173,7 +173,7 @@ class _ToolRow(_Row, tag="tool-call-chunks"):
     data: _ToolData
 
 
-_decode_row_struct = msgspec.json.Decoder(Union[_TextRow, _ReasoningRow, _ToolRow], float_hook=float_hook).decode
+_decode_row_struct = bounded(msgspec.json.Decoder(Union[_TextRow, _ReasoningRow, _ToolRow], float_hook=float_hook).decode)
 
 
 def decode_row_line(line: bytes) -> ChunkRow | None:
@@ -181,7 +181,7 @@ def decode_row_line(line: bytes) -> ChunkRow | None:
     (which :func:`decode_row` then decodes or refuses by name)."""
     try:
         row = _decode_row_struct(line)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, DecodeError):
         return None
     data = row.data
     if not (_number(data.turn) and _number(data.step) and _number(data.index)):

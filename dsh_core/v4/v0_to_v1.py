@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DshError, FormatUnsupportedError
-from ..jsonvalue import encode_json
+from ..jsonvalue import encode_json, is_safe_int
 from ..storage.legacy import legacy_message_id
 from .rows import decode_seq_ranges
 from .v0_inventory import check_payload, count, keys, record, refusal
@@ -47,8 +47,9 @@ def decode_v0_row(value: Any, row: int) -> dict[str, Any] | ChunkRun:
     :class:`DshError` for a malformed row)."""
     if not isinstance(value, dict):
         raise refusal(f"released Session row {row} must be a JSON object")
-    if value.get("type") in _PACKED:
-        return _decode_run(value, value["type"], row)
+    kind = value.get("type")
+    if type(kind) is str and kind in _PACKED:
+        return _decode_run(value, kind, row)
     if "sourceEventSeqs" in value:
         seq = _count(value.get("seq"), f"released Session row {row} seq")
         try:
@@ -98,7 +99,13 @@ class V0ToV1:
 
     def event(self, event: dict[str, Any]) -> dict[str, Any]:
         sid, seq = self.session_id, event.get("seq")
-        event_type = _RENAMED.get(event.get("type"), event.get("type"))
+        # What dsh checks of every event once the chain ran (its JavaScript
+        # edges pass an absent or mistyped member along as undefined).
+        if type(event.get("type")) is not str:
+            raise refusal(f"Session event {seq} type must be a string")
+        if not is_safe_int(event.get("time")):
+            raise refusal(f"Session event {seq} time must be a safe integer")
+        event_type = _RENAMED.get(event["type"], event["type"])
         if event_type != event.get("type"):
             event = {**event, "type": event_type}
         if event_type in ("request/header-delta", "mode/set"):

@@ -196,9 +196,9 @@ class V1ToV2:
         (its errors are not format errors, so the edge wraps them)."""
         if not _safe(time):
             raise refusal(f"Assistant stream time must be a safe integer, got {_js(time)}", EDGE, 1)
-        if not isinstance(chunk, dict):
+        if not isinstance(chunk, dict) or type(chunk.get("type")) is not str:
             raise refusal(f"unreachable variant in AssistantStreamAccumulator.push: {_js(chunk)}", EDGE, 1)
-        kind = chunk.get("type")
+        kind = chunk["type"]
         records = group.pending_chunks
         last = records[-1] if records else None
         if kind in _DELTAS:
@@ -366,6 +366,7 @@ class V1ToV2:
             sources = [self._map(s, f"{event_type} {seq} sources") for s in sources]
         op = event.get("surfaceOp")
         if op is not None and op != "append":
+            op = op if isinstance(op, dict) else {}  # dsh reads members of any other value as undefined
             op = {"op": "replace", "start": self._map(op.get("start"), f"{event_type} {seq} surface start"),
                   "end": self._map(op.get("end"), f"{event_type} {seq} surface end")}
         out["data"] = self._remap_payload(event_type, seq, event["data"])

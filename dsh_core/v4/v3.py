@@ -149,7 +149,10 @@ def _tags(event: dict[str, Any]) -> dict[str, Any]:
     elif event["type"] == "tool/ptc-dispatch":
         data = {**data, "content": _content(data.get("content"), f"{subject}.content")}
     if event["type"] == "request/header" and isinstance(data.get("header"), dict):
-        for index, tool in enumerate(data["header"].get("tools") or []):
+        tools = data["header"].get("tools") or []
+        if not isinstance(tools, (list, str)):  # what JavaScript's for-of cannot iterate
+            raise _Refusal(f"{subject}.header.tools is not iterable")
+        for index, tool in enumerate(tools):
             if isinstance(tool, dict) and "deferLoading" in tool:
                 raise _Refusal(f"{subject}.header.tools[{index}] contains deferLoading, which is only defined in V4")
     if event["type"] in ("assistant/message", "assistant/attempt") and isinstance(data.get("stream"), list):

@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-from ..errors import ValidationError
+from ..errors import DecodeError, ValidationError
+from ..jsonvalue import bounded
 from .images import IMAGE_EXTENSIONS, offloaded_image_text
 
 __all__ = ["DEFAULT_MAX_TOKENS", "WireError", "messages_body"]
@@ -35,11 +36,16 @@ class WireError(ValidationError):
     """A history dsh's Messages serializer refuses."""
 
 
+_loads = bounded(json.loads)
+
+
 def _tool_input(raw: Any) -> Any:
     try:
-        value = json.loads(raw)
+        value = _loads(raw)
     except (TypeError, ValueError):
         return {}
+    except DecodeError as exc:  # dsh would send it; this serializer cannot follow it that deep
+        raise WireError(f"tool-call arguments: {exc.message}") from None
     return value if isinstance(value, dict) else {}
 
 

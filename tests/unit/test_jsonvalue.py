@@ -122,3 +122,10 @@ def test_json_equal_is_type_aware():
     assert json_equal({"a": [1, 2]}, FrozenDict(a=(1, 2)))
     assert not json_equal({"a": 1}, {"a": 1, "b": None})
     assert not json_equal([], {})
+
+
+def test_an_integer_beyond_the_doubles_is_written_as_json_stringify_writes_infinity():
+    """JSON.parse holds a 400-digit integer as Infinity; JSON.stringify writes null."""
+    huge = decode_json(b"[-" + b"9" * 400 + b"]")
+    assert encode_json(huge) == canonical_json(huge) == b"[null]"
+    assert encode_json([2**1024 - 2**971, 2**1024 - 2**970]) == b"[1.7976931348623157e+308,null]"

@@ -1,0 +1,383 @@
+"""A seeded mutation fuzzer over the readers and the three services' record paths.
+
+Its inputs are real logs (the conformance corpus, the v3/v4 fixtures dsh
+wrote, simulated v0/v3/v4 sessions), each mutated one to three times: a
+byte changed, a JSON value replaced by one of another type (or nested at
+the depth limit, or past it), a key dropped, an event's type or payload
+swapped for another's, lines dropped, repeated, swapped, joined, or taken
+from another session. Each input is a log file for the reader (the
+conformance JSON of ``inspect``, analysis included) and the records a
+shipper would publish of it, fed to a projector, an auditor and an archiver
+(with v4 copies) as one batch, as the runtime does, without a broker.
+
+The only outcomes allowed: a log accepted or refused with a
+:class:`~dsh_core.errors.DshError`; records applied, held, duplicates or
+dead-lettered with a named reason (never ``internal``). Anything else is a
+:class:`Crash`, which names the seed and the input's index, so
+``python -m tests.fuzzing SEED INDEX OUT`` writes that input to a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import random
+import sys
+import tempfile
+import typing
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import zstandard
+
+from aiokafka import TopicPartition
+
+from consumers.archiver import Archive, ArchiverConfig
+from consumers.auditor import Audit, AuditorConfig
+from consumers.projector import Projection, ProjectorConfig
+from consumers.projector.outcomes import finding_row, letter_row
+from consumers.runtime import ConsumerService
+from dsh_core.analysis import LogAnalysis
+from dsh_core.errors import Category, DshError
+from dsh_core.events import KNOWN_TYPES as V0_TYPES
+from dsh_core.inspect import error_json
+from dsh_core.jsonvalue import MAX_DEPTH
+from dsh_core.storage.reader import load_session_bytes
+from dsh_core.v4.vocabulary import KNOWN_TYPES as V4_TYPES
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_from_line
+from producers.simulator import SimulatorConfig, simulate_session
+from tests.conftest import corpus_logs, expected_of
+from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs
+
+__all__ = ["Crash", "Fuzzer", "check_log"]
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+NAMED = frozenset(typing.get_args(Category)) - {"internal"}
+_TYPES = sorted(V0_TYPES | V4_TYPES)
+_ODD = [None, True, False, 0, -1, 1.5, 2**53, 2**64, -(10**400), "", "\ud800", "x" * 300, "plugin", "model",
+        [], {}, [1, [2]], {"kind": "plugin"}, {"type": {}}, {"op": "replace", "start": 0, "end": 1},
+        [{"type": "text", "text": 1}], {"kind": "user"}, "tool-call", {"turn": 1, "step": 1}]
+
+
+class Crash(AssertionError):
+    """An input that made a reader or a service fail other than by name."""
+
+
+#: Crashes in the view store's own encodings (a header field of another type
+#: bound as a column, text SQLite cannot encode in an outcome row), which the
+#: store's checks of what it keeps fix; until they land, these are counted,
+#: not failed: (exception class, the innermost file of this project).
+@dataclass(frozen=True)
+class Log:
+    """A seed log: where a reader would find it, and its lines (header first)."""
+
+    name: str
+    source: str
+    lines: tuple[bytes, ...]
+
+
+def _unzstd(path: Path) -> list[bytes]:
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes()), read_across_frames=True) as raw:
+        return raw.read().split(b"\n")[:-1]
+
+
+def _source(lines: list[bytes]) -> str:
+    """A path of dsh's layout for the log (v3/v4 readers check the folder is the id)."""
+    try:
+        header = json.loads(lines[0])
+        return f"/sessions/p/{header['id']}/session.v{header['version']}.jsonl" if header.get("version") else \
+            f"/sessions/{header['id']}.jsonl"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "/sessions/fuzzed.jsonl"
+
+
+@cache
+def seed_logs() -> tuple[Log, ...]:
+    """Every log the fuzzer mutates."""
+    found = [(log.name, log.read_bytes().split(b"\n")[:-1]) for log in corpus_logs("dsh-real")[::4]
+             if expected_of(log)["accepted"] and log.stat().st_size < 100_000]
+    found += [(f"{path.parent.name}/{path.name}", _unzstd(path))
+              for path in sorted([*FIXTURES.glob("dsh-0.1.5/*.v3.jsonl.zstd"), *FIXTURES.glob("dsh-0.2.1/*.v4.jsonl.zstd")])]
+    config = SimulatorConfig(sessions=9, seed=7, min_turns=1, max_turns=3, big_result_probability=0, formats=(0, 3, 4))
+    for index in range(config.sessions):
+        _, batches = simulate_session(config, index)
+        records = [record for batch in batches for record in batch]
+        found.append((f"simulated-{index}-v{config.formats[index % 3]}", [record.value for record in records]))
+    return tuple(Log(name, _source(lines), tuple(lines)) for name, lines in found)
+
+
+# ------------------------------------------------------------------ mutations
+
+
+def _paths(value: typing.Any, path: tuple = ()) -> list[tuple]:
+    found = [path]
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found += _paths(item, path + (key,))
+    return found
+
+
+def _put(value: typing.Any, path: tuple, new: typing.Any) -> typing.Any:
+    if not path:
+        return new
+    value[path[0]] = _put(value[path[0]], path[1:], new)
+    return value
+
+
+def _json_line(rng: random.Random, lines: list[bytes], change: typing.Callable[[typing.Any], typing.Any]) -> None:
+    """Decode a random line, change its value, put it back (a line that is no JSON stays)."""
+    index = rng.randrange(len(lines))
+    try:
+        value = json.loads(lines[index])
+    except ValueError:
+        return
+    lines[index] = json.dumps(change(value)).encode()
+
+
+def _odd_value(rng: random.Random, lines: list[bytes]) -> typing.Any:
+    kind = rng.randrange(4)
+    if kind == 0:  # at the limit as a line counts it, or past it
+        depth = rng.choice([MAX_DEPTH - 4, MAX_DEPTH - 1, MAX_DEPTH, 500])
+        return json.loads("[" * depth + "]" * depth)
+    if kind == 1:  # a value from elsewhere in the log: another field's shape
+        try:
+            other = json.loads(rng.choice(lines))
+        except ValueError:
+            return None
+        return _at(other, rng.choice(_paths(other)))
+    return rng.choice(_ODD)
+
+
+def _path(rng: random.Random, value: typing.Any) -> tuple:
+    paths = _paths(value)
+    shallow = [path for path in paths if len(path) <= 3]  # data.header.tools, data.message.content, ...
+    return rng.choice(shallow if rng.randrange(2) else paths)
+
+
+def _at(value: typing.Any, path: tuple) -> typing.Any:
+    for part in path:
+        value = value[part]
+    return value
+
+
+def _mutate_once(rng: random.Random, lines: list[bytes], others: tuple[Log, ...]) -> None:
+    kind = rng.randrange(11)
+    index = rng.randrange(len(lines))
+    line = lines[index]
+    if kind == 0 and line:  # a byte changed, added or lost
+        at = rng.randrange(len(line))
+        lines[index] = line[:at] + bytes([rng.randrange(256)]) * rng.randrange(2) + line[at + rng.randrange(2):]
+    elif kind in (1, 2, 3):  # a value of another type anywhere, as often in an event's own fields as below them
+        _json_line(rng, lines, lambda v: _put(v, _path(rng, v), _odd_value(rng, lines)))
+    elif kind == 4:  # a key dropped
+        def drop(value: typing.Any) -> typing.Any:
+            objects = [path for path in _paths(value) if isinstance(_at(value, path), dict) and _at(value, path)]
+            if objects:
+                target = _at(value, rng.choice(objects))
+                del target[rng.choice(list(target))]
+            return value
+        _json_line(rng, lines, drop)
+    elif kind == 5:  # another event type over this payload
+        _json_line(rng, lines, lambda v: v | {"type": rng.choice(_TYPES)} if isinstance(v, dict) else v)
+    elif kind == 6:  # another event's payload under this type
+        try:
+            data = json.loads(rng.choice(lines)).get("data")
+        except (ValueError, AttributeError):
+            return
+        _json_line(rng, lines, lambda v: v | {"data": data} if isinstance(v, dict) else v)
+    elif kind == 7 and len(lines) > 1:
+        del lines[index]
+    elif kind == 8:
+        lines.insert(index, line)
+    elif kind == 9:
+        other = rng.randrange(len(lines))
+        lines[index], lines[other] = lines[other], line
+    elif kind == 10:  # a line of another session (a second writer's), or two lines joined
+        if rng.randrange(2):
+            lines.insert(index, rng.choice(rng.choice(others).lines[1:] or (b"{}",)))
+        elif index + 1 < len(lines):
+            lines[index:index + 2] = [line + lines[index + 1]]
+
+
+def mutated(rng: random.Random) -> tuple[str, list[bytes]]:
+    """A seed log, mutated one to three times: (its source path, its lines)."""
+    logs = seed_logs()
+    log = rng.choice(logs)
+    lines = list(log.lines)
+    for _ in range(rng.randint(1, 3)):
+        _mutate_once(rng, lines, logs)
+    return log.source, lines
+
+
+# ------------------------------------------------------------------- checks
+
+
+def _records(lines: list[bytes], tag: str = "") -> list[SessionRecord]:
+    """The records a shipper would publish of the lines: a line that is no
+    record is kept as one event at the next seq (a hostile writer's). With
+    a ``tag``, the session's id (where the lines spell it plainly) ends in it."""
+    try:
+        header = json.loads(lines[0])
+        session_id, version = header["id"], header.get("version", 0)
+        session_id.encode()  # a record key is UTF-8
+        version = version if version in (0, 3, 4) else 0
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, UnicodeEncodeError):
+        session_id, version = "fuzzed", 0
+    session_id = session_id or "fuzzed"
+    if tag:
+        spelled = json.dumps(session_id, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        session_id += tag
+        retagged = json.dumps(session_id, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        lines = [line.replace(spelled, retagged) for line in lines]
+    records, next_seq = [SessionRecord(session_id, KIND_HEADER, 0, 0, lines[0], version)], 0
+    for line in lines[1:]:
+        try:
+            record = record_from_line(session_id, line, version)
+        except DshError:
+            record = SessionRecord(session_id, KIND_RECORD, next_seq, 1, line, version)
+        if not (0 <= record.seq < 2**53 and 0 < record.count < 2**53):
+            record = SessionRecord(session_id, KIND_RECORD, next_seq, 1, line, version)
+        next_seq = record.seq + record.count
+        records.append(record)
+    return records
+
+
+def check_reader(data: bytes, source: str) -> None:
+    """Load the file as ``inspect --json`` does; raises :class:`Crash`."""
+    try:
+        result = load_session_bytes(data, source, "none", observer=LogAnalysis(keep_requests=True))
+        error_json(result.error)
+    except DshError:
+        return  # a DshError out of a load is named, if not where a load keeps it
+    except Exception as exc:  # noqa: BLE001 - what the fuzzer looks for
+        raise Crash(f"reader: {type(exc).__name__}: {exc}") from exc
+    if result.error is not None and not isinstance(result.error, DshError):
+        raise Crash(f"reader: the load's error is a {type(result.error).__name__}")
+
+
+class Services:
+    """A projector (its outcome index too), an auditor and an archiver with
+    v4 copies, open over stores in ``root``, fed one batch per input as the
+    runtime feeds them (records, checkpoint, commit); the findings and dead
+    letters of each batch go through the outcome index into the view store."""
+
+    def __init__(self, root: Path) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.policies = [Projection(ProjectorConfig(kafka=KAFKA, store=root / "views.sqlite")),
+                         Audit(AuditorConfig(kafka=KAFKA)),
+                         Archive(ArchiverConfig(kafka=KAFKA, root=root / "archive", v4_copies=True))]
+        self.outputs = [RecordingOutputs() for _ in self.policies]
+        self.runtimes = [ConsumerService(p.config, p, o) for p, o in zip(self.policies, self.outputs)]
+        for policy, outputs in zip(self.policies, self.outputs):
+            self.loop.run_until_complete(policy.open(outputs))
+        self.offset = 0
+        self.outcome_offset = 0
+
+    def close(self) -> None:
+        try:
+            for policy in self.policies:
+                self.loop.run_until_complete(policy.close(True))
+        finally:
+            self.loop.close()
+
+    def feed(self, records: list[SessionRecord]) -> None:
+        """One batch through each service; raises :class:`Crash`."""
+        batch = [Fetched(r.key, r.value, r.headers, self.offset + i) for i, r in enumerate(records)]
+        self.offset += len(batch)
+        for policy, outputs, runtime in zip(self.policies, self.outputs, self.runtimes):
+            outputs.sent.clear()
+            try:
+                runtime.handle_batch({TopicPartition(NAMES.events, 0): batch})
+                policy.persist()
+                self.loop.run_until_complete(outputs.publish())
+                policy.committed({})
+            except Exception as exc:  # noqa: BLE001 - the service would stop
+                raise Crash(f"{policy.name} stops: {type(exc).__name__}: {exc}") from exc
+            for _, _, headers in outputs.on(NAMES.dead_letter):
+                if headers["dsh-dlq-reason"].decode() not in NAMED:
+                    raise Crash(f"{policy.name}: {headers['dsh-dlq-reason'].decode()} dead letter: "
+                                f"{headers['dsh-dlq-error'].decode()[:300]}")
+        self._index_outcomes()
+
+    def _index_outcomes(self) -> None:
+        sent = [(topic, key, value, headers) for outputs in self.outputs for topic, key, value, headers in outputs.sent
+                if topic in (NAMES.findings, NAMES.dead_letter)]
+        outcomes = [Fetched(key, value, list(headers.items()), self.outcome_offset + i, topic)
+                    for i, (topic, key, value, headers) in enumerate(sent)]
+        self.outcome_offset += len(outcomes)
+        try:
+            self.policies[0].store.index_outcomes(
+                [finding_row(r) for r in outcomes if r.topic == NAMES.findings],
+                [letter_row(r) for r in outcomes if r.topic == NAMES.dead_letter], [], {})
+        except Exception as exc:  # noqa: BLE001 - the projector's outcome index would stop
+            raise Crash(f"outcome index stops: {type(exc).__name__}: {exc}") from exc
+
+
+def _scratch() -> tempfile.TemporaryDirectory:
+    """A directory for the services' stores (in memory where the system has one: no fsync cost)."""
+    shm = Path("/dev/shm")
+    return tempfile.TemporaryDirectory(prefix="dsh-fuzz-", dir=shm if shm.is_dir() else None)
+
+
+def check_services(lines: list[bytes]) -> None:
+    """Feed the records of the lines to fresh services; raises :class:`Crash`."""
+    with _scratch() as tmp:
+        services = Services(Path(tmp))
+        try:
+            services.feed(_records(lines))
+        finally:
+            services.close()
+
+
+def check_log(data: bytes) -> None:
+    """Both checks over one log file's bytes (read where dsh's layout puts its header's id)."""
+    lines = data.split(b"\n")
+    lines = lines[:-1] if not lines[-1] else lines
+    check_reader(data, _source(lines))
+    check_services(lines)
+
+
+class Fuzzer:
+    """Inputs ``0..n-1`` of one seed: input ``i`` is always the same log.
+    Every input goes to the reader, every ``services_every``-th to the
+    services too, which stay open over ``chunk`` inputs (each its own session)."""
+
+    def __init__(self, seed: int, services_every: int = 1, chunk: int = 500) -> None:
+        self.seed = seed
+        self.services_every = services_every
+        self.chunk = chunk
+
+    def input(self, index: int) -> tuple[str, bytes]:
+        source, lines = mutated(random.Random(f"{self.seed}:{index}"))
+        return source, b"\n".join(lines) + b"\n"
+
+    def run(self, start: int, stop: int) -> None:
+        """Check inputs ``start..stop-1``; a :class:`Crash` names the first
+        that failed."""
+        for first in range(start, stop, self.chunk):
+            with _scratch() as tmp:
+                services = Services(Path(tmp))
+                try:
+                    for index in range(first, min(first + self.chunk, stop)):
+                        self._check(services, index)
+                finally:
+                    services.close()
+
+    def _check(self, services: Services, index: int) -> None:
+        source, data = self.input(index)
+        try:
+            check_reader(data, source)
+            if index % self.services_every == 0:
+                services.feed(_records(data.split(b"\n")[:-1], f"~{index}"))
+        except Crash as crash:
+            raise Crash(f"fuzz seed {self.seed} input {index} ({source}): {crash}; write it with "
+                        f"`python -m tests.fuzzing {self.seed} {index} FILE`") from crash.__cause__
+
+
+if __name__ == "__main__":
+    seed, index, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    source, data = Fuzzer(seed).input(index)
+    out.write_bytes(data)
+    print(f"{out}: input {index} of seed {seed}, read as {source}")
