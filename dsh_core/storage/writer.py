@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 from ..errors import EnvelopeError, PipelineError
 from ..events import Event
@@ -21,7 +21,7 @@ from .layout import Compression
 from .reader import LoadResult
 from .records import encode_records
 
-__all__ = ["encode_batch", "SessionFileWriter", "commit_repair", "replace_file"]
+__all__ = ["encode_batch", "SessionFileWriter", "commit_repair", "create_file", "replace_file"]
 
 
 def _as_dict(event: Event | dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +40,23 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def create_file(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Publish a new file whole: ``write`` fills a temp file beside it,
+    which is fsynced and hard-linked in place (an existing file is never
+    replaced: :class:`FileExistsError`), then the directory is fsynced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "wb") as stream:
+            write(stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.link(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
 
 
 def replace_file(path: Path, data: bytes) -> None:
@@ -100,19 +117,10 @@ class SessionFileWriter:
     def _create(self, payload: bytes) -> None:
         header = self.header.to_line() + b"\n"
         head = compress_frame(header) if self.compression == "zstd" else header
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(temp, "wb") as stream:
-            stream.write(head + payload)
-            stream.flush()
-            os.fsync(stream.fileno())
         try:
-            os.link(temp, self.path)
+            create_file(self.path, lambda stream: stream.write(head + payload))
         except FileExistsError:
             raise PipelineError(f"{self.path}: a session log already exists; refusing to overwrite it") from None
-        finally:
-            temp.unlink(missing_ok=True)
-        _fsync_dir(self.path.parent)
 
     def _append_bytes(self, payload: bytes) -> None:
         with open(self.path, "r+b") as stream:
