@@ -77,8 +77,8 @@ def new_file(root: Path, header: SessionHeader, compression: Compression) -> Pat
 
 def resume(path: Path, compression: Compression) -> tuple[SessionHeader, int, SessionFileWriter]:
     """The header, next seq and writer of an archive file, cutting off a
-    frame torn by a crash (a file left with its header only is started
-    again)."""
+    frame torn by a crash (a file may hold its header alone: a session
+    without events, or one whose first batch was cut off)."""
     data = path.read_bytes()
     result = load_session_bytes(data, str(path), "zstd" if path.name.endswith(".zstd") else "none")
     if result.header is not None and result.committed_bytes < len(data) and result.error is None:
@@ -86,9 +86,7 @@ def resume(path: Path, compression: Compression) -> tuple[SessionHeader, int, Se
             stream.truncate(result.committed_bytes)
             os.fsync(stream.fileno())
     header, events = read_events(path)
-    if not events:
-        path.unlink()
-    return header, len(events), SessionFileWriter(path, header, compression, next_seq=len(events))
+    return header, len(events), SessionFileWriter(path, header, compression, next_seq=len(events), created=True)
 
 
 def write_v4_copy(path: Path, candidates: Iterable[Path]) -> DshError | None:

@@ -77,18 +77,26 @@ def replace_file(path: Path, data: bytes) -> None:
 class SessionFileWriter:
     """The one writer of a session file; appends whole batches durably.
 
-    With ``next_seq == 0`` the first batch creates the file (refusing to
+    Of a new file (``created`` False, as with ``next_seq == 0`` by default)
+    the first batch, or :meth:`create_empty`, creates the file (refusing to
     replace an existing log); otherwise batches append to the existing file,
     whose stored next seq the caller knows (e.g. from a load).
     """
 
     def __init__(self, path: str | os.PathLike[str], header: SessionHeader, compression: Compression,
-                 next_seq: int = 0, pack: bool = True) -> None:
+                 next_seq: int = 0, pack: bool = True, created: bool | None = None) -> None:
         self.path = Path(path)
         self.header = header
         self.compression = compression
         self.next_seq = next_seq
         self.pack = pack
+        self.created = next_seq > 0 if created is None else created
+
+    def create_empty(self) -> None:
+        """Create the file with its header alone, as dsh keeps a session
+        made durable before its first event (a no-op once it exists)."""
+        if not self.created:
+            self._create(b"")
 
     def append(self, events: list[Event | dict[str, Any]]) -> None:
         """Append one batch (a no-op when empty). It must start at the next
@@ -108,7 +116,7 @@ class SessionFileWriter:
             raise EnvelopeError(f"{self.path}: append seq mismatch: batch starts at {first_seq!r}, expected {self.next_seq}")
         text = b"".join(line + b"\n" for line in lines)
         payload = compress_frame(text) if self.compression == "zstd" else text
-        if self.next_seq == 0:  # dsh's first append creates the file
+        if not self.created:  # dsh's first append creates the file
             self._create(payload)
         else:
             self._append_bytes(payload)
@@ -121,6 +129,7 @@ class SessionFileWriter:
             create_file(self.path, lambda stream: stream.write(head + payload))
         except FileExistsError:
             raise PipelineError(f"{self.path}: a session log already exists; refusing to overwrite it") from None
+        self.created = True
 
     def _append_bytes(self, payload: bytes) -> None:
         with open(self.path, "r+b") as stream:
