@@ -30,7 +30,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import (CorruptionError, DshError, FormatUnsupportedError, LayoutError, PipelineError,
                              StateStoreError)
-from dsh_core.storage.layout import LAYOUT, find_session_files
+from dsh_core.storage.layout import LAYOUT, FolderLog, find_session_files
 from dsh_kafka.records import SessionRecord
 
 from .session_tail import Position, SessionTail
@@ -140,6 +140,7 @@ class Shipper:
         self._report = report
         self.checkpoints = Checkpoints(config.state_dir / "shipper-checkpoints.json")
         self._reported: set[str] = set()
+        self._folders: dict[str, tuple[int, FolderLog]] = {}  # what each session folder held, by its mtime
         self.refused = 0  # refusals since the start
         self._slice_ends = 0.0
 
@@ -149,28 +150,31 @@ class Shipper:
         stop = stop or asyncio.Event()
         summary = PassSummary()
         moved: dict[str, Position] = {}
-        files = find_session_files(self.config.root, lambda error: self._refuse(summary, error))
+        files = find_session_files(self.config.root, lambda error: self._refuse(summary, error), self._folders)
         summary.sessions = len(files)
+        unread = Position()
+        prefix = len(str(self.config.root)) + 1
         for path in files:
             if stop.is_set():
                 break
-            name = str(path.relative_to(self.config.root))
-            position = self.checkpoints.positions.get(name, Position())
+            name = str(path)[prefix:]  # relative to the root
+            position = self.checkpoints.positions.get(name, unread)
             if position.failed:
                 summary.skipped += 1
                 if name not in self._reported:  # refused before this process: say so once again
                     self._reported.add(name)
                     self._report(f"refused earlier, not shipped: {position.failed}")
                 continue
-            tail = SessionTail(path, position)
             try:
                 if os.stat(path).st_size == position.offset:
                     continue  # nothing new: not even opened
+                tail = SessionTail(path, position)
                 async for record in self._sent(tail, stop):
                     summary.records += 1
                     summary.events += record.count
             except OSError as error:  # unreadable now (permissions, replaced): said once, tried again next pass
                 self._refuse(summary, CorruptionError(f"{path}: cannot be read: {error.strerror or error}"))
+                continue
             except (CorruptionError, FormatUnsupportedError, LayoutError) as error:
                 self._refuse(summary, error, name)
                 tail.position.failed = error.message

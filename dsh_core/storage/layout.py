@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Callable, Iterator, Literal
 
@@ -112,8 +113,17 @@ def _looks_like_log(name: str) -> bool:
     return name.endswith((".jsonl", ".jsonl.zstd"))
 
 
-def find_session_files(root: str | os.PathLike[str],
-                       refuse: Callable[[DshError], None] | None = None) -> list[Path]:
+#: What one session folder holds: its log, the refusal of what it holds, or nothing.
+FolderLog = Path | DshError | None
+
+#: A folder whose mtime is this close to the scan is read again next time:
+#: a file added within the file system's timestamp granularity of the scan
+#: may leave the mtime as it was.
+_RACY_NS = 2_000_000_000
+
+
+def find_session_files(root: str | os.PathLike[str], refuse: Callable[[DshError], None] | None = None,
+                       folders: dict[str, tuple[int, FolderLog]] | None = None) -> list[Path]:
     """Every session file of a sessions root in dsh's layout, sorted.
 
     A root holds one encoding per session (spec §8.1): a session directory
@@ -127,8 +137,10 @@ def find_session_files(root: str | os.PathLike[str],
     refused too. Where dsh migrated a session to a later format, the newest
     generation is the log (dsh writes on there; the older one stays as it
     was). Without ``refuse`` that raises; with it, the entry is passed over
-    and ``refuse`` gets the error. Folders are read with ``scandir``: only a
-    session folder's log is looked at more closely.
+    and ``refuse`` gets the error. Folders are read with ``scandir``; with
+    ``folders`` (kept by the caller from one call to the next), a session
+    folder whose mtime did not change is not read again: what it held
+    stands (files added, removed or renamed in a folder change its mtime).
     """
     def refused(error: DshError) -> None:
         if refuse is None:
@@ -143,6 +155,7 @@ def find_session_files(root: str | os.PathLike[str],
 
     found: list[Path] = []
     first_seen: dict[str, str] = {}  # session folder name -> where it was found first
+    racy = time.time_ns() - _RACY_NS
     for project in _sorted_entries(root):
         if linked(project):
             continue
@@ -159,8 +172,17 @@ def find_session_files(root: str | os.PathLike[str],
                 refused(LayoutError(f"{entry.path}: {what}; {LAYOUT}"))
             if not entry.is_dir(follow_symlinks=False):
                 continue
-            log = _session_log(entry.path, refused)
-            if log is None:
+            if folders is None:
+                log = _session_log(entry.path)
+            else:
+                mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+                known = folders.get(entry.path)
+                log = known[1] if known is not None and known[0] == mtime else _session_log(entry.path)
+                if mtime < racy:
+                    folders[entry.path] = (mtime, log)
+            if isinstance(log, DshError):
+                refused(log)
+            if not isinstance(log, Path):
                 continue
             if entry.name in first_seen:
                 refused(CorruptionError(f"{entry.path}: session {entry.name!r} is also at {first_seen[entry.name]}; a "
@@ -171,8 +193,9 @@ def find_session_files(root: str | os.PathLike[str],
     return found
 
 
-def _session_log(folder: str, refused: Callable[[DshError], None]) -> Path | None:
-    """The log of one session folder (its newest generation), or None."""
+def _session_log(folder: str) -> FolderLog:
+    """The log of one session folder (its newest generation), the refusal
+    of what it holds, or None."""
     generations: dict[int, list[os.DirEntry[str]]] = {}
     with os.scandir(folder) as children:
         for child in children:
@@ -182,9 +205,7 @@ def _session_log(folder: str, refused: Callable[[DshError], None]) -> Path | Non
     files = sorted(generations.get(max(generations, default=0), []), key=lambda child: child.name)
     odd = [child for child in files if not child.is_file(follow_symlinks=False)]
     if odd:
-        refused(CorruptionError(f"{odd[0].path}: not a regular file"))
-    elif len(files) == 2:
-        refused(CorruptionError(f"{folder}: holds both {files[0].name} and {files[1].name}"))
-    elif files:
-        return Path(files[0].path)
-    return None
+        return CorruptionError(f"{odd[0].path}: not a regular file")
+    if len(files) == 2:
+        return CorruptionError(f"{folder}: holds both {files[0].name} and {files[1].name}")
+    return Path(files[0].path) if files else None

@@ -216,3 +216,38 @@ def test_lay_out_copies_logs_where_dsh_keeps_them_and_never_overwrites(tmp_path)
     with pytest.raises(LayoutError, match=f"not laid out: {target} holds another log of session"):
         lay_out(source, root)
     assert target.read_bytes() == log
+
+
+def test_an_idle_pass_reads_no_session_folder_and_opens_no_file(tmp_path, monkeypatch):
+    import os
+
+    import producers.shipper as shipper_module
+
+    root = tmp_path / "root"
+    log, expected = _honest_log()
+    paths = [place(root, log.replace(expected["sessionHeader"]["id"].encode(), f"s-{n}".encode()), "none")
+             for n in range(20)]
+    for path in paths:  # settled folders (one changed within the file system's timestamp granularity is read again)
+        os.utime(path.parent, (1, 1))
+    shipper, sent, reports = _collecting_shipper(root, tmp_path / "state")
+    asyncio.run(shipper.ship_once())
+    assert len({r.session_id for r in sent}) == 20 and not reports
+
+    scanned, opened = [], []
+    scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda folder: scanned.append(str(folder)) or scandir(folder))
+
+    class CountedTail(shipper_module.SessionTail):
+        def __iter__(self):
+            opened.append(self.path)
+            return super().__iter__()
+
+    monkeypatch.setattr(shipper_module, "SessionTail", CountedTail)
+    asyncio.run(shipper.ship_once())
+    assert scanned == [str(root), str(paths[0].parent.parent)] and opened == []  # the root and its one project
+
+    with open(paths[3], "ab") as appending:
+        appending.write(log.split(b"\n", 2)[1] + b"\n")  # a repeat of seq 0: read, and refused
+    asyncio.run(shipper.ship_once())
+    assert opened == [paths[3]] and reports == [f"refused SequenceGapError: session 's-3': expected seq "
+                                                f"{expected['eventCount']}, got 0 at {paths[3]}: line {len(storage_lines(log)) + 2}"]
