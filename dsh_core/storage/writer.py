@@ -42,36 +42,32 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def create_file(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Publish a new file whole: ``write`` fills a temp file beside it,
-    which is fsynced and hard-linked in place (an existing file is never
-    replaced: :class:`FileExistsError`), then the directory is fsynced."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _publish(path: Path, write: Callable[[BinaryIO], object], place: Callable[[Path, Path], None]) -> None:
+    """Fill a temp file beside ``path`` with ``write``, fsync it, ``place``
+    it at ``path`` (link or replace), then fsync the directory."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temp, "wb") as stream:
             write(stream)
             stream.flush()
             os.fsync(stream.fileno())
-        os.link(temp, path)
+        place(temp, path)
     finally:
         temp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
+
+
+def create_file(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Publish a new file whole: ``write`` fills it, and it is hard-linked
+    in place (an existing file is never replaced: :class:`FileExistsError`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _publish(path, write, os.link)
 
 
 def replace_file(path: Path, data: bytes) -> None:
     """Write a whole file durably in one step, replacing what is there
     (readers see the old file or the new one, never a part)."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temp, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    _publish(path, lambda stream: stream.write(data), os.replace)
 
 
 class SessionFileWriter:
