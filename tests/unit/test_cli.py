@@ -151,3 +151,12 @@ def test_serve_names_a_missing_token_and_a_missing_store(tmp_path, monkeypatch):
     tokens.write_text("# the dashboard's\nabc123\n")
     done = run("serve", "--store", str(tmp_path / "views.sqlite"), "--tokens-file", str(tokens))
     assert done.returncode == 1 and "views.sqlite: no view store there" in done.stderr
+
+
+def test_ship_help_states_dsh_layout_and_how_to_lay_logs_out(monkeypatch):
+    from dsh_pipeline.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per paragraph
+    text = build_parser().commands["ship"].format_help()
+    assert "dsh keeps each session at ROOT/<project>/<session-id>/session[.vN].jsonl[.zstd]" in text
+    assert "--layout-from FILE [FILE ...]" in text and "130 stopped before the end" in text
