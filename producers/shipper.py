@@ -100,9 +100,10 @@ def check_root(root: Path) -> None:
 
 @dataclass
 class PassSummary:
-    """What passes over the root did: session logs found, records and
-    events shipped, files and entries refused, logs skipped because they
-    were refused before."""
+    """What passes over the root did: records and events shipped (summed
+    over the passes), and of the latest pass the session logs found, the
+    files and entries refused, the logs skipped because they were refused
+    before."""
 
     sessions: int = 0
     records: int = 0
