@@ -7,8 +7,12 @@ Every case runs in a process of its own, which reports its own peak RSS:
 * the shipper (``dsh-pipeline ship --once``) on a root of one small honest
   session (the baseline), then on roots that add: ``--sessions`` sessions
   (default 100k); one session of ``--big-mb`` (default 2048) written as
-  dsh writes zstd logs, a frame per append batch; a 32 KB zstd file whose
-  one frame inflates to 1 GiB (a bomb); a session with one 9 MiB line;
+  dsh writes zstd logs, a frame per append batch; the same size of 12 MiB
+  records, raw; a 32 KB zstd file whose one frame inflates to 1 GiB (a
+  bomb); a session with one 9 MiB line. ``inspect`` on the bomb. Each is
+  checked against the stated bounds (a bomb: 256 MiB; any session: 512
+  MiB). Then the time of a pass over the ``--sessions`` root once it was
+  shipped, when nothing changed (an idle pass of the follower);
 * a projector catching up on a partition of one honest session (the
   baseline), then on ones that also hold 8 and 64 records of the largest
   size the events topic takes, each of a session that never sends its
@@ -134,6 +138,77 @@ def _ship_rss(root: Path, bootstrap: str) -> float:
     return int(child.stderr.strip().splitlines()[-1]) / 1024
 
 
+def _big_records_session(root: Path, megabytes: int) -> None:
+    """A raw session of ``megabytes`` in records of 12 MiB (large tool results)."""
+    text = "x" * (12 << 20)
+    header = {"type": "session", "version": 0, "id": "big-records", "createdAt": 1767225600000, "cwd": "/w",
+              "delegationDepth": 0}
+    path = log_path(root, "/w", "big-records", "none")
+    path.parent.mkdir(parents=True)
+    with open(path, "wb") as out:
+        out.write(encode_json(header) + b"\n")
+        for seq in range(max(1, megabytes // 12)):
+            out.write(encode_json({"type": "user/message", "seq": seq, "time": 1767225600001 + seq, "surfaceOp": "append",
+                                   "data": {"id": f"u{seq}", "role": "user", "content": [{"type": "text", "text": text}]}})
+                      + b"\n")
+
+
+_INSPECT = """
+import sys
+from benchmarks import peak_rss_kb
+from dsh_pipeline.cli import main
+main(["inspect", sys.argv[1]])
+print(peak_rss_kb(), file=sys.stderr)
+"""
+
+
+def _inspect_rss(path: Path) -> float:
+    """Peak RSS (MB) of ``dsh-pipeline inspect`` on one file."""
+    child = subprocess.run([sys.executable, "-c", _INSPECT, str(path)], capture_output=True, text=True)
+    return int(child.stderr.strip().splitlines()[-1]) / 1024
+
+
+#: The shipper's stated memory bounds (MiB of peak RSS).
+BOMB_BOUND_MIB, SESSION_BOUND_MIB = 256, 512
+
+
+def _check_bounds(figures: dict[str, float]) -> None:
+    """Say whether each case kept its bound (figures are MB of 1 MiB)."""
+    bounds = {"ship_bomb_mb": BOMB_BOUND_MIB, "inspect_bomb_mb": BOMB_BOUND_MIB, "ship_long-line_mb": SESSION_BOUND_MIB,
+              "ship_many_mb": SESSION_BOUND_MIB, "ship_big_mb": SESSION_BOUND_MIB,
+              "ship_big-records_mb": SESSION_BOUND_MIB}
+    for name, bound in bounds.items():
+        print(f"bound {name}: {figures[name]:.0f} <= {bound} MiB: {'held' if figures[name] <= bound else 'BROKEN'}")
+
+
+_IDLE = """
+import asyncio, sys, time
+from pathlib import Path
+from producers.shipper import Shipper, ShipperConfig
+
+async def main(root, state):
+    async def discard(record): pass
+    async def flush(): pass
+    shipper = Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, lambda line: None)
+    await shipper.ship_once()
+    started = time.perf_counter()
+    await shipper.ship_once()
+    print(time.perf_counter() - started)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def _idle_pass_seconds(root: Path) -> float:
+    """Seconds of a second pass over ``root`` in one shipper (records go
+    nowhere): the follower's cost when nothing changed."""
+    with tempfile.TemporaryDirectory() as state:
+        child = subprocess.run([sys.executable, "-c", _IDLE, str(root), state], capture_output=True, text=True)
+    if child.returncode != 0:
+        raise SystemExit(f"the idle pass failed:\n{child.stderr}")
+    return round(float(child.stdout.split()[-1]), 2)
+
+
 async def _fill_partition(kafka: KafkaConfig, names: TopicNames, junk: int) -> int:
     truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=4, min_turns=2, max_turns=2), 0)
     records = [r for batch in batches for r in batch]
@@ -183,6 +258,12 @@ def main() -> None:
         ship_case("long-line", lambda root: _honest_session(root, "long-line", [_long_line()]))
         ship_case("many", lambda root: _many_sessions(root, args.sessions))
         ship_case("big", lambda root: _big_zstd_session(root, args.big_mb, work))
+        ship_case("big-records", lambda root: _big_records_session(root, args.big_mb))
+        figures["inspect_bomb_mb"] = round(_inspect_rss(next((work / "bomb").glob("*/bomb/session.jsonl.zstd"))))
+        print(f"inspect,       bomb: peak RSS {figures['inspect_bomb_mb']:6.0f} MB", flush=True)
+        _check_bounds(figures)
+        figures["idle_pass_s"] = _idle_pass_seconds(work / "many")
+        print(f"shipper, an idle pass over {args.sessions} sessions: {figures['idle_pass_s']:.2f} s", flush=True)
 
         kafka = KafkaConfig(bootstrap)
         for junk in (0, 8, 64):

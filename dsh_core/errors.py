@@ -31,6 +31,7 @@
         │   └── BrokerAbsentError     no broker answered at all (waiting may help)
         ├── FencedError           a newer group member took this member's partition over
         ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
+        ├── LayoutError           a session log is not where dsh's directory layout keeps it
         ├── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
         └── ExposedSecretError    a file of secrets other users may read or change
 
@@ -70,6 +71,7 @@ __all__ = [
     "ClusterUnavailableError",
     "FencedError",
     "StateStoreError",
+    "LayoutError",
     "HeldLimitError",
     "DeletedSessionError",
     "UnstorableError",
@@ -236,6 +238,14 @@ class FencedError(PipelineError):
 class StateStoreError(PipelineError):
     """Raised when a service's state file cannot be used: another kind of
     file, another layout version, another group's or topic's, or unopenable."""
+
+
+class LayoutError(PipelineError):
+    """Raised for a session log that is not where dsh's directory layout
+    keeps it (``<root>/<project>/<session-id>/session[.vN].jsonl[.zstd]``): a
+    log directly in a root or a project folder, a session folder without its
+    project, a header whose session id belongs in another folder. The data
+    may be fine; it is in the wrong place."""
 
 
 class HeldLimitError(DshError):

@@ -13,6 +13,7 @@ from typing import Any
 from .analysis import LogAnalysis
 from .errors import DshError
 from .jsonvalue import encode_json
+from .storage.framing import frame_pieces, iter_frames
 from .storage.reader import LoadResult, load_session
 
 __all__ = ["InspectReport", "inspect_path", "expand_inputs", "error_json"]
@@ -52,12 +53,11 @@ class InspectReport:
             with open(self.path, "rb") as stream:
                 kept = stream.read(result.committed_bytes)
             return (kept + closer_text).decode("utf-8", "replace")
-        from .storage.framing import decompress_frame, iter_frames
         parts = []
         with open(self.path, "rb") as stream:
             for frame in iter_frames(stream, str(self.path)):
                 if frame.complete:
-                    parts.append(decompress_frame(frame.data, str(self.path)))
+                    parts.extend(frame_pieces(stream, frame, str(self.path)))
         parts.extend(line + b"\n" for line in result.recovered_lines)
         return (b"".join(parts) + closer_text).decode("utf-8", "replace")
 

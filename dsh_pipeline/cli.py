@@ -17,7 +17,8 @@ from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import producer_commands, service_commands
 from dsh_pipeline.reader_commands import add_reader_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
-from dsh_pipeline.exit_codes import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE
+from dsh_pipeline.exit_codes import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE,
+                                     EXIT_USAGE)
 
 __all__ = ["main"]
 
@@ -248,11 +249,26 @@ def build_parser() -> _Cli:
                             "configures each service")
     kafka.set_defaults(run=_kafka)
 
-    ship = commands.add_parser("ship", help="ship a dsh sessions root to Kafka, following new records")
+    ship = commands.add_parser(
+        "ship", help="ship a dsh sessions root to Kafka, following new records",
+        description="Ship every session log of a dsh sessions root to Kafka, then follow new records. dsh keeps "
+                    "each session at ROOT/<project>/<session-id>/session[.vN].jsonl[.zstd] (the project folder "
+                    "named for the session's cwd, the session folder for its id); a log anywhere else is refused "
+                    "by name (LayoutError). --layout-from copies logs kept elsewhere into that layout first. "
+                    "Each pass ends with a summary line (every --summary-every seconds while following); "
+                    "SIGINT or SIGTERM stops within a second, the checkpoint holding every record sent. Exit "
+                    "codes: --once 0 all shipped, 1 something was refused, 130 stopped before the end; "
+                    "following, 0 when stopped.")
     ship.add_argument("--root", required=True, help="dsh sessions root (DSH_SESSION_ROOT)")
     ship.add_argument("--state", help="checkpoint folder (default: ROOT/.dsh-shipper)")
     ship.add_argument("--once", action="store_true", help="ship what exists now and exit (backfill)")
     ship.add_argument("--poll", type=float, default=0.5, help="seconds between passes when following")
+    ship.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
+                      help="following: a summary line this often (default 60)")
+    ship.add_argument("--layout-from", nargs="+", default=[], metavar="FILE",
+                      help="first copy these session logs (or every *.jsonl[.zstd] under these folders) into ROOT "
+                           "where dsh keeps them, as each one's header says; an identical copy already there is "
+                           "kept, another log in its place is refused")
     _add_ops_options(ship)
     _add_kafka_options(ship)
     ship.set_defaults(run=service_commands.ship)
@@ -396,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dsh-pipeline {args.command}: {type(exc).__name__}: {exc.message}", file=sys.stderr)
         return EXIT_UNAVAILABLE if isinstance(exc, ClusterUnavailableError) else EXIT_REFUSED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so, keep the traceback for the report
         traceback.print_exc()
         print(f"dsh-pipeline {args.command}: internal error (a bug, please report it with the traceback above): "

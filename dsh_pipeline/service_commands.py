@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
+from dsh_pipeline.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 
 if TYPE_CHECKING:
     from dsh_pipeline.ops_server import HealthCheck
@@ -31,21 +31,21 @@ def ship(args: argparse.Namespace) -> int:
     from producers.shipper import Checkpoints, Shipper, ShipperConfig, check_root
 
     config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
-                           poll_seconds=args.poll, once=args.once)
-    check_root(config.root)  # local mistakes are named before the cluster is asked anything
+                           poll_seconds=args.poll, once=args.once, summary_seconds=args.summary_every)
+
+    def report(line: str) -> None:
+        print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
+
+    # local mistakes are named before the cluster is asked anything
+    refused_layouts = _lay_out(args.layout_from, config.root, report) if args.layout_from else 0
+    check_root(config.root)
     Checkpoints(config.state_dir / "shipper-checkpoints.json")
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
-    refused = 0
     shipping = False  # healthy while the shipper's run loop runs
 
     def health() -> tuple[bool, str]:
         return (True, "shipping") if shipping else (False, "not shipping")
-
-    def report(line: str) -> None:
-        nonlocal refused
-        refused += 1
-        print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
 
     async def main(stop: asyncio.Event) -> int:
         nonlocal shipping
@@ -53,13 +53,42 @@ def ship(args: argparse.Namespace) -> int:
         async with Publisher(kafka, names) as publisher:
             shipping = True
             try:
-                await Shipper(config, publisher.send, publisher.flush, report).run(stop)
+                shipper = Shipper(config, publisher.send, publisher.flush, report)
+                await shipper.run(stop)
             finally:
                 shipping = False
-        return EXIT_REFUSED if refused else EXIT_OK
+        if not config.once:
+            return EXIT_OK  # following ends when it is stopped: refusals were said, and counted in the metrics
+        if stop.is_set():
+            return EXIT_INTERRUPTED
+        return EXIT_REFUSED if shipper.refused or refused_layouts else EXIT_OK
 
     with _ops_server(args, health):
         return run_until_signal(main)
+
+
+def _lay_out(sources: list[str], root: Path, report) -> int:
+    """Copy session logs into ``root`` in dsh's layout; returns how many were refused."""
+    from dsh_core.errors import DshError
+    from dsh_core.inspect import expand_inputs
+    from dsh_core.storage.lay_out import lay_out
+
+    laid = kept = refused = 0
+    for given in sources:
+        for path in expand_inputs(given):
+            try:
+                target = lay_out(path, root)
+            except DshError as error:
+                refused += 1
+                report(f"refused {type(error).__name__}: {error.message}")
+                continue
+            except OSError as error:
+                refused += 1
+                report(f"refused: {path}: cannot be laid out: {error.strerror or error}")
+                continue
+            laid, kept = (laid + 1, kept) if target is not None else (laid, kept + 1)
+    report(f"laid out {laid} session logs in {root} ({kept} were there already, {refused} refused)")
+    return refused
 
 
 def gateway(args: argparse.Namespace) -> int:

@@ -24,7 +24,8 @@ from dsh_core.errors import DecodeError, PipelineError, RuntimeDiedError
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.config import Secret
 from dsh_core.session_header import SessionHeader, parse_header_line
-from dsh_core.storage.framing import decompress_frame, iter_frames
+from dsh_core.storage.framing import frame_plaintext, iter_frames
+from dsh_core.storage.lines import MAX_LINE_BYTES
 from dsh_core.storage.layout import encode_segment
 
 __all__ = ["AgentBridge", "RuntimeConfig", "WorkerBridge", "TurnResult", "find_runtime"]
@@ -287,9 +288,9 @@ class WorkerBridge:
                 if path.name.endswith(".zstd"):
                     with open(path, "rb") as stream:
                         frame = next(iter_frames(stream, str(path)), None)
-                    if frame is None or not frame.complete:
-                        return None
-                    line = decompress_frame(frame.data, str(path)).rstrip(b"\n")
+                        if frame is None or not frame.complete:
+                            return None
+                        line = frame_plaintext(stream, frame, str(path), MAX_LINE_BYTES + 1).rstrip(b"\n")
                 else:
                     with open(path, "rb") as stream:
                         line = stream.readline()

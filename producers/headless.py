@@ -34,7 +34,7 @@ from dsh_core.storage.layout import log_path
 from dsh_kafka.config import Secret
 
 from .bridge import BRIDGE_EVENTS, BRIDGE_TURNS, TurnResult
-from .session_tail import Position, read_new
+from .session_tail import Position, SessionTail
 
 __all__ = ["HeadlessConfig", "HeadlessBridge"]
 
@@ -161,15 +161,14 @@ class HeadlessBridge:
         """Publish the complete frames dsh appended since the last read."""
         if turn.path is None or not turn.path.exists():
             return
-        position = self._positions.get(turn.session_id, Position())
-        new = read_new(turn.path, position)
-        for record in new.records:
-            await self.publisher.send(record)
-            turn.events += record.count
-            BRIDGE_EVENTS.inc(record.count)
-        self._positions[turn.session_id] = new.position
-        if new.error is not None:
-            raise new.error
+        tail = SessionTail(turn.path, self._positions.get(turn.session_id, Position()))
+        try:
+            for record in tail:
+                await self.publisher.send(record)
+                turn.events += record.count
+                BRIDGE_EVENTS.inc(record.count)
+        finally:
+            self._positions[turn.session_id] = tail.position
 
     async def _stop(self) -> None:
         process = self._process

@@ -48,7 +48,11 @@ SEND_SECONDS = Histogram("dsh_publisher_send_seconds", "From send to broker ackn
 ERRORS = Counter("dsh_publisher_errors_total", "Records that failed, by error class.", ["error"])
 _BY_KIND = {kind: (RECORDS.labels(kind), BYTES.labels(kind)) for kind in (KIND_HEADER, KIND_RECORD, KIND_ATTESTATION, KIND_WIRE)}
 _LATENCY_SAMPLE = 16  # the send-latency histogram observes every 16th record
-_SETTLE_EVERY = 8192  # pending deliveries checked (and metrics published) this often
+# Pending deliveries are checked (and metrics published) after this many
+# records or value bytes, whichever comes first: until then a sent record is
+# kept, so the bytes bound what the publisher holds of large records.
+_SETTLE_EVERY = 8192
+_SETTLE_BYTES = 32 << 20
 
 
 def _observe_latency(started: float, future: asyncio.Future) -> None:
@@ -77,6 +81,7 @@ class Publisher:
         self._producer: Any = None
         # (delivery, record) since the last settle, then those still in flight
         self._unsettled: list[tuple[asyncio.Future, SessionRecord]] = []
+        self._unsettled_bytes = 0
         self._pending: list[tuple[asyncio.Future, SessionRecord]] = []
         self._failures: list[BaseException] = []
         self._state = _State.NEW
@@ -140,11 +145,12 @@ class Publisher:
                 raise undelivered(f"session {record.session_id!r} seq {record.seq}: {record.kind} could not be sent "
                                   f"to {topic}", error) from error
             unsettled.append((delivery, record))
+            self._unsettled_bytes += len(record.value)
             if len(unsettled) % _LATENCY_SAMPLE == 0:  # latency of every Nth record
                 delivery.add_done_callback(partial(_observe_latency, time.perf_counter()))
-                if len(unsettled) >= _SETTLE_EVERY:
-                    self._settle()
-                    unsettled = self._unsettled
+            if len(unsettled) >= _SETTLE_EVERY or self._unsettled_bytes >= _SETTLE_BYTES:
+                self._settle()
+                unsettled = self._unsettled
 
     def _settle(self) -> None:
         """Count the records sent since the last settle into the metrics,
@@ -162,7 +168,7 @@ class Publisher:
             sent_bytes.inc(sizes[kind])
         EVENTS.inc(events)
         self._pending.extend(self._unsettled)
-        self._unsettled = []
+        self._unsettled, self._unsettled_bytes = [], 0
         still = []
         for delivery, record in self._pending:
             if not delivery.done():

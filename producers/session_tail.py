@@ -7,27 +7,36 @@ written, is waited on, never taken half); the header line is checked
 (format version first, then identity against the directory name), every
 line must be a storage record and seqs contiguous. A refusal ends the
 file's reading after the good records before it.
+
+Memory stays bounded whatever the file holds: text is read and inflated a
+piece at a time (:data:`~dsh_core.storage.framing.READ_SIZE`), a line is
+refused once it passes the record limit, and a zstd frame is checked whole
+(checksum, size, record boundary) before any of its records is handed out:
+its lines are kept from that check when the frame is small, else inflated
+again as they are handed out.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
 
-from dsh_core.errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, SequenceGapError
+from dsh_core.errors import CorruptionError, DecodeError, LayoutError, SequenceGapError
 from dsh_core.folds import read_header
 from dsh_core.session_header import SessionHeader
-from dsh_core.storage.framing import decompress_frame, iter_frames
-from dsh_core.storage.layout import compression_of, encode_segment, generation_of
+from dsh_core.storage.framing import READ_SIZE, Frame, frame_pieces, iter_frames
+from dsh_core.storage.layout import LAYOUT, compression_of, encode_segment, generation_of
+from dsh_core.storage.lines import LineSplitter
 from dsh_kafka.records import SessionRecord, header_record, record_from_line
 from dsh_kafka.topics import MAX_MESSAGE_BYTES
 
-__all__ = ["NewRecords", "Position", "read_new"]
+__all__ = ["Position", "SessionTail"]
 
-#: Bytes of a raw file read at once (bounded memory): a line longer than a
-#: record may be is refused, not waited on.
-_READ_LIMIT = MAX_MESSAGE_BYTES + 1
+#: A frame of up to this much plaintext keeps its lines from the check;
+#: a larger one is inflated a second time as its records are handed out.
+_HELD_FRAME_BYTES = 4 << 20
 
 
 @dataclass
@@ -42,92 +51,101 @@ class Position:
     failed: str | None = None
 
 
-@dataclass
-class NewRecords:
-    """Complete records read in one go; ``error`` ends the file's reading
-    after the good records before it."""
+class SessionTail:
+    """The complete records of one session file after ``start``.
 
-    records: list[SessionRecord] = field(default_factory=list)
-    position: Position = field(default_factory=Position)
-    error: DshError | None = None
+    Iterating yields them in order and raises a refusal after the good
+    records before it. :attr:`position` moves past a raw line, or a whole
+    zstd frame, once the records after it are asked for (or the iteration
+    ends): it covers only records that were handed out, so a consumer that
+    stops early resumes from there, at worst repeating the records of one
+    frame.
+    """
 
+    def __init__(self, path: Path, start: Position) -> None:
+        self.path = path
+        self.where = str(path)
+        self.position = replace(start)
 
-def _check_header(path: Path, line: bytes) -> SessionHeader:
-    generation = generation_of(path)
-    header = read_header(line, str(path), generation)
-    if generation is not None and path.parent.name != encode_segment(header.id):
-        raise CorruptionError(f"{path}: header id {header.id!r} does not belong in directory "
-                              f"{path.parent.name!r} (expected {encode_segment(header.id)!r})")
-    return header
+    def __iter__(self) -> Iterator[SessionRecord]:
+        with open(self.path, "rb") as stream:
+            if compression_of(self.path) == "zstd":
+                yield from self._zstd(stream)
+            else:
+                yield from self._raw(stream)
 
-
-def read_new(path: Path, start: Position) -> NewRecords:
-    """Complete records after ``start``, up to a refusal if there is one."""
-    out = NewRecords(position=Position(**start.__dict__))
-    try:
-        if compression_of(path) == "zstd":
-            _read_zstd(path, out)
-        else:
-            _read_raw(path, out)
-    except (CorruptionError, FormatUnsupportedError) as error:
-        out.error = error
-    return out
-
-
-def _line_records(path: Path, lines: list[bytes], out: NewRecords) -> None:
-    position = out.position
-    for line in lines:
-        position.lines += 1
-        number = position.lines
-        if position.session_id is None:
-            header = _check_header(path, line)
-            position.session_id, position.version = header.id, header.version
-            out.records.append(header_record(header))
-            continue
-        try:
-            record = record_from_line(position.session_id, line, position.version)
-        except DecodeError as error:
-            raise CorruptionError(f"{path}: line {number}: {error.message} (after seq {position.next_seq - 1})") from None
-        if record.seq != position.next_seq:
-            raise SequenceGapError(position.session_id, position.next_seq, record.seq, f"{path}: line {number}")
-        position.next_seq += record.count
-        out.records.append(record)
-
-
-def _read_raw(path: Path, out: NewRecords) -> None:
-    with open(path, "rb") as stream:
+    def _raw(self, stream: BinaryIO) -> Iterator[SessionRecord]:
         size = stream.seek(0, os.SEEK_END)
-        if size < out.position.offset:
-            raise CorruptionError(f"{path}: file shrank to {size} bytes below the shipped offset "
-                                  f"{out.position.offset} (rewritten or repaired after shipping)")
-        stream.seek(out.position.offset)
-        data = stream.read(_READ_LIMIT)
-    end = data.rfind(b"\n")
-    if end < 0:
-        if len(data) == _READ_LIMIT:
-            raise CorruptionError(f"{path}: line {out.position.lines + 1} is longer than the {MAX_MESSAGE_BYTES}-byte "
-                                  "record limit")
-        return  # nothing complete yet: a torn record is waited on
-    for line in data[:end].split(b"\n"):
-        _line_records(path, [line], out)
-        out.position.offset += len(line) + 1
+        at = self.position.offset
+        if size < at:
+            raise CorruptionError(f"{self.where}: file shrank to {size} bytes below the shipped offset {at} "
+                                  "(rewritten or repaired after shipping)")
+        stream.seek(at)
+        splitter = LineSplitter(self.where, self.position.lines, MAX_MESSAGE_BYTES)
+        work = replace(self.position)
+        while at < size:
+            chunk = stream.read(min(READ_SIZE, size - at))
+            if not chunk:
+                break
+            at += len(chunk)
+            for line in splitter.feed(chunk):
+                record = self._record(line, work)
+                work.offset += len(line) + 1
+                yield record
+                self.position = replace(work)
 
-
-def _read_zstd(path: Path, out: NewRecords) -> None:
-    taken = 0  # plaintext bytes: past _READ_LIMIT the records go out before more frames are read
-    with open(path, "rb") as stream:
-        stream.seek(out.position.offset)
-        for frame in iter_frames(stream, str(path)):
+    def _zstd(self, stream: BinaryIO) -> Iterator[SessionRecord]:
+        stream.seek(self.position.offset)
+        for frame in iter_frames(stream, self.where):
             if not frame.complete:
                 return  # still being written: wait for the whole frame
-            plaintext = decompress_frame(frame.data, str(path))
-            if not plaintext.endswith(b"\n"):
-                raise CorruptionError(f"{path}: frame at byte {out.position.offset + frame.start} does not end on a "
-                                      "record boundary")
-            if out.position.session_id is None and plaintext.count(b"\n") != 1:
-                raise CorruptionError(f"{path}: first frame is not exactly one header line")
-            _line_records(path, plaintext[:-1].split(b"\n"), out)
-            out.position.offset += len(frame.data)
-            taken += len(plaintext)
-            if taken >= _READ_LIMIT:
-                return
+            work = replace(self.position)
+            for line in self._checked_lines(stream, frame):
+                yield self._record(line, work)
+            work.offset = frame.end
+            self.position = work
+
+    def _checked_lines(self, stream: BinaryIO, frame: Frame) -> Iterable[bytes]:
+        """The lines of a complete frame, once all of it is known good."""
+        splitter = LineSplitter(self.where, self.position.lines, MAX_MESSAGE_BYTES)
+        held: list[bytes] | None = []
+        inflated = 0
+        for piece in frame_pieces(stream, frame, self.where):
+            lines = splitter.feed(piece)
+            inflated += len(piece)
+            if held is not None and inflated <= _HELD_FRAME_BYTES:
+                held.extend(lines)
+            else:
+                held = None
+        if not inflated or splitter.fragment:
+            raise CorruptionError(f"{self.where}: frame at byte {frame.start} does not end on a record boundary")
+        if self.position.session_id is None and splitter.lines != self.position.lines + 1:
+            raise CorruptionError(f"{self.where}: first frame is not exactly one header line")
+        if held is not None:
+            return held
+        again = LineSplitter(self.where, self.position.lines, MAX_MESSAGE_BYTES)
+        return (line for piece in frame_pieces(stream, frame, self.where) for line in again.feed(piece))
+
+    def _record(self, line: bytes, work: Position) -> SessionRecord:
+        """The record of the next line; ``work`` moves past it."""
+        work.lines += 1
+        if work.session_id is None:
+            header = self._header(line)
+            work.session_id, work.version = header.id, header.version
+            return header_record(header)
+        try:
+            record = record_from_line(work.session_id, line, work.version)
+        except DecodeError as error:
+            raise CorruptionError(f"{self.where}: line {work.lines}: {error.message} (after seq {work.next_seq - 1})") from None
+        if record.seq != work.next_seq:
+            raise SequenceGapError(work.session_id, work.next_seq, record.seq, f"{self.where}: line {work.lines}")
+        work.next_seq += record.count
+        return record
+
+    def _header(self, line: bytes) -> SessionHeader:
+        generation = generation_of(self.path)
+        header = read_header(line, self.where, generation)
+        if generation is not None and self.path.parent.name != encode_segment(header.id):
+            raise LayoutError(f"{self.where}: the header's session id {header.id!r} belongs in a folder named "
+                              f"{encode_segment(header.id)!r}, not {self.path.parent.name!r}; {LAYOUT}")
+        return header

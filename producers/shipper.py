@@ -21,19 +21,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import CorruptionError, DshError, PipelineError, StateStoreError
-from dsh_core.storage.layout import find_session_files
+from dsh_core.errors import (CorruptionError, DshError, FormatUnsupportedError, LayoutError, PipelineError,
+                             StateStoreError)
+from dsh_core.storage.layout import LAYOUT, FolderLog, find_session_files
 from dsh_kafka.records import SessionRecord
 
-from .session_tail import Position, read_new
+from .session_tail import Position, SessionTail
 
-__all__ = ["ShipperConfig", "Shipper", "Checkpoints", "check_root"]
+__all__ = ["ShipperConfig", "Shipper", "Checkpoints", "PassSummary", "check_root", "LAYOUT_COMMAND"]
+
+#: The command that lays session logs out in dsh's layout.
+LAYOUT_COMMAND = "dsh-pipeline ship --layout-from FILE... --root ROOT"
 
 SHIPPED_RECORDS = Counter("dsh_shipper_records_total", "Records shipped, by kind.", ["kind"])
 SHIPPED_EVENTS = Counter("dsh_shipper_events_total", "Session events shipped.")
@@ -83,6 +88,7 @@ class ShipperConfig:
     state_dir: Path
     poll_seconds: float = 0.5
     once: bool = False
+    summary_seconds: float = 60.0  # following: a summary line this often
 
 
 def check_root(root: Path) -> None:
@@ -92,8 +98,39 @@ def check_root(root: Path) -> None:
                                                              "does not exist"))
 
 
+@dataclass
+class PassSummary:
+    """What passes over the root did: records and events shipped (summed
+    over the passes), and of the latest pass the session logs found, the
+    files and entries refused, the logs skipped because they were refused
+    before."""
+
+    sessions: int = 0
+    records: int = 0
+    events: int = 0
+    refused: int = 0
+    skipped: int = 0
+
+    def add(self, later: "PassSummary") -> None:
+        self.sessions = later.sessions
+        self.records += later.records
+        self.events += later.events
+        self.refused = later.refused
+        self.skipped = later.skipped
+
+    def __str__(self) -> str:
+        return (f"{self.sessions} sessions, {self.records} records ({self.events} events) shipped, "
+                f"{self.refused} refused, {self.skipped} skipped (refused earlier)")
+
+
+#: The longest the shipper reads and sends without letting the event loop
+#: run (signals, the ops server, the Kafka client's own work).
+_SLICE_SECONDS = 0.05
+
+
 class Shipper:
-    """Ships a sessions root through ``send`` (e.g. :meth:`Publisher.send`)."""
+    """Ships a sessions root through ``send`` (e.g. :meth:`Publisher.send`);
+    ``report`` gets each refusal (said once per process) and summary line."""
 
     def __init__(self, config: ShipperConfig, send: Callable[[SessionRecord], Any], flush: Callable[[], Any],
                  report: Callable[[str], None]) -> None:
@@ -104,63 +141,99 @@ class Shipper:
         self._report = report
         self.checkpoints = Checkpoints(config.state_dir / "shipper-checkpoints.json")
         self._reported: set[str] = set()
+        self._folders: dict[str, tuple[int, FolderLog]] = {}  # what each session folder held, by its mtime
+        self.refused = 0  # refusals since the start
+        self._slice_ends = 0.0
 
-    async def ship_once(self) -> int:
-        """One pass over the root; returns the number of records shipped."""
-        shipped = 0
+    async def ship_once(self, stop: asyncio.Event | None = None) -> PassSummary:
+        """One pass over the root, until done or ``stop`` is set; the
+        checkpoint then holds every record sent (flushed first)."""
+        stop = stop or asyncio.Event()
+        summary = PassSummary()
         moved: dict[str, Position] = {}
-        files = find_session_files(self.config.root, self._refuse_entry)
+        files = find_session_files(self.config.root, lambda error: self._refuse(summary, error), self._folders)
+        summary.sessions = len(files)
+        unread = Position()
+        prefix = len(str(self.config.root)) + 1
         for path in files:
-            name = str(path.relative_to(self.config.root))
-            position = self.checkpoints.positions.get(name, Position())
+            if stop.is_set():
+                break
+            name = str(path)[prefix:]  # relative to the root
+            position = self.checkpoints.positions.get(name, unread)
             if position.failed:
+                summary.skipped += 1
                 if name not in self._reported:  # refused before this process: say so once again
                     self._reported.add(name)
                     self._report(f"refused earlier, not shipped: {position.failed}")
                 continue
-            while True:
-                try:
-                    read = read_new(path, position)
-                except OSError as error:  # unreadable now (permissions, replaced): said once, tried again next pass
-                    self._refuse_entry(CorruptionError(f"{path}: cannot be read: {error.strerror or error}"))
-                    break
-                for record in read.records:
-                    await self._send(record)
-                    SHIPPED_RECORDS.labels(record.kind).inc()
-                    SHIPPED_EVENTS.inc(record.count)
-                shipped += len(read.records)
-                if read.error is not None:
-                    self._reported.add(name)
-                    SHIPPER_ERRORS.labels(type(read.error).__name__).inc()
-                    self._report(f"refused {type(read.error).__name__}: {read.error.message}")
-                    moved[name] = Position(**{**read.position.__dict__, "failed": read.error.message})
-                    break
-                if read.position.offset == position.offset:
-                    break
-                position = read.position
-                moved[name] = position
+            try:
+                if os.stat(path).st_size == position.offset:
+                    continue  # nothing new: not even opened
+                tail = SessionTail(path, position)
+                async for record in self._sent(tail, stop):
+                    summary.records += 1
+                    summary.events += record.count
+            except OSError as error:  # unreadable now (permissions, replaced): said once, tried again next pass
+                self._refuse(summary, CorruptionError(f"{path}: cannot be read: {error.strerror or error}"))
+                continue
+            except (CorruptionError, FormatUnsupportedError, LayoutError) as error:
+                self._refuse(summary, error, name)
+                tail.position.failed = error.message
+            if tail.position != position:
+                moved[name] = tail.position
         if moved:
             await self._flush()  # broker acks first, then the checkpoint
             self.checkpoints.positions.update(moved)
             self.checkpoints.save()
-        states = [p for p in self.checkpoints.positions.values()]
+        states = self.checkpoints.positions.values()
         SESSIONS.labels("shipping").set(sum(1 for p in states if not p.failed))
         SESSIONS.labels("refused").set(sum(1 for p in states if p.failed))
-        return shipped
+        return summary
 
-    def _refuse_entry(self, error: DshError) -> None:
-        if error.message not in self._reported:  # said once per process, like a refused file
-            self._reported.add(error.message)
+    async def _sent(self, tail: SessionTail, stop: asyncio.Event) -> AsyncIterator[SessionRecord]:
+        """Send the tail's records, yielding each once sent, until ``stop``;
+        the event loop runs at least every :data:`_SLICE_SECONDS`."""
+        for record in tail:
+            await self._send(record)
+            SHIPPED_RECORDS.labels(record.kind).inc()
+            SHIPPED_EVENTS.inc(record.count)
+            yield record
+            if time.monotonic() >= self._slice_ends:
+                await asyncio.sleep(0)
+                self._slice_ends = time.monotonic() + _SLICE_SECONDS
+            if stop.is_set():
+                return
+
+    def _refuse(self, summary: PassSummary, error: DshError, key: str | None = None) -> None:
+        """Count a refused file or entry; say it once per process (by
+        ``key``, else by its message)."""
+        summary.refused += 1
+        self.refused += 1
+        key = key or error.message
+        if key not in self._reported:
+            self._reported.add(key)
             SHIPPER_ERRORS.labels(type(error).__name__).inc()
-            self._report(f"refused {type(error).__name__}: {error.message}")
+            hint = f" (lay logs out with `{LAYOUT_COMMAND}`)" if isinstance(error, LayoutError) else ""
+            self._report(f"refused {type(error).__name__}: {error.message}{hint}")
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Follow the root until ``stop`` is set (``once``: one pass)."""
+        """Follow the root until ``stop`` is set (``once``: one pass), with
+        a summary line after a single pass, every ``summary_seconds`` while
+        following, and when stopped."""
+        period, said = PassSummary(), time.monotonic()
         while True:
-            await self.ship_once()
+            period.add(await self.ship_once(stop))
             if self.config.once or stop.is_set():
-                return
+                break
+            if time.monotonic() - said >= self.config.summary_seconds:
+                self._report(f"following {self.config.root}: {period}")
+                period, said = PassSummary(), time.monotonic()
             try:
                 await asyncio.wait_for(stop.wait(), self.config.poll_seconds)
             except asyncio.TimeoutError:
                 pass
+        found = "" if period.sessions else f" (no session logs found: {LAYOUT})"
+        if not stop.is_set():
+            self._report(f"pass done: {period}{found}")
+        else:
+            self._report(f"stopped: {period}{found}; the checkpoint holds every record sent")

@@ -20,7 +20,7 @@ from dsh_core.errors import DshError
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.layout import (Compression, compression_of, encode_segment, generation_of, is_log_name, log_name,
                                      project_dir)
-from dsh_core.storage.reader import load_session_bytes, read_events
+from dsh_core.storage.reader import load_session, read_events
 from dsh_core.storage.writer import SessionFileWriter, replace_file
 from dsh_core.v4.migrate import V4_NAME, migrated_log, v4_file
 
@@ -96,18 +96,15 @@ def new_file(root: Path, header: SessionHeader, compression: Compression) -> Pat
 
 def resume(path: Path, compression: Compression) -> tuple[SessionHeader, int, SessionFileWriter]:
     """The header, next seq and writer of an archive file, cutting off a
-    frame torn by a crash (a file left with its header only is started
-    again)."""
-    data = path.read_bytes()
-    result = load_session_bytes(data, str(path), "zstd" if path.name.endswith(".zstd") else "none")
-    if result.header is not None and result.committed_bytes < len(data) and result.error is None:
+    frame torn by a crash (a file may hold its header alone: a session
+    without events, or one whose first batch was cut off)."""
+    result = load_session(path)  # read a piece at a time, never the whole file
+    if result.header is not None and result.committed_bytes < path.stat().st_size and result.error is None:
         with open(path, "r+b") as stream:
             stream.truncate(result.committed_bytes)
             os.fsync(stream.fileno())
     header, events = read_events(path)
-    if not events:
-        path.unlink()
-    return header, len(events), SessionFileWriter(path, header, compression, next_seq=len(events))
+    return header, len(events), SessionFileWriter(path, header, compression, next_seq=len(events), created=True)
 
 
 def write_v4_copy(path: Path, candidates: Iterable[Path]) -> DshError | None:

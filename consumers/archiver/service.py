@@ -218,6 +218,8 @@ class Archive(Policy[ArchivedSession]):
                 FRAMES.inc()
                 session.lines = []
                 session.copy_due = self._copied(session.header)
+            elif session.writer is not None:
+                session.writer.create_empty()  # a session without events yet: its header alone, as dsh keeps it
             if session.copy_due:
                 copies.append(session)
             if session.held.dirty:

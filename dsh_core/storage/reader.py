@@ -22,8 +22,9 @@ from ..session import SessionState
 from ..session_header import SessionHeader
 from ..v4.v3 import V3Fold
 from ..v4.catalog import catalog_children
-from .framing import READ_SIZE, decompress_frame, decompress_prefix, iter_frames
+from .framing import READ_SIZE, Frame, frame_pieces, frame_plaintext, iter_frames
 from .layout import Compression, compression_of, generation_of
+from .lines import MAX_LINE_BYTES, LineSplitter
 from .records import decode_row
 
 __all__ = ["LoadResult", "load_session", "load_session_bytes", "read_events"]
@@ -74,17 +75,12 @@ class _LineSink(Protocol):
 
 
 def _read_raw(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> None:
+    splitter = LineSplitter(pipeline.where)
     offset = 0
-    fragment = b""
     header_done = False
     committed = 0
-    while True:
-        chunk = stream.read(READ_SIZE)
-        if not chunk:
-            break
-        lines = (fragment + chunk).split(b"\n") if fragment else chunk.split(b"\n")
-        fragment = lines.pop()
-        for line in lines:
+    while chunk := stream.read(READ_SIZE):
+        for line in splitter.feed(chunk):
             offset += len(line) + 1
             if not header_done:
                 pipeline.header_line(line)
@@ -94,7 +90,7 @@ def _read_raw(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> None
                 committed = offset
     if not header_done:
         raise CorruptionError(f"{pipeline.where}: empty or header-less session log")
-    result.file_bytes = offset + len(fragment)
+    result.file_bytes = offset + len(splitter.fragment)
     result.committed_bytes = committed
     if committed < result.file_bytes:
         stream.seek(committed)
@@ -103,47 +99,54 @@ def _read_raw(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> None
 
 def _read_zstd(stream: BinaryIO, pipeline: _LineSink, result: LoadResult) -> None:
     where = pipeline.where
-    fragment = b""
+    splitter = LineSplitter(where)  # the text runs on across frames
     end = 0
     header_done = False
     in_prefix = True  # every line so far joined the committed prefix
     for frame in iter_frames(stream, where):
         if not frame.complete:
-            if not header_done:
-                break
-            if fragment:
-                raise CorruptionError(f"{where}: corrupt Zstandard session log: complete frame contains a torn JSONL record")
-            plaintext = decompress_prefix(frame.data, where)
-            lines = plaintext.split(b"\n")
-            lines.pop()
-            joined = True
-            for line in lines:
-                joined = pipeline.event_line(line) and joined
-                if joined:
-                    result.recovered_lines.append(line)
-            kept = sum(len(line) + 1 for line in result.recovered_lines)
-            result.dropped_text = plaintext[kept:].decode("utf-8", "replace")
-            result.committed_bytes = frame.start
-            result.file_bytes = frame.start + len(frame.data)
-            return
-        plaintext = decompress_frame(frame.data, where)
-        end = frame.start + len(frame.data)
+            if header_done:
+                _read_torn_frame(stream, frame, pipeline, result, splitter)
+                return
+            break
+        end = frame.end
         if not header_done:
-            if not plaintext or plaintext.find(b"\n") != len(plaintext) - 1:
+            text = frame_plaintext(stream, frame, where, MAX_LINE_BYTES + 1)
+            if not text or text.find(b"\n") != len(text) - 1:
                 raise CorruptionError(f"{where}: corrupt Zstandard session log: first frame is not exactly one header line")
-            pipeline.header_line(plaintext[:-1])
+            pipeline.header_line(text[:-1])
+            splitter.lines = 1
             header_done = True
             continue
-        lines = (fragment + plaintext).split(b"\n")
-        fragment = lines.pop()
-        for line in lines:
-            if not pipeline.event_line(line):
-                in_prefix = False
+        for piece in frame_pieces(stream, frame, where):
+            for line in splitter.feed(piece):
+                if not pipeline.event_line(line):
+                    in_prefix = False
     if not header_done:
         raise CorruptionError(f"{where}: empty or header-less Zstandard session log")
-    if fragment or (not in_prefix and not getattr(pipeline, "tolerates_defects", False)):
+    if splitter.fragment or (not in_prefix and not getattr(pipeline, "tolerates_defects", False)):
         raise CorruptionError(f"{where}: corrupt Zstandard session log: complete frame contains a torn or defective JSONL record")
     result.committed_bytes = result.file_bytes = end
+
+
+def _read_torn_frame(stream: BinaryIO, frame: Frame, pipeline: _LineSink, result: LoadResult,
+                     splitter: LineSplitter) -> None:
+    """A torn final frame: the lines it completes that the log takes join
+    it (to be rewritten by repair); the rest is dropped."""
+    if splitter.fragment:
+        raise CorruptionError(f"{pipeline.where}: corrupt Zstandard session log: complete frame contains a torn JSONL record")
+    joined = True
+    dropped: list[bytes] = []
+    for piece in frame_pieces(stream, frame, pipeline.where):
+        for line in splitter.feed(piece):
+            joined = pipeline.event_line(line) and joined
+            if joined:
+                result.recovered_lines.append(line)
+            else:
+                dropped.append(line + b"\n")
+    result.dropped_text = (b"".join(dropped) + splitter.fragment).decode("utf-8", "replace")
+    result.committed_bytes = frame.start
+    result.file_bytes = frame.end
 
 
 def load_session(path: str | os.PathLike[str], observer: FoldObserver | None = None,
@@ -203,7 +206,8 @@ def header_line_of(path: str | os.PathLike[str]) -> bytes:
             line = stream.readline(READ_SIZE)
         else:
             frame = next(iter_frames(stream, str(path)), None)
-            line = decompress_frame(frame.data, str(path)) if frame is not None and frame.complete else b""
+            line = (frame_plaintext(stream, frame, str(path), MAX_LINE_BYTES + 1)
+                    if frame is not None and frame.complete else b"")
     if not line.endswith(b"\n"):
         raise CorruptionError(f"{path}: no complete header line")
     return line[:-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 from ..errors import EnvelopeError, PipelineError
 from ..events import Event
@@ -21,7 +21,7 @@ from .layout import Compression
 from .reader import LoadResult
 from .records import encode_records
 
-__all__ = ["encode_batch", "SessionFileWriter", "commit_repair", "replace_file"]
+__all__ = ["encode_batch", "SessionFileWriter", "commit_repair", "create_file", "replace_file"]
 
 
 def _as_dict(event: Event | dict[str, Any]) -> dict[str, Any]:
@@ -42,36 +42,57 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes) -> None:
-    """Write a whole file durably in one step, replacing what is there
-    (readers see the old file or the new one, never a part)."""
+def _publish(path: Path, write: Callable[[BinaryIO], object], place: Callable[[Path, Path], None]) -> None:
+    """Fill a temp file beside ``path`` with ``write``, fsync it, ``place``
+    it at ``path`` (link or replace), then fsync the directory."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temp, "wb") as stream:
-            stream.write(data)
+            write(stream)
             stream.flush()
             os.fsync(stream.fileno())
-        os.replace(temp, path)
+        place(temp, path)
     finally:
         temp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
 
 
+def create_file(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Publish a new file whole: ``write`` fills it, and it is hard-linked
+    in place (an existing file is never replaced: :class:`FileExistsError`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _publish(path, write, os.link)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Write a whole file durably in one step, replacing what is there
+    (readers see the old file or the new one, never a part)."""
+    _publish(path, lambda stream: stream.write(data), os.replace)
+
+
 class SessionFileWriter:
     """The one writer of a session file; appends whole batches durably.
 
-    With ``next_seq == 0`` the first batch creates the file (refusing to
+    Of a new file (``created`` False, as with ``next_seq == 0`` by default)
+    the first batch, or :meth:`create_empty`, creates the file (refusing to
     replace an existing log); otherwise batches append to the existing file,
     whose stored next seq the caller knows (e.g. from a load).
     """
 
     def __init__(self, path: str | os.PathLike[str], header: SessionHeader, compression: Compression,
-                 next_seq: int = 0, pack: bool = True) -> None:
+                 next_seq: int = 0, pack: bool = True, created: bool | None = None) -> None:
         self.path = Path(path)
         self.header = header
         self.compression = compression
         self.next_seq = next_seq
         self.pack = pack
+        self.created = next_seq > 0 if created is None else created
+
+    def create_empty(self) -> None:
+        """Create the file with its header alone, as dsh keeps a session
+        made durable before its first event (a no-op once it exists)."""
+        if not self.created:
+            self._create(b"")
 
     def append(self, events: list[Event | dict[str, Any]]) -> None:
         """Append one batch (a no-op when empty). It must start at the next
@@ -91,7 +112,7 @@ class SessionFileWriter:
             raise EnvelopeError(f"{self.path}: append seq mismatch: batch starts at {first_seq!r}, expected {self.next_seq}")
         text = b"".join(line + b"\n" for line in lines)
         payload = compress_frame(text) if self.compression == "zstd" else text
-        if self.next_seq == 0:  # dsh's first append creates the file
+        if not self.created:  # dsh's first append creates the file
             self._create(payload)
         else:
             self._append_bytes(payload)
@@ -100,19 +121,11 @@ class SessionFileWriter:
     def _create(self, payload: bytes) -> None:
         header = self.header.to_line() + b"\n"
         head = compress_frame(header) if self.compression == "zstd" else header
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(temp, "wb") as stream:
-            stream.write(head + payload)
-            stream.flush()
-            os.fsync(stream.fileno())
         try:
-            os.link(temp, self.path)
+            create_file(self.path, lambda stream: stream.write(head + payload))
         except FileExistsError:
             raise PipelineError(f"{self.path}: a session log already exists; refusing to overwrite it") from None
-        finally:
-            temp.unlink(missing_ok=True)
-        _fsync_dir(self.path.parent)
+        self.created = True
 
     def _append_bytes(self, payload: bytes) -> None:
         with open(self.path, "r+b") as stream:

@@ -109,3 +109,37 @@ def test_a_file_removed_under_the_archiver_lets_its_session_go_not_the_service(k
         assert not folder.exists()  # not made again as a file starting at a later seq
 
     asyncio.run(scenario())
+
+
+def test_sessions_of_a_header_alone_are_archived_and_stay(kafka, topics, group_id, tmp_path):
+    from dsh_core.folds import read_header
+    from dsh_core.storage.reader import header_line_of
+    from dsh_kafka.records import header_record
+    from tests.conftest import corpus_logs
+
+    names = topics(partitions=3)
+    logs = [log for log in corpus_logs("dsh-real") if log.read_bytes().count(b"\n") == 1]  # dsh's empty sessions
+    assert len(logs) >= 10
+    records = [header_record(read_header(log.read_bytes().rstrip(b"\n"), str(log))) for log in logs]
+    archiving = ArchiverConfig(kafka=kafka, topics=names, group=group_id("archiver"), root=tmp_path / "archive")
+
+    async def archive() -> None:
+        ends = await end_offsets(kafka, names.events)
+        archiver = archiver_service(archiving)
+
+        def caught_up() -> bool:
+            consumed = {tp.partition: offset for tp, offset in archiver.positions().items()}
+            return all(consumed.get(p, 0) >= end for p, end in ends.items() if end)
+
+        await run_until(archiver, caught_up)
+
+    asyncio.run(publish_records(kafka, names, records))
+    asyncio.run(archive())
+    asyncio.run(publish_records(kafka, names, records))  # shipped again: a restart resumes every file, and
+    asyncio.run(archive())  # one holding its header alone stays
+    archived = {path.parent.name: path for path in find_session_files(archiving.root)}
+    assert len(archived) == len(records)
+    for record in records:
+        [path] = [path for path in archived.values() if header_line_of(path) == record.value]
+        result = load_session(path)
+        assert result.accepted and result.event_count == 0, path

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,129 @@ def test_torn_tail_waits_and_bad_file_is_reported(kafka, topics, tmp_path):
                                                                     settle=1))]
     assert [r.value for r in more if r.session_id == torn_id][-1] == lines[4]
     assert {r.session_id for r in more} == {torn_id, json.loads(bad_log[0])["id"]}
+
+
+def _big_raw_session(root: Path, megabytes: int) -> Path:
+    """One long generated session (``benchmarks.bigsession``), a raw log in dsh's layout."""
+    from benchmarks.bigsession import write_big_session
+
+    work = root.parent / "big.jsonl"
+    write_big_session(work, megabytes << 20)
+    with open(work, "rb") as log:
+        header = json.loads(log.readline())
+    path = log_path(root, header["cwd"], header["id"], "none")
+    path.parent.mkdir(parents=True)
+    work.rename(path)
+    return path
+
+
+def test_sigint_stops_a_backfill_within_a_second_with_the_checkpoint_of_what_was_sent(kafka, topics, tmp_path):
+    names = topics(partitions=4)
+    root, state = tmp_path / "root", tmp_path / "state"
+    big = _big_raw_session(root, 48)
+    stderr_log = tmp_path / "shipper.err"
+    with open(stderr_log, "wb") as errors:
+        shipper = subprocess.Popen(_ship_command(kafka, names, root, state, "--once"), stderr=errors)
+        try:
+            wait_for(lambda: _records_in_topic(kafka, names.events) > 2000, 120, "the first records in Kafka")
+            shipper.send_signal(signal.SIGINT)
+            interrupted = time.monotonic()
+            wait_for(lambda: "the checkpoint holds every record sent" in stderr_log.read_text(), 30, "the stop")
+            stopped_in = time.monotonic() - interrupted  # checkpoint saved, then said
+            status = shipper.wait(30)
+        finally:
+            shipper.kill()
+    said = stderr_log.read_text()
+    assert status == 130 and stopped_in < 1, f"exit {status}, stopped {stopped_in:.2f} s after SIGINT:\n{said}"
+    [position] = json.loads((state / "shipper-checkpoints.json").read_text())["files"].values()
+    assert 0 < position["offset"] < big.stat().st_size
+    shipped = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, position["lines"]))]
+    assert [r.value for r in shipped[1:position["lines"]]] == storage_lines(big.read_bytes()[:position["offset"]])
+
+    done = subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "pass done: 1 sessions" in done.stderr
+    lines = storage_lines(big.read_bytes())
+    records = asyncio.run(consume_all(kafka, names.events, _records_in_topic(kafka, names.events), timeout=120))
+    by_seq = {(r.kind, r.seq): r.value for r in map(decode_kafka_record, records)}  # repeats are exact
+    assert [value for (kind, _), value in sorted(by_seq.items()) if kind == "record"] == lines
+    print(f"stopped {stopped_in:.2f} s after SIGINT at byte {position['offset']} of {big.stat().st_size}")
+
+
+def test_following_says_a_summary_and_a_stop_is_not_a_failure_after_refusals(kafka, topics, tmp_path):
+    names = topics(partitions=4)
+    root, state = tmp_path / "root", tmp_path / "state"
+    place(root, corpus_logs("dsh-real")[5].read_bytes(), "none")
+    bad_log = corpus_logs("dsh-real")[6].read_bytes().split(b"\n")
+    bad_log[3] = b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":1}}'
+    place(root, b"\n".join(bad_log), "none")
+    stderr_log = tmp_path / "shipper.err"
+    with open(stderr_log, "wb") as errors:
+        shipper = subprocess.Popen(_ship_command(kafka, names, root, state, "--summary-every", "0.2"), stderr=errors)
+        try:
+            wait_for(lambda: f"following {root}: 2 sessions" in stderr_log.read_text(), 120, "a summary line")
+            shipper.send_signal(signal.SIGTERM)
+            status = shipper.wait(30)
+        finally:
+            shipper.kill()
+    said = stderr_log.read_text()
+    assert status == 0, said  # a service manager stopping the shipper reads a clean stop
+    assert "refused SequenceGapError" in said
+    assert said.splitlines()[-1].startswith("dsh-pipeline ship: stopped: 2 sessions")
+
+
+def test_a_flat_folder_of_logs_is_refused_by_name_and_laid_out_on_request(kafka, topics, tmp_path):
+    names = topics(partitions=4)
+    flat, root, state = tmp_path / "exported", tmp_path / "root", tmp_path / "state"
+    flat.mkdir()
+    logs = [log for log in corpus_logs("dsh-real")[:6]]
+    for log in logs:
+        (flat / log.name).write_bytes(log.read_bytes())
+    refused = subprocess.run(_ship_command(kafka, names, flat, state, "--once"), capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode == 1
+    assert (f"refused LayoutError: {flat / logs[0].name}: a session log directly in the sessions root; dsh keeps "
+            "each session at <root>/<project>/<session-id>/session[.vN].jsonl[.zstd] (lay logs out with "
+            "`dsh-pipeline ship --layout-from FILE... --root ROOT`)") in refused.stderr
+    assert "pass done: 0 sessions, 0 records (0 events) shipped, 6 refused" in refused.stderr
+
+    shipped = subprocess.run(_ship_command(kafka, names, root, state, "--once", "--layout-from", str(flat)),
+                             capture_output=True, text=True, timeout=120)
+    assert shipped.returncode == 0, shipped.stderr
+    assert f"laid out 6 session logs in {root} (0 were there already, 0 refused)" in shipped.stderr
+    assert "pass done: 6 sessions" in shipped.stderr
+    expected = sum(1 + len(storage_lines(log.read_bytes())) for log in logs)
+    assert len(asyncio.run(consume_all(kafka, names.events, expected, timeout=60, settle=1))) == expected
+
+
+_SHIP_RSS = """
+import sys
+from benchmarks import peak_rss_kb
+from dsh_pipeline.cli import main
+status = main(sys.argv[1:])
+print(peak_rss_kb() // 1024, file=sys.stderr)
+sys.exit(status)
+"""
+
+
+def test_a_session_of_large_records_ships_in_bounded_memory(kafka, topics, tmp_path):
+    names = topics(partitions=4)
+    root = tmp_path / "root"
+    header = {"type": "session", "version": 0, "id": "wide", "createdAt": 1767225600000, "cwd": "/w",
+              "delegationDepth": 0}
+    path = log_path(root, "/w", "wide", "none")
+    path.parent.mkdir(parents=True)
+    text = "x" * (12 << 20)
+    with open(path, "wb") as out:  # 48 records of 12 MiB: 576 MiB
+        out.write(json.dumps(header).encode() + b"\n")
+        for seq in range(48):
+            out.write(json.dumps({"type": "user/message", "seq": seq, "time": 1767225600001 + seq,
+                                  "data": {"id": f"u{seq}", "role": "user", "content": [{"type": "text", "text": text}]},
+                                  "surfaceOp": "append"}).encode() + b"\n")
+    command = _ship_command(kafka, names, root, tmp_path / "state", "--once")
+    child = subprocess.run([sys.executable, "-c", _SHIP_RSS, *command[3:]], capture_output=True, text=True,
+                           timeout=600, cwd=Path(__file__).parents[2])
+    assert child.returncode == 0, child.stderr
+    peak = int(child.stderr.split()[-1])
+    assert peak <= 512, f"peak RSS {peak} MiB shipping a {path.stat().st_size >> 20} MiB session"

@@ -11,7 +11,7 @@ from consumers.archiver.files import existing_file
 from dsh_core.storage.layout import find_session_files, generation_of
 from dsh_core.storage.reader import load_session, read_events
 from dsh_core.v4.migrate import V4_NAME, migrated_log, v4_file
-from producers.session_tail import Position, read_new
+from producers.session_tail import Position, SessionTail
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests.conftest import corpus_logs
 from tests.layout_helpers import place
@@ -72,7 +72,7 @@ def test_a_restart_writes_again_the_copy_of_every_session_it_resumes(tmp_path):
 def test_no_copy_where_dsh_refuses_the_migration_and_the_file_keeps_every_record(tmp_path, caplog):
     log = next(log for log in corpus_logs("dsh-real") if log.name == "apps-web-tests-snapshots-approval-composer.jsonl")
     source = place(tmp_path / "source", log.read_bytes(), "zstd")
-    records = read_new(source, Position()).records
+    records = list(SessionTail(source, Position()))
     root = tmp_path / "archive"
     archive = Archive(ArchiverConfig(kafka=KAFKA, root=root, v4_copies=True))
     with caplog.at_level(logging.WARNING, "dsh.archiver"):
@@ -95,7 +95,7 @@ def test_a_parent_s_copy_catalogues_each_subagent_child_as_it_arrives(tmp_path):
     names = ["examples-acp-agent-tests-snapshots-subagent-parallel", "examples-acp-agent-tests-snapshots-subagent-"
              "parallel-session-1", "examples-acp-agent-tests-snapshots-subagent-parallel-session-2"]
     logs = {log.stem: log for log in corpus_logs("dsh-real") if log.stem in names}
-    sessions = [read_new(place(tmp_path / "source", logs[name].read_bytes(), "zstd"), Position()).records
+    sessions = [list(SessionTail(place(tmp_path / "source", logs[name].read_bytes(), "zstd"), Position()))
                 for name in names]
     root = tmp_path / "archive"
     archive = Archive(ArchiverConfig(kafka=KAFKA, root=root, v4_copies=True))

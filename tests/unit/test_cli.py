@@ -160,3 +160,12 @@ def test_version_names_the_installed_distribution():
     result = run("--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"dsh-pipeline {importlib.metadata.version('dsh-pipeline')}"
+
+
+def test_ship_help_states_dsh_layout_and_how_to_lay_logs_out(monkeypatch):
+    from dsh_pipeline.cli import build_parser
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per paragraph
+    text = build_parser().commands["ship"].format_help()
+    assert "dsh keeps each session at ROOT/<project>/<session-id>/session[.vN].jsonl[.zstd]" in text
+    assert "--layout-from FILE [FILE ...]" in text and "130 stopped before the end" in text

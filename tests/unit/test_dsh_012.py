@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dsh_core.errors import DecodeError
-from dsh_core.storage.framing import decompress_frame, iter_frames
+from dsh_core.storage.framing import frame_pieces, iter_frames
 from dsh_core.storage.reader import load_session_bytes
 from dsh_core.storage.seq_ranges import MAX_SOURCE_SEQS, decode_source_seqs
 
@@ -26,7 +26,7 @@ def test_the_fixtures_hold_what_0_1_2_writes():
 
 def _plain_lines(log: Path) -> bytes:
     with open(log, "rb") as stream:
-        return b"".join(decompress_frame(frame.data, str(log)) for frame in iter_frames(stream, str(log)))
+        return b"".join(piece for frame in iter_frames(stream, str(log)) for piece in frame_pieces(stream, frame, str(log)))
 
 
 def _mutated(seq: int, sources: object) -> bytes:

@@ -14,7 +14,7 @@ from dsh_core.errors import DecodeError, FormatUnsupportedError
 from dsh_core.fold_snapshot import V4_SNAPSHOT_LAYOUT, V4_SNAPSHOT_MAGIC, restore_fold, snapshot_fold
 from dsh_core.folds import open_fold
 from dsh_core.jsonvalue import encode_json
-from dsh_core.storage.framing import decompress_frame, iter_frames
+from dsh_core.storage.framing import frame_pieces, iter_frames
 from dsh_core.storage.reader import load_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -23,7 +23,7 @@ LOGS = sorted([*FIXTURES.glob("dsh-0.1.5/*.v3.jsonl.zstd"), *FIXTURES.glob("dsh-
 
 def stored_lines(path: Path) -> list[bytes]:
     with open(path, "rb") as stream:
-        text = b"".join(decompress_frame(frame.data, str(path)) for frame in iter_frames(stream, str(path)))
+        text = b"".join(piece for frame in iter_frames(stream, str(path)) for piece in frame_pieces(stream, frame, str(path)))
     return text.split(b"\n")[:-1]
 
 

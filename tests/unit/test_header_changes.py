@@ -6,7 +6,7 @@ from __future__ import annotations
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from dsh_core.analysis import LogAnalysis, header_change
 from dsh_core.storage.reader import load_session
-from producers.session_tail import Position, read_new
+from producers.session_tail import Position, SessionTail
 from tests.conftest import corpus_logs
 from tests.layout_helpers import place
 from tests.policy_driver import KAFKA, fetched, run_batch
@@ -33,7 +33,7 @@ def test_the_view_carries_every_change_across_batches_and_evictions(tmp_path):
     expected = analysis.header_changes
     assert [change["reason"] for change in expected] == ["initial", "change"]
     assert expected[1] == {"seq": expected[1]["seq"], "reason": "change", "config": {"reasoningEffort": "off"}}
-    records = read_new(place(tmp_path / "source", log.read_bytes(), "zstd"), Position()).records
+    records = list(SessionTail(place(tmp_path / "source", log.read_bytes(), "zstd"), Position()))
     config = ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite", hot_sessions=1)
     for start in range(0, len(records), 7):  # a fresh policy each batch: the session is restored from the store
         run_batch(Projection(config), fetched(records[start:start + 7]))

@@ -310,9 +310,10 @@ def test_find_session_files_takes_the_newest_generation_and_refuses_what_the_lay
     with pytest.raises(CorruptionError, match=r"s-3: holds both session.jsonl and session.jsonl.zstd"):
         find_session_files(tmp_path)
     refused: list[str] = []
-    found = find_session_files(tmp_path, lambda error: refused.append(error.message))
+    found = find_session_files(tmp_path, lambda error: refused.append(f"{type(error).__name__}: {error.message}"))
     assert found == [project / "s-1" / "session.jsonl", project / "s-2" / "session.jsonl.zstd",
                      project / "s-5" / "session.v4.jsonl.zstd", project / "s-6" / "session.v3.jsonl.zstd"]
-    assert [message.split(": ", 1)[1] for message in refused] == [
-        "holds both session.jsonl and session.jsonl.zstd",
-        "a flat session file; dsh keeps each session in <project>/<id>/session.jsonl[.zstd]"]
+    assert refused == [
+        f"CorruptionError: {project / 's-3'}: holds both session.jsonl and session.jsonl.zstd",
+        f"LayoutError: {project / 's-4.jsonl'}: a flat session file (dsh's obsolete layout); dsh keeps each session "
+        "at <root>/<project>/<session-id>/session[.vN].jsonl[.zstd]"]
