@@ -17,6 +17,7 @@ import contextlib
 import functools
 import re
 from typing import Any, Iterator, Sequence
+from urllib.parse import unquote
 
 import psycopg
 
@@ -24,7 +25,8 @@ from dsh_core.errors import StateStoreError
 
 from .database import Migrations, claim_layout
 
-__all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_parameters", "postgres_sql"]
+__all__ = ["PostgresDatabase", "display_location", "is_postgres_location", "postgres_parameters", "postgres_sql",
+           "without_password"]
 
 _TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b| WITHOUT ROWID")
 _TYPE_NAMES = {"BLOB": "BYTEA", "INTEGER": "BIGINT", " WITHOUT ROWID": ""}
@@ -112,7 +114,8 @@ class PostgresDatabase:
         try:
             self.raw = psycopg.connect(dsn, autocommit=True, application_name=f"dsh-pipeline {kind}")
         except psycopg.Error as error:
-            raise StateStoreError(f"{self.where}: cannot connect for the {kind}: {_first_line(error)}") from None
+            raise StateStoreError(f"{self.where}: cannot connect for the {kind}: "
+                                  f"{without_password(_first_line(error), dsn)}") from None
         self.connection = _Connection(self.raw)
         try:
             with self.transaction() as db:
@@ -146,7 +149,24 @@ class PostgresDatabase:
 
 def display_location(dsn: str) -> str:
     """A connection URI as messages may show it: without its password."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", dsn)
+    return without_password(dsn, dsn)
+
+
+#: Where a DSN keeps a password: a URI's ``user:password@`` (up to the last
+#: ``@`` before the query), a ``password=`` parameter (URI query or key=value).
+_URI_PASSWORD = re.compile(r"^postgres(?:ql)?://[^:@/?]*:([^?]*)@")
+_PARAMETER_PASSWORD = re.compile(r"(?:^|[?&\s])password\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)")
+
+
+def without_password(text: str, dsn: str) -> str:
+    """``text`` with ``dsn``'s password, as written or percent-decoded,
+    masked wherever it occurs: libpq quotes the parts of a DSN it cannot
+    parse in its errors."""
+    written = _URI_PASSWORD.findall(dsn) + [value.strip("'") for value in _PARAMETER_PASSWORD.findall(dsn)]
+    for password in sorted({form for value in written for form in (value, unquote(value)) if form}, key=len,
+                           reverse=True):
+        text = text.replace(password, "***")
+    return text
 
 
 def _first_line(error: Exception) -> str:
