@@ -100,16 +100,16 @@ def test_a_persistent_data_dir_keeps_its_tables_and_its_fsync():
 def test_another_local_user_cannot_log_in_and_no_password_is_on_a_command_line():
     with local_postgres_or_skip() as server:
         stranger()  # skips, saying why, where no other user can be made
-        assert server.data_dir is not None and server.process is not None
-        password = server.password_file.read_text().strip().rpartition(":")[2]
-        assert server.password_file.stat().st_mode & 0o777 == 0o600 and password not in str(server.dsn)
-        assert server.data_dir.stat().st_mode & 0o777 == 0o700  # the unix socket's folder
+        assert server.data_dir is not None
         psql = local_postgres._find_programs()["psql"]
         for target in (f"postgresql://postgres@127.0.0.1:{server.port}/dsh",  # TCP, as the superuser, no password
                        f"postgresql:///dsh?host={server.data_dir}&port={server.port}&user=postgres"):  # the socket
             refused = run_as_stranger([psql, "--no-password", "--no-psqlrc", "--dbname", target, "-c", "SELECT 1"])
             assert refused.returncode != 0, (target, refused.stdout)
             assert "password" in refused.stderr or "Permission denied" in refused.stderr, refused.stderr
+        assert server.data_dir.stat().st_mode & 0o777 == 0o700  # the unix socket's folder
+        password = server.password_file.read_text().strip().rpartition(":")[2]
+        assert server.password_file.stat().st_mode & 0o777 == 0o600 and password not in str(server.dsn)
         assert not any(password.encode() in line for line in _command_lines())
 
 
