@@ -66,36 +66,6 @@ def make_certificates(folder: Path, clients: Sequence[str] = ()) -> tuple[Path, 
                 raise PipelineError(f"openssl {args[0]} failed making certificates for {folder}: "
                                     f"{done.stderr.strip()[-500:]}")
 
-        def sign(name: str, subject: str, *extensions: str) -> tuple[str, str]:
-            """A key for ``name`` and its certificate signed by the CA, as PEM texts."""
-            run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", subject)
-            run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                "-out", f"{name}.pem", "-days", "3650", *extensions)
-            return (Path(signing) / f"{name}.key").read_text(), (Path(signing) / f"{name}.pem").read_text()
-
-        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "3650",
-            "-subj", "/CN=dsh-pipeline local CA")
-        (Path(signing) / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        authority = (Path(signing) / "ca.pem").read_text()
-        for name in clients:
-            key, certificate = sign(name, f"/CN={name}")
-            private_file(folder / f"{name}.key", key)
-            private_file(folder / f"{name}.pem", certificate)
-        key, certificate = sign("broker", "/CN=127.0.0.1", "-extfile", "san.ext")
-        private_file(keystore, key + certificate + authority)
-        private_file(ca, authority)
-    return ca, keystore
-    openssl = require_tool("openssl", "make the secured broker's certificates")
-    with tempfile.TemporaryDirectory(prefix="dsh-ca-") as signing:  # 0700: the keys' folder
-
-        def run(*args: str) -> None:
-            done = subprocess.run([openssl, *args], cwd=signing, capture_output=True, text=True, check=False,
-                                  umask=0o077)
-            if done.returncode != 0:
-                raise PipelineError(f"openssl {args[0]} failed making certificates for {folder}: "
-                                    f"{done.stderr.strip()[-500:]}")
-
         def sign(name: str, subject: str, *extensions: str) -> str:
             """``name``'s key and certificate signed by the CA, as PEM text."""
             run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
