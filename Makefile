@@ -18,9 +18,12 @@ test: setup reference kafka-jars prometheus postgres chromium
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The dsh runtime wheel goes in first, by its pinned hash (the dev extra
+# then finds it installed).
+$(VENV)/.installed: pyproject.toml tools/runtime-requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet --require-hashes --no-deps -r tools/runtime-requirements.txt
 	$(VPY) -m pip install --quiet -e '.[dev]'
 	touch $@
 

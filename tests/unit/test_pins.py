@@ -130,3 +130,15 @@ def test_npm_packages_install_from_a_lock_file_pinning_each_tarball_s_integrity(
     assert {name: locked[f"node_modules/{name}"]["version"] for name in manifest["dependencies"]} == \
         manifest["dependencies"]
     assert all(entry["integrity"].startswith("sha512-") for path, entry in locked.items() if path)
+
+
+def test_the_runtime_make_setup_installs_is_installed_by_its_pinned_hash():
+    requirements = (ROOT / "tools" / "runtime-requirements.txt").read_text()
+    line = next(line for line in requirements.splitlines() if line and not line.startswith("#"))
+    version, digest = re.fullmatch(r"deepseek-harness-runtime-bin==(\S+) ; .* --hash=sha256:([0-9a-f]{64})", line).groups()
+    assert {name: pin for name, pin in pins.pinned(dsh_runtimes.WHEEL_PINS).items()
+            if name.startswith(f"deepseek_harness_runtime_bin-{version}-")} == {
+        f"deepseek_harness_runtime_bin-{version}-py3-none-manylinux_2_28_x86_64.whl": digest}
+    assert f"deepseek-harness-runtime-bin=={version};" in (ROOT / "pyproject.toml").read_text().replace(" ;", ";")
+    assert "pip install --quiet --require-hashes --no-deps -r tools/runtime-requirements.txt" in \
+        (ROOT / "Makefile").read_text()
