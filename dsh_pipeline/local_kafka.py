@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsh_core.errors import PipelineError
+from dsh_pipeline.broker_listeners import SCRAM, ListenerSecurity
 from dsh_pipeline.kafka_jars import KAFKA_VERSION, ensure_kafka_jars, java_major, require_tool
 from dsh_kafka.clients import make_admin
 from dsh_kafka.config import KafkaConfig
@@ -64,10 +65,6 @@ def free_ports(count: int) -> list[int]:
         for probe in probes:
             probe.bind(("127.0.0.1", 0))
         return [probe.getsockname()[1] for probe in probes]
-
-
-#: The SCRAM mechanisms the secured listener offers.
-_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def _ports_if_free(ports: list[int]) -> list[int] | None:
@@ -215,37 +212,11 @@ class LocalKafka:
         self.heap = heap
         self.process: subprocess.Popen | None = None
         self.bootstrap: str | None = None
-        #: A secured listener beside the plaintext one (which stays for the
-        #: broker's own use and readiness, unless there is an ``admin``), at :attr:`secured_bootstrap`:
-        #: ``sasl_users`` (name -> password) take SASL PLAIN and SCRAM-SHA-256/512
-        #: (their SCRAM credentials are written when the folder is formatted); ``tls_keystore``
-        #: (a PEM file holding the key and its certificate chain) makes it TLS.
-        self.sasl_users = dict(sasl_users or {})
-        self.tls_keystore = tls_keystore
-        #: ``authorize``: ACLs decide what the secured listener's users may
-        #: do (the super user may do anything: the plaintext listener's
-        #: anonymous user, or the ``admin``).
-        self.authorize = authorize
-        #: ``unsigned_oauth``: the SASL listener also takes OAUTHBEARER, validating
-        #: tokens with Kafka's unsecured validator (unsigned JWTs: for tests only)
-        self.unsigned_oauth = unsigned_oauth
-        #: ``client_ca``: the TLS listener requires a client certificate signed by this CA (mutual TLS)
-        self.client_ca = client_ca
+        #: How the listeners take their clients (:class:`ListenerSecurity`).
+        self.security = ListenerSecurity(dict(sasl_users or {}), tls_keystore, authorize, unsigned_oauth, client_ca,
+                                         admin, admin_password_file, tls_ca)
         self.port = port  # the client port (None: the folder's last one while free, else any)
         self.secured_bootstrap: str | None = None
-        #: ``admin``: the broker's own user, whose password is the first line
-        #: of ``admin_password_file``. With it the broker has no listener that
-        #: takes a client without credentials: the secured listener is its
-        #: only client listener (:attr:`bootstrap`), the controller listener
-        #: takes SASL too, and the broker's own connections (to its
-        #: controller, between listeners) and readiness checks log in as this
-        #: user (SASL PLAIN), its only super user. ``tls_ca`` is the CA those
-        #: connections trust when the listeners are TLS.
-        if admin is not None and (admin_password_file is None or not self.sasl_users):
-            raise ValueError("a broker with an admin user needs its password file and SASL users")
-        self.admin = admin
-        self.admin_password_file = admin_password_file
-        self.tls_ca = tls_ca
 
     @property
     def log_path(self) -> Path:
@@ -268,73 +239,6 @@ class LocalKafka:
                           properties.read_text(), re.MULTILINE)
         return _ports_if_free([int(found[1]), int(found[2])]) if found else None
 
-    @property
-    def _secured_protocol(self) -> str | None:
-        if not (self.sasl_users or self.tls_keystore):
-            return None
-        return {(True, False): "SASL_PLAINTEXT", (False, True): "SSL", (True, True): "SASL_SSL"}[
-            (bool(self.sasl_users), self.tls_keystore is not None)]
-
-    def _listeners(self, port: int, controller: int, secured_port: int | None) -> list[str]:
-        control, protocol = f"CONTROLLER://127.0.0.1:{controller}", self._secured_protocol
-        if self.admin is not None:  # the secured listener on the client port, and no listener without SASL
-            secured = f"SECURED://127.0.0.1:{port}"
-            return [f"listeners={secured},{control}", f"advertised.listeners={secured}",
-                    f"listener.security.protocol.map=SECURED:{protocol},CONTROLLER:{protocol}",
-                    "inter.broker.listener.name=SECURED", "sasl.mechanism.inter.broker.protocol=PLAIN",
-                    "sasl.mechanism.controller.protocol=PLAIN", "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
-                    f"listener.name.controller.plain.sasl.jaas.config={self._plain_jaas({})}",
-                    *self._tls("controller", self.tls_ca), *self._secured_settings()]
-        plain = f"PLAINTEXT://127.0.0.1:{port}"
-        if secured_port is None or protocol is None:
-            return [f"listeners={plain},{control}", f"advertised.listeners={plain}",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                    "inter.broker.listener.name=PLAINTEXT"]
-        secured = f"SECURED://127.0.0.1:{secured_port}"
-        return [f"listeners={plain},{control},{secured}", f"advertised.listeners={plain},{secured}",
-                f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURED:{protocol}",
-                "inter.broker.listener.name=PLAINTEXT", *self._secured_settings()]
-
-    def _plain_jaas(self, users: Mapping[str, str]) -> str:
-        """SASL PLAIN's login module: ``users`` (and the admin user, who is
-        also the broker's own login)."""
-        entries = [f'user_{name}="{password}"' for name, password in users.items()]
-        if self.admin is not None:
-            assert self.admin_password_file is not None
-            password = self.admin_password_file.read_text().splitlines()[0]
-            entries = [f'username="{self.admin}"', f'password="{password}"', f'user_{self.admin}="{password}"', *entries]
-        return f"org.apache.kafka.common.security.plain.PlainLoginModule required {' '.join(entries)};"
-
-    def _tls(self, listener: str, truststore: Path | None) -> list[str]:
-        if self.tls_keystore is None:
-            return []
-        lines = [f"listener.name.{listener}.ssl.keystore.type=PEM",
-                 f"listener.name.{listener}.ssl.keystore.location={self.tls_keystore}"]
-        if truststore is not None:
-            lines += [f"listener.name.{listener}.ssl.truststore.type=PEM",
-                      f"listener.name.{listener}.ssl.truststore.location={truststore}"]
-        return lines
-
-    def _secured_settings(self) -> list[str]:
-        """The secured listener's logins, TLS and authorizer."""
-        lines = []
-        if self.sasl_users:
-            oauth = ",OAUTHBEARER" if self.unsigned_oauth else ""
-            lines += [f"sasl.enabled.mechanisms=PLAIN,{','.join(_SCRAM)}{oauth}",
-                      f"listener.name.secured.plain.sasl.jaas.config={self._plain_jaas(self.sasl_users)}"]
-            lines += [f"listener.name.secured.{mechanism.lower()}.sasl.jaas.config="
-                      "org.apache.kafka.common.security.scram.ScramLoginModule required;" for mechanism in _SCRAM]
-            if self.unsigned_oauth:
-                lines += ["listener.name.secured.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security."
-                          'oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";']
-        lines += self._tls("secured", self.client_ca or self.tls_ca)
-        if self.client_ca is not None:
-            lines.append("listener.name.secured.ssl.client.auth=required")
-        if self.authorize:
-            lines += ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                      f"super.users=User:{self.admin or 'ANONYMOUS'}"]
-        return lines
-
     def _write_config(self, port: int, controller: int, secured_port: int | None = None) -> Path:
         (self.data_dir / "tmp").mkdir(mode=0o700, exist_ok=True)
         private_file(self.data_dir / "log4j2.properties", _LOG4J2)
@@ -342,7 +246,7 @@ class LocalKafka:
         return private_file(self.data_dir / "server.properties", "\n".join([
             "process.roles=broker,controller", "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller}",
-            *self._listeners(port, controller, secured_port), "controller.listener.names=CONTROLLER",
+            *self.security.listeners(port, controller, secured_port), "controller.listener.names=CONTROLLER",
             f"log.dirs={self.data_dir / 'logs'}", "num.partitions=1", "auto.create.topics.enable=false",
             "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=1",
             "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
@@ -360,7 +264,7 @@ class LocalKafka:
                                  capture_output=True, text=True, check=False, umask=0o077).stdout.strip().splitlines()
         if not cluster:
             raise PipelineError("kafka StorageTool random-uuid printed no cluster id")
-        scram = [argument for name, password in self.sasl_users.items() for mechanism in _SCRAM
+        scram = [argument for name, password in self.security.sasl_users.items() for mechanism in SCRAM
                  for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
         # the tool takes SCRAM credentials only as arguments: they go in a 0600
         # argument file (java @file), never on the command line others can read
@@ -393,7 +297,7 @@ class LocalKafka:
             if self.port is not None:
                 port, controller = self.port, fresh[1]
             ports = None
-            secured_port = fresh[2] if self._secured_protocol and self.admin is None else None
+            secured_port = fresh[2] if self.security.protocol and self.security.admin is None else None
             properties = self._write_config(port, controller, secured_port)
             self._format(lib, properties)
             with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
@@ -402,9 +306,9 @@ class LocalKafka:
                     preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached,
                     umask=0o077)
             bootstrap = f"127.0.0.1:{port}"
-            secured = bootstrap if self.admin is not None else f"127.0.0.1:{secured_port}" if secured_port else None
+            secured = bootstrap if self.security.admin is not None else f"127.0.0.1:{secured_port}" if secured_port else None
             state = BrokerState(self.process.pid, bootstrap, str(self.data_dir), str(self.log_path), secured,
-                                self._admin_settings())
+                                self.security.admin_settings())
             outcome = self._wait_ready(state.client(), time.monotonic() + timeout)
             if outcome is None:
                 self.bootstrap, self.secured_bootstrap = bootstrap, secured
@@ -417,18 +321,10 @@ class LocalKafka:
                 break
         raise PipelineError(f"Kafka broker did not start: {last_error}")
 
-    def _admin_settings(self) -> dict[str, str] | None:
-        """The ``DSH_KAFKA_*`` settings of the admin user's login, if it has one."""
-        if self.admin is None:
-            return None
-        settings = {"DSH_KAFKA_SECURITY_PROTOCOL": self._secured_protocol or "", "DSH_KAFKA_SASL_MECHANISM": "PLAIN",
-                    "DSH_KAFKA_SASL_USERNAME": self.admin, "DSH_KAFKA_SASL_PASSWORD_FILE": str(self.admin_password_file)}
-        return settings | ({"DSH_KAFKA_SSL_CAFILE": str(self.tls_ca)} if self.tls_ca is not None else {})
-
     def admin_config(self, client_id: str = "dsh-pipeline-kafka-admin") -> KafkaConfig:
         """How the broker's own work reaches it once started: as the admin user, if it has one."""
         assert self.bootstrap is not None, "the broker has not started"
-        return replace(KafkaConfig.from_env(self.bootstrap, self._admin_settings() or {}), client_id=client_id)
+        return replace(KafkaConfig.from_env(self.bootstrap, self.security.admin_settings() or {}), client_id=client_id)
 
     def _wait_ready(self, client: KafkaConfig, deadline: float) -> str | None:
         """None when serving, else why not (the log's tail)."""
