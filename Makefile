@@ -40,13 +40,15 @@ lock: setup
 	  --generate-hashes --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
 	  --no-header --quiet -o requirements.lock
 
-# The reference implementation (npm, Node 20+). Without node/npm the
+# The reference implementation (npm, Node 20+), exactly as the lock file
+# pins it (npm ci checks each tarball's integrity hash). Without node/npm the
 # differential tests skip and say why.
 reference:
 	@if command -v npm >/dev/null 2>&1; then \
-	  if ! cmp -s tools/reference/package.json $(REFERENCE)/package.json || [ ! -f $(REFERENCE)/.installed ]; then \
-	    mkdir -p $(REFERENCE) && cp tools/reference/package.json tools/reference/.npmrc $(REFERENCE)/ && \
-	    (cd $(REFERENCE) && npm install --no-audit --no-fund --loglevel=error) && touch $(REFERENCE)/.installed; \
+	  if ! cmp -s tools/reference/package-lock.json $(REFERENCE)/package-lock.json || [ ! -f $(REFERENCE)/.installed ]; then \
+	    mkdir -p $(REFERENCE) && rm -f $(REFERENCE)/.installed && \
+	    cp tools/reference/package.json tools/reference/package-lock.json tools/reference/.npmrc $(REFERENCE)/ && \
+	    (cd $(REFERENCE) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) && touch $(REFERENCE)/.installed; \
 	  fi; \
 	else echo "node/npm not found: differential tests against the reference will be skipped"; fi
 
@@ -81,7 +83,8 @@ chromium:
 	  else echo "chromium is not installed and apt-get needs root here: the browser test will be skipped"; fi; \
 	fi
 
-# Apache Kafka broker jars from Maven Central into the user cache (once).
+# Apache Kafka broker jars from Maven Central into the user cache (once),
+# checked against dsh_pipeline/pins.
 kafka-jars: setup
 	$(VPY) -c "from dsh_pipeline.kafka_jars import ensure_kafka_jars; print('kafka jars:', ensure_kafka_jars())"
 

@@ -71,7 +71,7 @@ def _kafka(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir) if args.data_dir else default_broker_dir()
     state = read_state(data_dir)
     if args.action == "start":
-        if state is not None and probe_metadata(state.bootstrap):
+        if state is not None and probe_metadata(state.client()):
             if args.secure and not state.secured_bootstrap:
                 raise PipelineError(f"the broker of {data_dir} runs without --secure: stop it first")
             print(state.secured_bootstrap if args.secure else state.bootstrap)
@@ -80,9 +80,11 @@ def _kafka(args: argparse.Namespace) -> int:
             from dsh_pipeline.secure_broker import USERS, SecureBroker
             secure = SecureBroker(data_dir, attached=False, port=args.port)
             print(secure.start())
-            print(f"SASL_SSL with a user per service; each service's configuration: dsh-pipeline --config "
+            print(f"SASL_SSL only, with a user per service; each service's configuration: dsh-pipeline --config "
                   f"{secure.clients}/{{{','.join(USERS)}}}.toml COMMAND ...", file=sys.stderr)
             return EXIT_OK
+        if (data_dir / "secrets").is_dir():  # a plaintext listener would hand its topics to anyone
+            raise PipelineError(f"the broker of {data_dir} was started with --secure: start it with --secure again")
         broker = LocalKafka(data_dir, attached=False, port=args.port)
         print(broker.start())
         return EXIT_OK
@@ -90,7 +92,7 @@ def _kafka(args: argparse.Namespace) -> int:
         stopped = stop_detached(data_dir)
         print("stopped" if stopped else "no broker was running")
         return EXIT_OK
-    if state is not None and probe_metadata(state.bootstrap):
+    if state is not None and probe_metadata(state.client()):
         print(f"running pid {state.pid} at {state.bootstrap} (data {state.data_dir}, log {state.log})")
         return EXIT_OK
     print("not running")

@@ -8,8 +8,10 @@
         deepseek_harness_runtime/runtime/deepseek-harness-sdk-runtime-linux-x64
         .complete                                       written last
 
-A file lock serialises concurrent callers; every later call only checks the
-marker. Each release line ships one of two executables, and the one the wheel
+The wheel is unpacked only once its SHA-256 matches the repository's pin,
+:mod:`dsh_pipeline.pins` ``dsh-runtimes.sha256``: a release with no pin, or
+a wheel whose bytes differ, is refused by name. A file lock serialises
+concurrent callers; every later call only checks the marker. Each release line ships one of two executables, and the one the wheel
 holds is the one returned (the marker records which):
 
 | releases | executable | driven |
@@ -34,15 +36,17 @@ import zipfile
 from pathlib import Path
 
 from dsh_core.errors import PipelineError
+from dsh_pipeline.pins import verify_file
 
-__all__ = ["EXECUTABLE_IN_WHEEL", "JSONRPC_AGENT_IN_WHEEL", "WHEEL_PROJECT", "jsonrpc_agent", "runtime_executable",
-           "runtimes_root"]
+__all__ = ["EXECUTABLE_IN_WHEEL", "JSONRPC_AGENT_IN_WHEEL", "WHEEL_PINS", "WHEEL_PROJECT", "jsonrpc_agent",
+           "runtime_executable", "runtimes_root"]
 
 WHEEL_PROJECT = "deepseek-harness-runtime-bin"
 EXECUTABLE_IN_WHEEL = "deepseek_harness_runtime/runtime/deepseek-harness-sdk-runtime-linux-x64"
 JSONRPC_AGENT_IN_WHEEL = "deepseek_harness_runtime/runtime/dsh-jsonrpc-agent-pkg-linux-x64"
 _EXECUTABLES = (EXECUTABLE_IN_WHEEL, JSONRPC_AGENT_IN_WHEEL)  # the first a wheel holds is its runtime
 _MARKER = ".complete"
+WHEEL_PINS = "dsh-runtimes.sha256"  # in dsh_pipeline/pins
 _DOWNLOAD_TIMEOUT_S = 900
 
 
@@ -136,4 +140,5 @@ def _download(requirement: str, version: str, into: Path) -> Path:
     if len(wheels) != 1:
         raise PipelineError(f"dsh runtime {version}: pip download {requirement} left {len(wheels)} wheels, "
                             "expected 1")
+    verify_file(wheels[0], WHEEL_PINS)
     return wheels[0]

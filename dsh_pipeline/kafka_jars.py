@@ -3,11 +3,16 @@
 Apache Kafka's ``kafka_2.13`` with its runtime dependencies and a log4j2
 backend, resolved by Maven into a user cache (``~/.cache/dsh-pipeline``)
 and reused; Java 17+ and Maven are checked for with a clear error.
+
+Maven only downloads (with strict checksums: a jar that does not match its
+repository's checksum fails the fetch); the folder is then checked against
+the repository's own pins, :mod:`dsh_pipeline.pins` ``kafka-<version>.sha256``,
+before first use and before every start: exactly the pinned jars, each with
+its pinned SHA-256, or the broker does not start.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -16,10 +21,12 @@ import tempfile
 from pathlib import Path
 
 from dsh_core.errors import PipelineError
+from dsh_pipeline.pins import verify_folder
 
 __all__ = ["KAFKA_VERSION", "cache_root", "ensure_kafka_jars", "java_major", "require_tool"]
 
 KAFKA_VERSION = "4.1.1"
+_PINS = f"kafka-{KAFKA_VERSION}.sha256"
 _LOG4J_VERSION = "2.25.4"
 _SLF4J_VERSION = "2.0.17"
 
@@ -63,27 +70,36 @@ def java_major(java: str) -> int:
 
 
 def ensure_kafka_jars(cache: Path | None = None) -> Path:
-    """The folder of broker jars, fetched from Maven Central on first use."""
+    """The folder of broker jars, fetched from Maven Central on first use,
+    checked against the pins each time (:class:`~dsh_pipeline.pins.ArtifactRefusedError`
+    names a jar that does not match, or a file that is not pinned)."""
     lib_root = (cache or cache_root()) / f"kafka-{KAFKA_VERSION}"
     lib = lib_root / "lib"
-    marker = lib_root / ".complete"
-    if marker.exists():
-        return lib
+    if not lib.is_dir():
+        _fetch(lib_root, lib)
+    verify_folder(lib, _PINS)
+    return lib
+
+
+def _fetch(lib_root: Path, lib: Path) -> None:
     mvn = require_tool("mvn", "fetch the Kafka broker jars from Maven Central")
     lib_root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="lib-", dir=lib_root))
-    pom = lib_root / "pom.xml"
-    pom.write_text(_POM)
-    done = subprocess.run(
-        [mvn, "-q", "-B", "-f", str(pom), "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
-         "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-        capture_output=True, text=True, check=False)
-    if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+    try:
+        pom = lib_root / "pom.xml"
+        pom.write_text(_POM)
+        done = subprocess.run(
+            [mvn, "-q", "-B", "--strict-checksums", "-f", str(pom),
+             "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+             "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
+            capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not any(staging.glob("kafka_2.13-*.jar")):
+            raise PipelineError(f"fetching Kafka {KAFKA_VERSION} jars with Maven failed (exit {done.returncode}): "
+                                f"{(done.stdout + done.stderr).strip()[-1500:]}")
+        verify_folder(staging, _PINS)
+        try:
+            staging.rename(lib)
+        except OSError:  # another process put the folder there meanwhile: it is checked before use
+            pass
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise PipelineError(f"fetching Kafka {KAFKA_VERSION} jars with Maven failed (exit {done.returncode}): "
-                            f"{(done.stdout + done.stderr).strip()[-1500:]}")
-    if lib.exists():
-        shutil.rmtree(lib)
-    staging.rename(lib)
-    marker.write_text(json.dumps(sorted(p.name for p in lib.glob("*.jar"))))
-    return lib

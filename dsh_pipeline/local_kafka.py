@@ -11,6 +11,8 @@ fixture and the demo start one of these on free loopback ports.
 * An attached broker dies with the process that started it (Linux parent-
   death signal), so a crashed caller leaves nothing behind; a detached one
   (``dsh-pipeline kafka start``) records its pid in a state file.
+* The data folder is its owner's only (0700), and the broker and the storage
+  tool run under umask 077: segments, logs and the state file are 0600.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ import tempfile
 import threading
 from typing import Mapping
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dsh_core.errors import PipelineError
+from dsh_pipeline.broker_listeners import SCRAM, ListenerSecurity
 from dsh_pipeline.kafka_jars import KAFKA_VERSION, ensure_kafka_jars, java_major, require_tool
 from dsh_kafka.clients import make_admin
 from dsh_kafka.config import KafkaConfig
 
-__all__ = ["LocalKafka", "BrokerState", "free_ports", "read_state", "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
+__all__ = ["LocalKafka", "BrokerState", "free_ports", "private_file", "read_state", "probe_metadata", "stop_detached",
+           "sweep_abandoned_data_dirs"]
 
 _READY_LINE = "Kafka Server started"
 
@@ -63,10 +67,6 @@ def free_ports(count: int) -> list[int]:
         return [probe.getsockname()[1] for probe in probes]
 
 
-#: The SCRAM mechanisms the secured listener offers.
-_SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
 def _ports_if_free(ports: list[int]) -> list[int] | None:
     """``ports`` if each can be bound on loopback now, else ``None``. Like
     the broker's own listeners, the probe ignores connections of a previous
@@ -90,8 +90,16 @@ def _die_with_parent() -> None:  # runs in the child before exec (Linux)
         pass
 
 
-async def _metadata(bootstrap: str) -> None:
-    admin = make_admin(KafkaConfig(bootstrap), request_timeout_ms=5000)
+def private_file(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path``, a file only its owner may read or write (0600)."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write(text)
+    os.chmod(path, 0o600)  # a file that existed keeps its mode through O_CREAT
+    return path
+
+
+async def _metadata(kafka: KafkaConfig) -> None:
+    admin = make_admin(kafka, request_timeout_ms=5000)
     await admin.start()
     try:
         await admin.list_topics()
@@ -99,13 +107,14 @@ async def _metadata(bootstrap: str) -> None:
         await admin.close()
 
 
-def probe_metadata(bootstrap: str) -> bool:
-    """Whether a metadata request to ``bootstrap`` answers (own loop, own thread)."""
+def probe_metadata(kafka: KafkaConfig | str) -> bool:
+    """Whether a metadata request to ``kafka`` (a bootstrap address: over
+    PLAINTEXT) answers (own loop, own thread)."""
     outcome: list[bool] = []
 
     def run() -> None:
         try:
-            asyncio.run(asyncio.wait_for(_metadata(bootstrap), 10))
+            asyncio.run(asyncio.wait_for(_metadata(KafkaConfig(kafka) if isinstance(kafka, str) else kafka), 10))
             outcome.append(True)
         except Exception:  # noqa: BLE001 - any failure means "not serving yet"
             outcome.append(False)
@@ -130,6 +139,13 @@ class BrokerState:
     data_dir: str
     log: str
     secured_bootstrap: str | None = None  # the SASL/TLS listener, when it has one
+    #: A broker without a plaintext listener: the ``DSH_KAFKA_*`` settings
+    #: (no password: a password file) its own user reaches it with.
+    admin: dict[str, str] | None = None
+
+    def client(self) -> KafkaConfig:
+        """How the broker's own work (readiness, status) reaches it."""
+        return KafkaConfig.from_env(self.bootstrap, self.admin or {})
 
 
 def _state_file(data_dir: Path) -> Path:
@@ -183,7 +199,8 @@ class LocalKafka:
     def __init__(self, data_dir: Path | None = None, *, attached: bool = True, heap: str = "1g",
                  sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None,
                  authorize: bool = False, port: int | None = None, unsigned_oauth: bool = False,
-                 client_ca: Path | None = None) -> None:
+                 client_ca: Path | None = None, admin: str | None = None, admin_password_file: Path | None = None,
+                 tls_ca: Path | None = None) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -195,21 +212,9 @@ class LocalKafka:
         self.heap = heap
         self.process: subprocess.Popen | None = None
         self.bootstrap: str | None = None
-        #: A secured listener beside the plaintext one (which stays for the
-        #: broker's own use and readiness), at :attr:`secured_bootstrap`:
-        #: ``sasl_users`` (name -> password) take SASL PLAIN and SCRAM-SHA-256/512
-        #: (their SCRAM credentials are written when the folder is formatted); ``tls_keystore``
-        #: (a PEM file holding the key and its certificate chain) makes it TLS.
-        self.sasl_users = dict(sasl_users or {})
-        self.tls_keystore = tls_keystore
-        #: ``authorize``: ACLs decide what the secured listener's users may
-        #: do (the plaintext listener's anonymous user may do anything).
-        self.authorize = authorize
-        #: ``unsigned_oauth``: the SASL listener also takes OAUTHBEARER, validating
-        #: tokens with Kafka's unsecured validator (unsigned JWTs: for tests only)
-        self.unsigned_oauth = unsigned_oauth
-        #: ``client_ca``: the TLS listener requires a client certificate signed by this CA (mutual TLS)
-        self.client_ca = client_ca
+        #: How the listeners take their clients (:class:`ListenerSecurity`).
+        self.security = ListenerSecurity(dict(sasl_users or {}), tls_keystore, authorize, unsigned_oauth, client_ca,
+                                         admin, admin_password_file, tls_ca)
         self.port = port  # the client port (None: the folder's last one while free, else any)
         self.secured_bootstrap: str | None = None
 
@@ -230,60 +235,18 @@ class LocalKafka:
         properties = self.data_dir / "server.properties"
         if not properties.exists():
             return None
-        found = re.search(r"^listeners=PLAINTEXT://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)$",
+        found = re.search(r"^listeners=(?:PLAINTEXT|SECURED)://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)",
                           properties.read_text(), re.MULTILINE)
         return _ports_if_free([int(found[1]), int(found[2])]) if found else None
 
-    @property
-    def _secured_protocol(self) -> str | None:
-        if not (self.sasl_users or self.tls_keystore):
-            return None
-        return {(True, False): "SASL_PLAINTEXT", (False, True): "SSL", (True, True): "SASL_SSL"}[
-            (bool(self.sasl_users), self.tls_keystore is not None)]
-
-    def _listeners(self, port: int, controller: int, secured_port: int | None) -> list[str]:
-        plain, control = f"PLAINTEXT://127.0.0.1:{port}", f"CONTROLLER://127.0.0.1:{controller}"
-        protocol = self._secured_protocol
-        if secured_port is None or protocol is None:
-            return [f"listeners={plain},{control}", f"advertised.listeners={plain}",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"]
-        secured = f"SECURED://127.0.0.1:{secured_port}"
-        lines = [f"listeners={plain},{control},{secured}", f"advertised.listeners={plain},{secured}",
-                 f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SECURED:{protocol}"]
-        if self.sasl_users:
-            users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
-            oauth = ",OAUTHBEARER" if self.unsigned_oauth else ""
-            lines += [f"sasl.enabled.mechanisms=PLAIN,{','.join(_SCRAM)}{oauth}",
-                      "listener.name.secured.plain.sasl.jaas.config="
-                      f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"]
-            lines += [f"listener.name.secured.{mechanism.lower()}.sasl.jaas.config="
-                      "org.apache.kafka.common.security.scram.ScramLoginModule required;" for mechanism in _SCRAM]
-            if self.unsigned_oauth:
-                lines += ["listener.name.secured.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security."
-                          'oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="broker";']
-        if self.tls_keystore is not None:
-            lines += ["listener.name.secured.ssl.keystore.type=PEM",
-                      f"listener.name.secured.ssl.keystore.location={self.tls_keystore}"]
-            if self.client_ca is not None:
-                lines += ["listener.name.secured.ssl.client.auth=required",
-                          "listener.name.secured.ssl.truststore.type=PEM",
-                          f"listener.name.secured.ssl.truststore.location={self.client_ca}"]
-        if self.authorize:
-            lines += ["authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                      "super.users=User:ANONYMOUS"]
-        return lines
-
     def _write_config(self, port: int, controller: int, secured_port: int | None = None) -> Path:
-        (self.data_dir / "tmp").mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "log4j2.properties").write_text(_LOG4J2)
-        properties = self.data_dir / "server.properties"
-        properties.touch(mode=0o600)  # it holds the SASL users' passwords: the owner's eyes only
-        properties.chmod(0o600)
-        properties.write_text("\n".join([
+        (self.data_dir / "tmp").mkdir(mode=0o700, exist_ok=True)
+        private_file(self.data_dir / "log4j2.properties", _LOG4J2)
+        # it holds the SASL users' passwords: the owner's eyes only
+        return private_file(self.data_dir / "server.properties", "\n".join([
             "process.roles=broker,controller", "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller}",
-            *self._listeners(port, controller, secured_port),
-            "inter.broker.listener.name=PLAINTEXT", "controller.listener.names=CONTROLLER",
+            *self.security.listeners(port, controller, secured_port), "controller.listener.names=CONTROLLER",
             f"log.dirs={self.data_dir / 'logs'}", "num.partitions=1", "auto.create.topics.enable=false",
             "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=1",
             "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
@@ -291,7 +254,6 @@ class LocalKafka:
             "share.coordinator.state.topic.min.isr=1", "group.initial.rebalance.delay.ms=0",
             "message.max.bytes=16777216", "replica.fetch.max.bytes=16777216",
         ]) + "\n")
-        return properties
 
     def _format(self, lib: Path, properties: Path) -> None:
         if (self.data_dir / "logs" / "meta.properties").exists():
@@ -299,10 +261,10 @@ class LocalKafka:
         java = require_tool("java", "format the Kafka storage")
         log4j = f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}"
         cluster = subprocess.run([java, log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "random-uuid"],
-                                 capture_output=True, text=True, check=False).stdout.strip().splitlines()
+                                 capture_output=True, text=True, check=False, umask=0o077).stdout.strip().splitlines()
         if not cluster:
             raise PipelineError("kafka StorageTool random-uuid printed no cluster id")
-        scram = [argument for name, password in self.sasl_users.items() for mechanism in _SCRAM
+        scram = [argument for name, password in self.security.sasl_users.items() for mechanism in SCRAM
                  for argument in ("--add-scram", f"{mechanism}=[name={name},password={password}]")]
         # the tool takes SCRAM credentials only as arguments: they go in a 0600
         # argument file (java @file), never on the command line others can read
@@ -312,7 +274,7 @@ class LocalKafka:
                                                                 "-c", str(properties), "-g", *scram)))
         try:
             done = subprocess.run([java, "-Xmx512m", log4j, "-cp", f"{lib}/*", f"@{arguments}"],
-                                  capture_output=True, text=True, check=False)
+                                  capture_output=True, text=True, check=False, umask=0o077)
         finally:
             arguments.unlink()
         if done.returncode != 0:
@@ -321,7 +283,8 @@ class LocalKafka:
     def start(self, timeout: float = 90.0) -> str:
         """Start the broker; returns its bootstrap address once it serves."""
         lib = ensure_kafka_jars()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.data_dir.chmod(0o700)  # topics, users' credentials and keys: the owner's only
         last_error = ""
         # A folder that served before keeps its ports while they are free, so
         # a pinned DSH_KAFKA_BOOTSTRAP and running clients outlive a restart.
@@ -334,23 +297,23 @@ class LocalKafka:
             if self.port is not None:
                 port, controller = self.port, fresh[1]
             ports = None
-            secured_port = fresh[2] if self._secured_protocol else None
+            secured_port = fresh[2] if self.security.protocol and self.security.admin is None else None
             properties = self._write_config(port, controller, secured_port)
             self._format(lib, properties)
-            log = open(self.log_path, "ab")
-            self.process = subprocess.Popen(
-                self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached)
-            log.close()
+            with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+                self.process = subprocess.Popen(
+                    self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached,
+                    umask=0o077)
             bootstrap = f"127.0.0.1:{port}"
-            outcome = self._wait_ready(bootstrap, time.monotonic() + timeout)
+            secured = bootstrap if self.security.admin is not None else f"127.0.0.1:{secured_port}" if secured_port else None
+            state = BrokerState(self.process.pid, bootstrap, str(self.data_dir), str(self.log_path), secured,
+                                self.security.admin_settings())
+            outcome = self._wait_ready(state.client(), time.monotonic() + timeout)
             if outcome is None:
-                self.bootstrap = bootstrap
-                self.secured_bootstrap = f"127.0.0.1:{secured_port}" if secured_port else None
+                self.bootstrap, self.secured_bootstrap = bootstrap, secured
                 if not self.attached:
-                    _state_file(self.data_dir).write_text(json.dumps(BrokerState(
-                        self.process.pid, bootstrap, str(self.data_dir), str(self.log_path),
-                        self.secured_bootstrap).__dict__))
+                    private_file(_state_file(self.data_dir), json.dumps(state.__dict__))
                 return bootstrap
             last_error = outcome
             self._terminate()
@@ -358,7 +321,12 @@ class LocalKafka:
                 break
         raise PipelineError(f"Kafka broker did not start: {last_error}")
 
-    def _wait_ready(self, bootstrap: str, deadline: float) -> str | None:
+    def admin_config(self, client_id: str = "dsh-pipeline-kafka-admin") -> KafkaConfig:
+        """How the broker's own work reaches it once started: as the admin user, if it has one."""
+        assert self.bootstrap is not None, "the broker has not started"
+        return replace(KafkaConfig.from_env(self.bootstrap, self.security.admin_settings() or {}), client_id=client_id)
+
+    def _wait_ready(self, client: KafkaConfig, deadline: float) -> str | None:
         """None when serving, else why not (the log's tail)."""
         assert self.process is not None
         started = False
@@ -368,7 +336,7 @@ class LocalKafka:
                 return f"exited with code {code}; log {self.log_path}:\n{self._log_tail()}"
             if not started:
                 started = _READY_LINE in self.log_path.read_text(errors="replace")
-            if started and probe_metadata(bootstrap):
+            if started and probe_metadata(client):
                 return None
             time.sleep(0.2)  # wait-ok: polling a child process with a deadline
         return f"not serving within the deadline; log {self.log_path}:\n{self._log_tail()}"

@@ -8,9 +8,15 @@ existing server (:data:`DSN_ENVIRONMENT`), tests and the demo start one.
   ``postgres`` runs directly (not through ``pg_ctl``, which detaches it) so
   that it stays this process's child and can die with it.
 * Start: ``initdb`` (once, for a persistent data dir), ``postgres`` on
-  127.0.0.1 with its unix socket in the data folder, wait until ``psql``
-  answers a query, create database ``dsh``. A port taken in between is
-  retried on a new port.
+  127.0.0.1 with its unix socket in the data folder (0700: the server's
+  user's only), wait until ``psql`` answers a query, create database
+  ``dsh``. A port taken in between is retried on a new port.
+* Access: every connection, socket or TCP, logs in with SCRAM-SHA-256 as
+  the superuser, whose random password initdb sets. The password lives in
+  a libpq password file, ``dsh.pgpass`` in the data folder, only its
+  owner's (0600); :attr:`LocalPostgres.dsn` names that file
+  (``?passfile=``), never the password, so a DSN on a command line shows
+  no secret and another local user cannot log in.
 * Stop: SIGINT (fast shutdown), SIGKILL after a deadline; a temporary
   folder is removed.
 * The server dies with the process that started it (Linux parent-death
@@ -25,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -33,10 +40,10 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from dsh_core.errors import PipelineError
-from dsh_pipeline.local_kafka import free_ports
+from dsh_pipeline.local_kafka import free_ports, private_file
 
 __all__ = ["DSN_ENVIRONMENT", "LocalPostgres", "create_database"]
 
@@ -50,9 +57,10 @@ _SUPERUSER = "postgres"  # the official image's superuser: the same DSN shape se
 _RUN_AS = "postgres"  # the unprivileged user Debian's package creates, for root
 _TEMPORARY_PREFIX = "dsh-postgres-"
 _OWNER_FILE = "owner.pid"
-_HBA = """# written by dsh-pipeline: trust, from this machine only
-local all all trust
-host all all 127.0.0.1/32 trust
+_PASSWORD_FILE = "dsh.pgpass"  # in the data folder: the superuser's password, as libpq reads it
+_HBA = """# written by dsh-pipeline: from this machine only, with the superuser's password
+local all all scram-sha-256
+host all all 127.0.0.1/32 scram-sha-256
 """
 _CREATE_DATABASE = (f"SELECT 'CREATE DATABASE {_DATABASE}' "
                     f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = '{_DATABASE}')\\gexec\n")
@@ -174,6 +182,9 @@ class LocalPostgres:
         assert self.data_dir is not None
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb(account)
+        elif not self.password_file.exists():
+            raise PipelineError(f"{self.data_dir} was made by an earlier dsh-pipeline, which let every local user in "
+                                f"without a password, and has no {_PASSWORD_FILE}: remove it to start afresh")
         last_error = ""
         for _ in range(3):  # a port taken between probe and bind: try a new port
             port = free_ports(1)[0]
@@ -185,7 +196,7 @@ class LocalPostgres:
             last_error = self._wait_ready(port, deadline)
             if not last_error:
                 self._psql(port, _CREATE_DATABASE, check=True)
-                self.port, self.dsn = port, _dsn(port, _DATABASE)
+                self.port, self.dsn = port, self._dsn(port, _DATABASE)
                 return self.dsn
             self._terminate()
             if "could not bind" not in last_error:
@@ -197,16 +208,33 @@ class LocalPostgres:
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if account is not None:
             os.chown(self.data_dir, account.pw_uid, account.pw_gid)
-        command = [self._programs["initdb"], "--pgdata", str(self.data_dir), "--username", _SUPERUSER,
-                   "--encoding", "UTF8", "--locale", "C", "--auth", "trust"]
-        if self._temporary:
-            command.append("--no-sync")  # a throwaway server: nothing to keep through a power cut
-        done = subprocess.run(command, capture_output=True, text=True, cwd="/", check=False, **_as(account))
+        password = secrets.token_urlsafe(24)
+        with tempfile.NamedTemporaryFile("w", prefix="dsh-initdb-") as given:  # 0600: initdb reads it, no one else
+            given.write(password + "\n")
+            given.flush()
+            if account is not None:
+                os.chown(given.name, account.pw_uid, account.pw_gid)
+            command = [self._programs["initdb"], "--pgdata", str(self.data_dir), "--username", _SUPERUSER,
+                       "--pwfile", given.name, "--encoding", "UTF8", "--locale", "C", "--auth", "scram-sha-256"]
+            if self._temporary:
+                command.append("--no-sync")  # a throwaway server: nothing to keep through a power cut
+            done = subprocess.run(command, capture_output=True, text=True, cwd="/", check=False, **_as(account))
         if done.returncode != 0:
             who = f" (run as the {_RUN_AS} user, who must be able to reach it)" if account is not None else ""
             raise PipelineError(f"{command[0]} of {self.data_dir}{who} failed with code {done.returncode}: "
                                 f"{(done.stderr or done.stdout)[-1500:].strip()}")
         (self.data_dir / "pg_hba.conf").write_text(_HBA)
+        private_file(self.password_file, f"*:*:*:{_SUPERUSER}:{password}\n")  # libpq's format, host:port:db:user:pw
+
+    @property
+    def password_file(self) -> Path:
+        """The libpq password file holding the superuser's password (0600)."""
+        assert self.data_dir is not None
+        return self.data_dir / _PASSWORD_FILE
+
+    def _dsn(self, port: int, database: str) -> str:
+        return (f"postgresql://{_SUPERUSER}@127.0.0.1:{port}/{database}"
+                f"?passfile={quote(str(self.password_file), safe='/')}")
 
     def _server_command(self, port: int) -> list[str]:
         assert self.data_dir is not None
@@ -219,7 +247,7 @@ class LocalPostgres:
     def _psql(self, port: int, script: str, check: bool = False) -> bool:
         """Run ``script`` on database postgres; whether it succeeded."""
         done = subprocess.run([self._programs["psql"], "--no-psqlrc", "--no-password", "--quiet",
-                               "--set", "ON_ERROR_STOP=1", "--dbname", _dsn(port, "postgres") + "?connect_timeout=5"],
+                               "--set", "ON_ERROR_STOP=1", "--dbname", self._dsn(port, "postgres") + "&connect_timeout=5"],
                               input=script, capture_output=True, text=True, check=False)
         if check and done.returncode != 0:
             raise PipelineError(f"psql on 127.0.0.1:{port} failed with code {done.returncode} running "
@@ -270,10 +298,6 @@ class LocalPostgres:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-
-
-def _dsn(port: int, database: str) -> str:
-    return f"postgresql://{_SUPERUSER}@127.0.0.1:{port}/{database}"
 
 
 def create_database(server_dsn: str, prefix: str = "dsh") -> str:

@@ -34,6 +34,9 @@ def resolve_kafka(bootstrap: str | None, client_id: str) -> KafkaConfig:
     if bootstrap or os.environ.get(BOOTSTRAP_ENV):
         return replace(KafkaConfig.from_env(bootstrap), client_id=client_id)
     state = read_state(default_broker_dir())
+    if state is not None and state.admin is not None:
+        raise PipelineError(f"the local broker at {state.bootstrap} is secured (`kafka start --secure`): give the "
+                            f"command its service's configuration, --config {state.data_dir}/clients/SERVICE.toml")
     if state is not None and probe_metadata(state.bootstrap):
         return KafkaConfig(bootstrap=state.bootstrap, client_id=client_id)
     raise PipelineError(f"no Kafka cluster: pass --bootstrap HOST:PORT, set {BOOTSTRAP_ENV}, "

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dsh_core.errors import DshError, StateStoreError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
-from ..runtime.postgres import display_location, is_postgres_location, postgres_sql
+from ..runtime.postgres import display_location, is_postgres_location, postgres_sql, without_password
 from ..runtime.stored_text import read_row, stored_parameters, stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
 from .store import LAYOUT, TOKEN_COLUMNS
@@ -43,6 +44,11 @@ class StoreReader:
         self.postgres = is_postgres_location(location)
         self.where = display_location(str(location)) if self.postgres else str(location)
         if self.postgres:  # a pool checks a connection before lending it and replaces a broken one
+            try:  # before the pool, whose log of failed attempts would quote what libpq cannot parse
+                conninfo_to_dict(str(location))
+            except psycopg.ProgrammingError as error:
+                raise StateStoreError(f"{self.where}: not a PostgreSQL URI libpq takes: "
+                                      f"{without_password(str(error).strip(), str(location))}") from None
             self._connection: Any = ConnectionPool(
                 str(location), min_size=1, max_size=2, open=False, check=ConnectionPool.check_connection,
                 kwargs={"autocommit": True, "application_name": "dsh-pipeline reader"})

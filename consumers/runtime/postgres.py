@@ -20,6 +20,7 @@ import contextlib
 import functools
 import re
 from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import unquote
 
 import psycopg
 
@@ -28,7 +29,8 @@ from dsh_core.errors import StateStoreError
 from .database import Migrations, claim_layout
 from .stored_text import read_row, stored_parameters
 
-__all__ = ["PostgresDatabase", "display_location", "first_line", "is_postgres_location", "postgres_sql", "text_rows"]
+__all__ = ["PostgresDatabase", "display_location", "first_line", "is_postgres_location", "postgres_sql", "text_rows",
+           "without_password"]
 
 _TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b|\bTEXT\b| WITHOUT ROWID")
 #: Text compares by code point, as SQLite's does, whatever the database's default collation.
@@ -108,7 +110,8 @@ class PostgresDatabase:
             self.raw = psycopg.connect(dsn, autocommit=True, application_name=f"dsh-pipeline {kind}",
                                        row_factory=text_rows)
         except psycopg.Error as error:
-            raise StateStoreError(f"{self.where}: cannot connect for the {kind}: {first_line(error)}") from None
+            raise StateStoreError(f"{self.where}: cannot connect for the {kind}: "
+                                  f"{without_password(first_line(error), dsn)}") from None
         self.connection = _Connection(self.raw)
         try:
             encoding = self.raw.info.parameter_status("server_encoding")
@@ -153,7 +156,24 @@ def text_rows(cursor: Any) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
 
 def display_location(dsn: str) -> str:
     """A connection URI as messages may show it: without its password."""
-    return re.sub(r"(://[^:/@]*):[^@/]*@", r"\1:***@", dsn)
+    return without_password(dsn, dsn)
+
+
+#: Where a DSN keeps a password: a URI's ``user:password@`` (up to the last
+#: ``@`` before the query), a ``password=`` parameter (URI query or key=value).
+_URI_PASSWORD = re.compile(r"^postgres(?:ql)?://[^:@/?]*:([^?]*)@")
+_PARAMETER_PASSWORD = re.compile(r"(?:^|[?&\s])password\s*=\s*('(?:[^'\\]|\\.)*'|[^&\s]*)")
+
+
+def without_password(text: str, dsn: str) -> str:
+    """``text`` with ``dsn``'s password, as written or percent-decoded,
+    masked wherever it occurs: libpq quotes the parts of a DSN it cannot
+    parse in its errors."""
+    written = _URI_PASSWORD.findall(dsn) + [value.strip("'") for value in _PARAMETER_PASSWORD.findall(dsn)]
+    for password in sorted({form for value in written for form in (value, unquote(value)) if form}, key=len,
+                           reverse=True):
+        text = text.replace(password, "***")
+    return text
 
 
 def first_line(error: Exception) -> str:

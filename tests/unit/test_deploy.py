@@ -1,5 +1,6 @@
 """The compose deployment stays in step with the code: the image gets every
-package, and every service command is one the CLI takes."""
+package, every service command is one the CLI takes, and nothing it runs
+without credentials is reachable beyond this host's loopback."""
 
 from __future__ import annotations
 
@@ -27,3 +28,13 @@ def test_every_service_command_parses():
     assert {command[0] for command in dsh_commands} == {"ship", "project", "serve", "audit", "archive"}
     for command in dsh_commands:
         build_parser().parse_args(command)
+
+
+def test_compose_is_a_single_tenant_deployment_reachable_on_loopback_only():
+    compose = (ROOT / "docker-compose.yml").read_text()
+    published = re.findall(r"^\s+ports: \[(.*)\]$", compose, re.MULTILINE)
+    assert published and all(port.strip().startswith('"127.0.0.1:') for line in published for port in line.split(","))
+    assert "ports:" not in re.sub(r"^\s+ports: \[.*\]$", "", compose, flags=re.MULTILINE)  # no other spelling
+    listeners = re.search(r"^\s+KAFKA_LISTENERS: (.*)$", compose, re.MULTILINE)[1].split(",")
+    assert "CONTROLLER://localhost:9093" in listeners  # not on the compose network
+    assert "# A single-tenant development deployment: Kafka takes clients without\n# credentials" in compose

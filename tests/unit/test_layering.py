@@ -23,6 +23,7 @@ ALLOWED = {
                   "psycopg", "psycopg_pool"},  # the view store on PostgreSQL
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",
                                      "fastapi", "starlette",  # the read API and the viewer (FastAPI is Starlette)
+                                     "itsdangerous",  # the viewer's signed session cookies
                                      "uvloop"},  # the event loop of the long-running commands
 }
 
