@@ -98,6 +98,7 @@ class ConsumerService:
         self.rebalance_failure: Exception | None = None
         self._uncommitted: dict[TopicPartition, int] = {}  # next offset to commit
         self._positions: dict[TopicPartition, int] = {}  # next offset to read (for lag)
+        self._ends: dict[TopicPartition, int] = {}  # end offsets asked of the cluster at assignment
         self._committing: asyncio.Task[None] | None = None  # the last checkpoint's flush and commit
         self._counters: dict[str, Any] = {}
         self.log = logging.getLogger(f"dsh.{self.name}")
@@ -267,16 +268,21 @@ class ConsumerService:
         finally:
             for partition in partitions:
                 self._positions.pop(partition, None)
+                self._ends.pop(partition, None)
                 with contextlib.suppress(KeyError):
                     LAG.remove(self.name, str(partition.partition))
 
     async def _assign(self, partitions: set[TopicPartition]) -> None:
         assert self.consumer is not None
-        self.log.info("assigned partitions %s", _numbers(partitions))
         await self.outputs.assigned(partitions)  # fences previous owners before their offsets are read
         await self.policy.assigned(partitions, self.consumer.committed)
         await self._start_positions(partitions)
+        self._ends.update(await self.consumer.end_offsets(list(partitions)))
         self._behind = True
+        behind = self._update_lag()
+        self.log.info("assigned partitions %s: %d record(s) to read", _numbers(partitions), behind,
+                      extra={"topic": self.config.topics.events, "partition": sorted(tp.partition for tp in partitions),
+                             "count": behind})
 
     async def _start_positions(self, partitions: set[TopicPartition]) -> None:
         """Where reading each assigned partition starts (its committed
@@ -295,23 +301,34 @@ class ConsumerService:
                      else self.consumer.beginning_offsets)
             self._positions.update(await start(fresh))
 
-    def _update_lag(self) -> None:
+    def _update_lag(self) -> int:
+        """Set each assigned partition's lag (its end offset, as the last
+        fetch answered or else as asked at assignment, less its position);
+        log "caught up" once every one of them is read to its end. Returns
+        the records behind."""
         assert self.consumer is not None
         behind = 0
+        known = True  # every assigned partition's end and position are known
         assigned = self.consumer.assignment()
         answered = [self.consumer.last_poll_timestamp(tp) for tp in assigned]
         newest = max((stamp for stamp in answered if stamp is not None), default=None)
         self._last_answer = None if newest is None else newest / 1000
         for partition in assigned:
-            highwater = self.consumer.highwater(partition)
+            end = self.consumer.highwater(partition)
+            if end is None:
+                end = self._ends.get(partition)
             position = self._positions.get(partition)
-            if highwater is not None and position is not None:
-                lag = max(0, highwater - position)
-                LAG.labels(self.name, str(partition.partition)).set(lag)
-                behind += lag
-        if self._behind and behind == 0 and self._positions:
+            if end is None or position is None:
+                known = False
+                continue
+            lag = max(0, end - position)
+            LAG.labels(self.name, str(partition.partition)).set(lag)
+            behind += lag
+        if self._behind and known and behind == 0 and assigned:
             self._behind = False
-            self.log.info("caught up: every assigned partition read to its end")
+            self.log.info("caught up: every assigned partition read to its end",
+                          extra={"topic": self.config.topics.events})
+        return behind
 
 
 def _numbers(partitions: set[TopicPartition]) -> str:
