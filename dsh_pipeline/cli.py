@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Sequence
 
@@ -17,6 +16,7 @@ from dsh_pipeline import producer_commands, service_commands
 from dsh_pipeline.reader_commands import add_reader_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
 from dsh_pipeline.exit_codes import EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE
+from dsh_pipeline.log_lines import log_error
 
 __all__ = ["main"]
 
@@ -194,11 +194,18 @@ def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -
     _add_kafka_options(parser)
 
 
-def _add_ops_options(parser: argparse.ArgumentParser) -> None:
+def _add_log_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="the service's own log lines on stderr (default INFO; the Kafka client's: WARNING and up)")
+                        help="the command's own log lines on stderr (default INFO; the Kafka client's: WARNING and "
+                             "up, each repeat of one within a minute counted into one line)")
     parser.add_argument("--log-format", default="text", choices=["text", "json"],
-                        help="log lines as text (default) or one JSON object each: time, level, logger, message")
+                        help="log lines as text (default) or one JSON object each, and nothing else on stderr: "
+                             "time, level, logger, service, message and, where known, topic, partition, offset, "
+                             "session, count, reason")
+
+
+def _add_ops_options(parser: argparse.ArgumentParser) -> None:
+    _add_log_options(parser)
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus /metrics and /healthz on this port (default 0: not at all)")
     parser.add_argument("--metrics-host", default="127.0.0.1",
@@ -372,6 +379,7 @@ def build_parser() -> _Cli:
                           help="session format: 0 (dsh 0.1.x), 3 (0.1.5) or 4 (0.2.1); a comma-separated list "
                                "writes a mixed fleet, taking them in turns (default 0)")
     simulate.add_argument("--manifest", help="write the ground-truth manifest (JSON) here")
+    _add_log_options(simulate)
     for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown"):
         simulate.add_argument(f"--fault-{kind}", type=int, default=0, metavar="N", help=f"inject N {kind} defects")
     _add_kafka_options(simulate)
@@ -391,14 +399,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except DshError as exc:
-        print(f"dsh-pipeline {args.command}: {type(exc).__name__}: {exc.message}", file=sys.stderr)
+        log_error(args.command, f"{type(exc).__name__}: {exc.message}", exc)
         return EXIT_UNAVAILABLE if isinstance(exc, ClusterUnavailableError) else EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug: say so, keep the traceback for the report
-        traceback.print_exc()
-        print(f"dsh-pipeline {args.command}: internal error (a bug, please report it with the traceback above): "
-              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        log_error(args.command, f"internal error (a bug, please report it with the traceback above): "
+                                f"{type(exc).__name__}: {exc}", exc, traceback=True)
         return EXIT_INTERNAL
 
 

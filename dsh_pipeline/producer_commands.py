@@ -23,14 +23,16 @@ def simulate(args: argparse.Namespace) -> int:
     from dsh_core.jsonvalue import encode_json
     from producers.fleet import fleet, formats_summary, manifest
     from producers.simulator import FaultPlan, SimulatorConfig
+    from dsh_pipeline.log_lines import configure_logging
 
+    configure_logging(args.log_level, args.log_format, args.command)
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     faults = FaultPlan(**{kind: getattr(args, f"fault_{kind}") for kind in
                           ("unlogged", "dropped", "duplicate", "lossless", "unknown")})
     config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults,
                              formats=args.format)
-    progress = _Progress(enabled=sys.stderr.isatty())
+    progress = _Progress(enabled=args.log_format == "text" and sys.stderr.isatty())
 
     async def main() -> dict:
         await prepare_command_topics(kafka, names, args)

@@ -147,19 +147,20 @@ class ConsumerService:
                         await self._checkpoint(wait=False)
                     BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
                     BATCH_RECORDS.labels(self.name).observe(sum(len(r) for r in batch.values()))
-                self._update_lag()
+                self._note_progress()
             async with self.lock:
                 self._raise_rebalance_failure()
                 await self._checkpoint()
             self.drained = True
             self.log.info("stopped: everything handled is persisted and committed")
         except AUTHORIZATION_ERRORS as error:
-            self.log.error("stopping: the cluster refused %s", error)
+            self.log.error("stopping: the cluster refused %s", error, extra={"reason": type(error).__name__})
             raise ClusterUnavailableError(f"the cluster refused this {self.name} ({type(error).__name__}); its "
                                           "principal needs the ACLs `dsh-pipeline acls` lists") from error
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):
-                self.log.error("stopping on %s: %s", type(error).__name__, error)
+                self.log.error("stopping on %s: %s", type(error).__name__, error,
+                               extra={"reason": type(error).__name__})
             raise
         finally:
             self.healthy = False
@@ -187,7 +188,7 @@ class ConsumerService:
         order; every record ends applied, held, a duplicate or refused."""
         policy = self.policy
         refused: collections.Counter[str] = collections.Counter()
-        first: dict[str, str] = {}
+        first: dict[str, tuple[Any, str]] = {}  # reason -> its first record and what was wrong with it
         policy.prepare({record.key.decode("utf-8", "replace") for records in batch.values() for record in records
                         if record.key})
         try:
@@ -210,12 +211,18 @@ class ConsumerService:
         finally:
             policy.tally.flush()
             for reason, count in refused.items():  # one line per reason and batch, however many records
-                self.log.warning("dead-lettered %d record(s), reason %s; the first: %s", count, reason, first[reason])
+                record, message = first[reason]
+                self.log.warning("dead-lettered %d record(s), reason %s; the first: %s: %s", count, reason,
+                                 where_of(record), message,
+                                 extra={"count": count, "reason": reason, "topic": record.topic,
+                                        "partition": record.partition, "offset": record.offset,
+                                        "session": record.key.decode("utf-8", "replace") if record.key else None})
 
-    def _refuse(self, error: DshError, record: Any, refused: collections.Counter[str], first: dict[str, str]) -> None:
+    def _refuse(self, error: DshError, record: Any, refused: collections.Counter[str],
+                first: dict[str, tuple[Any, str]]) -> None:
         self.policy.refuse(error, record)
         refused[error.category] += 1
-        first.setdefault(error.category, f"{where_of(record)}: {error.message}"[:500])
+        first.setdefault(error.category, (record, error.message[:500]))
 
     def _counter(self, kind: str) -> Any:
         counter = self._counters.get(kind)
@@ -245,7 +252,8 @@ class ConsumerService:
             # was busy (its session expired): their new owner reads the
             # uncommitted records again, and what was applied is a duplicate
             # there. This member rejoins; it does not stop.
-            self.log.warning("offsets of %s not committed, the group moved on", _numbers(set(offsets)))
+            self.log.warning("offsets of %s not committed, the group moved on", _numbers(set(offsets)),
+                             extra={"reason": "group-moved-on", **_fields(set(offsets))})
             return
         COMMITS.labels(self.name).inc()
         self.policy.committed(offsets)
@@ -260,7 +268,8 @@ class ConsumerService:
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         if partitions:
-            self.log.info("revoked partitions %s (after their last checkpoint)", _numbers(partitions))
+            self.log.info("revoked partitions %s (after their last checkpoint)", _numbers(partitions),
+                          extra=_fields(partitions))
         try:
             await self._checkpoint()
             await self.policy.revoked(partitions)
@@ -280,9 +289,8 @@ class ConsumerService:
         self._ends.update(await self.consumer.end_offsets(list(partitions)))
         self._behind = True
         behind = self._update_lag()
-        self.log.info("assigned partitions %s: %d record(s) to read", _numbers(partitions), behind,
-                      extra={"topic": self.config.topics.events, "partition": sorted(tp.partition for tp in partitions),
-                             "count": behind})
+        self.log.info("assigned partitions %s: %d record(s) to read", _numbers(partitions), behind or 0,
+                      extra={"count": behind, **_fields(partitions)})
 
     async def _start_positions(self, partitions: set[TopicPartition]) -> None:
         """Where reading each assigned partition starts (its committed
@@ -301,14 +309,13 @@ class ConsumerService:
                      else self.consumer.beginning_offsets)
             self._positions.update(await start(fresh))
 
-    def _update_lag(self) -> int:
-        """Set each assigned partition's lag (its end offset, as the last
-        fetch answered or else as asked at assignment, less its position);
-        log "caught up" once every one of them is read to its end. Returns
-        the records behind."""
+    def _update_lag(self) -> int | None:
+        """Set each assigned partition's lag: its end offset (as the last
+        fetch answered, else as asked at assignment) less its position.
+        Returns the records behind in all, ``None`` while an end or a
+        position is unknown."""
         assert self.consumer is not None
-        behind = 0
-        known = True  # every assigned partition's end and position are known
+        behind: int | None = 0
         assigned = self.consumer.assignment()
         answered = [self.consumer.last_poll_timestamp(tp) for tp in assigned]
         newest = max((stamp for stamp in answered if stamp is not None), default=None)
@@ -319,16 +326,27 @@ class ConsumerService:
                 end = self._ends.get(partition)
             position = self._positions.get(partition)
             if end is None or position is None:
-                known = False
+                behind = None
                 continue
             lag = max(0, end - position)
             LAG.labels(self.name, str(partition.partition)).set(lag)
-            behind += lag
-        if self._behind and known and behind == 0 and assigned:
+            if behind is not None:
+                behind += lag
+        return behind
+
+    def _note_progress(self) -> None:
+        """After each poll: the lag, and "caught up" once since the
+        assignment, when every assigned partition is read to its end."""
+        if self._update_lag() == 0 and self._behind and self.assignment():
             self._behind = False
             self.log.info("caught up: every assigned partition read to its end",
                           extra={"topic": self.config.topics.events})
-        return behind
+
+
+def _fields(partitions: set[TopicPartition]) -> dict[str, Any]:
+    """The log fields of a line about ``partitions`` (of one topic)."""
+    return {"topic": min((tp.topic for tp in partitions), default=None),
+            "partitions": sorted(tp.partition for tp in partitions)}
 
 
 def _numbers(partitions: set[TopicPartition]) -> str:
