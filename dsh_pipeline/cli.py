@@ -140,6 +140,16 @@ def _acls(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return seconds
+
+
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
@@ -347,7 +357,7 @@ def build_parser() -> _Cli:
                       help="the fleet's session formats, taken in turns (default 0,3,4: v0, v3 and v4 side by side)")
     demo.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
-    demo.add_argument("--keep", action="store_true", help="keep the work folder")
+    demo.add_argument("--keep", action="store_true", help="keep the work folder (a failed run always keeps it)")
     demo.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
                       help="the view store: a SQLite file (default) or PostgreSQL (a local server from Debian's "
                            "binaries, or $DSH_POSTGRES_DSN's)")
@@ -371,6 +381,7 @@ def build_parser() -> _Cli:
 
     add_reader_commands(commands, _add_kafka_options)
 
+    from dsh_kafka.config import ProducerSettings
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)
     simulate.add_argument("--seed", type=int, default=1)
@@ -379,6 +390,11 @@ def build_parser() -> _Cli:
                           help="session format: 0 (dsh 0.1.x), 3 (0.1.5) or 4 (0.2.1); a comma-separated list "
                                "writes a mixed fleet, taking them in turns (default 0)")
     simulate.add_argument("--manifest", help="write the ground-truth manifest (JSON) here")
+    simulate.add_argument("--delivery-timeout", type=_positive_seconds, metavar="SECONDS",
+                          default=ProducerSettings.request_timeout_ms / 1000,
+                          help="how long a record may wait for the cluster's acknowledgement, queueing included, "
+                               f"before the command fails (default {ProducerSettings.request_timeout_ms / 1000:g}; "
+                               "raise it on a loaded host)")
     _add_log_options(simulate)
     for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown"):
         simulate.add_argument(f"--fault-{kind}", type=int, default=0, metavar="N", help=f"inject N {kind} defects")

@@ -17,6 +17,7 @@ __all__ = ["simulate", "worker"]
 
 
 def simulate(args: argparse.Namespace) -> int:
+    from dsh_kafka.config import ProducerSettings
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
     from producers.publisher import Publisher
@@ -33,10 +34,11 @@ def simulate(args: argparse.Namespace) -> int:
     config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults,
                              formats=args.format)
     progress = _Progress(enabled=args.log_format == "text" and sys.stderr.isatty())
+    delivery = ProducerSettings(request_timeout_ms=round(args.delivery_timeout * 1000))
 
     async def main() -> dict:
         await prepare_command_topics(kafka, names, args)
-        async with Publisher(kafka, names) as publisher:
+        async with Publisher(kafka, names, delivery) as publisher:
             truths = await fleet(config, publisher.send, on_batch=progress.add)
             await publisher.flush()
         return manifest(config, truths)
