@@ -142,13 +142,12 @@ class RepeatedLines(logging.Filter):
     def _show(self, repeats: _Repeats) -> None:
         if repeats.last is None:
             return
-        summary = logging.makeLogRecord(repeats.last.__dict__)
-        summary.msg = (f"{repeats.last.getMessage()} (repeated {repeats.count} times in the last "
-                       f"{time.monotonic() - repeats.started:.0f} s)")
-        summary.args, summary.exc_info, summary.exc_text = None, None, None
-        summary.created = time.time()
+        last = repeats.last
+        summary = logging.LogRecord(last.name, last.levelno, last.pathname, last.lineno,
+                                    f"{last.getMessage()} (repeated {repeats.count} times in the last "
+                                    f"{time.monotonic() - repeats.started:.0f} s)", None, None, last.funcName)
         summary.count = repeats.count
-        summary.reason = getattr(repeats.last, "reason", None) or _error_class(repeats.last)
+        summary.reason = getattr(last, "reason", None) or _error_class(last)
         self.handler.handle(summary)
 
 

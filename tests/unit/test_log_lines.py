@@ -86,7 +86,8 @@ def test_json_logs_are_json_only_with_fields(capsys):
         ("WARNING", "dsh.projector", "project"), ("ERROR", "dsh.projector", "project"),
         ("ERROR", "aiokafka", "project"), ("WARNING", "py.warnings", "project"), ("WARNING", "stderr", "project"),
         ("WARNING", "stderr", "project")]
-    assert {key: lines[0][key] for key in ("message", "topic", "partition", "offset", "session", "count", "reason")} == {
+    fields = ("message", "topic", "partition", "offset", "session", "count", "reason")
+    assert {key: lines[0][key] for key in fields} == {
         "message": "dead-lettered 2 record(s)", "topic": "dsh.session-events", "partition": 0, "offset": 0,
         "session": "s-1", "count": 2, "reason": "undecodable"}
     assert "ValueError: bad" in lines[1]["error"] and lines[0]["time"].endswith("+00:00")
