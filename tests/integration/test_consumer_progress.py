@@ -10,6 +10,7 @@ import logging
 import pytest
 from prometheus_client import REGISTRY
 
+from consumers.runtime.metrics import LAG
 from dsh_kafka.admin import end_offsets
 from producers.simulator import SimulatorConfig
 from tests.integration.test_projector import publish_fleet
@@ -43,6 +44,7 @@ class _Snapshots(logging.Handler):
 
 
 def test_caught_up_is_said_only_once_the_backlog_is_read(kafka, topics, group_id, tmp_path):
+    LAG.clear()  # no gauge left by an earlier test's service
     names = topics(partitions=4)
     service = projector(kafka, names, group_id("progress"), tmp_path / "views.sqlite", max_records=20)
     snapshots = _Snapshots(service)
