@@ -72,6 +72,7 @@ def make_consumer(kafka: KafkaConfig, settings: ConsumerSettings, *topics: str) 
                             max_partition_fetch_bytes=settings.max_partition_fetch_bytes,
                             fetch_max_bytes=settings.fetch_max_bytes, session_timeout_ms=settings.session_timeout_ms,
                             heartbeat_interval_ms=settings.heartbeat_interval_ms,
+                            max_poll_interval_ms=settings.max_poll_interval_ms,
                             group_instance_id=settings.group_instance_id, isolation_level=settings.isolation_level)
 
 

@@ -165,6 +165,7 @@ class ConsumerSettings:
     fetch_max_bytes: int = 64 * 1024 * 1024
     max_partition_fetch_bytes: int = MAX_MESSAGE_BYTES + 1024 * 1024
     session_timeout_ms: int = 10_000  # without a heartbeat that long, the group moves the member's partitions
+    max_poll_interval_ms: int = 300_000  # a member that does not poll that long leaves the group
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     #: A static member's id (KIP-345): a restart within the session timeout

@@ -6,7 +6,6 @@ import argparse
 import importlib.metadata
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Sequence
 
@@ -19,6 +18,7 @@ from dsh_pipeline.reader_commands import add_reader_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
 from dsh_pipeline.exit_codes import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE,
                                      EXIT_USAGE)
+from dsh_pipeline.log_lines import log_error
 
 __all__ = ["main"]
 
@@ -144,6 +144,16 @@ def _acls(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return seconds
+
+
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or int(port) > 65535:
@@ -198,11 +208,18 @@ def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -
     _add_kafka_options(parser)
 
 
-def _add_ops_options(parser: argparse.ArgumentParser) -> None:
+def _add_log_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="the service's own log lines on stderr (default INFO; the Kafka client's: WARNING and up)")
+                        help="the command's own log lines on stderr (default INFO; the Kafka client's: WARNING and "
+                             "up, each repeat of one within a minute counted into one line)")
     parser.add_argument("--log-format", default="text", choices=["text", "json"],
-                        help="log lines as text (default) or one JSON object each: time, level, logger, message")
+                        help="log lines as text (default) or one JSON object each, and nothing else on stderr: "
+                             "time, level, logger, service, message and, where known, topic, partition, offset, "
+                             "session, count, reason")
+
+
+def _add_ops_options(parser: argparse.ArgumentParser) -> None:
+    _add_log_options(parser)
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus /metrics and /healthz on this port (default 0: not at all)")
     parser.add_argument("--metrics-host", default="127.0.0.1",
@@ -360,7 +377,7 @@ def build_parser() -> _Cli:
                       help="the fleet's session formats, taken in turns (default 0,3,4: v0, v3 and v4 side by side)")
     demo.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
-    demo.add_argument("--keep", action="store_true", help="keep the work folder")
+    demo.add_argument("--keep", action="store_true", help="keep the work folder (a failed run always keeps it)")
     demo.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
                       help="the view store: a SQLite file (default) or PostgreSQL (a local server from Debian's "
                            "binaries, or $DSH_POSTGRES_DSN's)")
@@ -384,6 +401,7 @@ def build_parser() -> _Cli:
 
     add_reader_commands(commands, _add_kafka_options)
 
+    from dsh_kafka.config import ProducerSettings
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)
     simulate.add_argument("--seed", type=int, default=1)
@@ -392,6 +410,12 @@ def build_parser() -> _Cli:
                           help="session format: 0 (dsh 0.1.x), 3 (0.1.5) or 4 (0.2.1); a comma-separated list "
                                "writes a mixed fleet, taking them in turns (default 0)")
     simulate.add_argument("--manifest", help="write the ground-truth manifest (JSON) here")
+    simulate.add_argument("--delivery-timeout", type=_positive_seconds, metavar="SECONDS",
+                          default=ProducerSettings.request_timeout_ms / 1000,
+                          help="how long a record may wait for the cluster's acknowledgement, queueing included, "
+                               f"before the command fails (default {ProducerSettings.request_timeout_ms / 1000:g}; "
+                               "raise it on a loaded host)")
+    _add_log_options(simulate)
     for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown"):
         simulate.add_argument(f"--fault-{kind}", type=int, default=0, metavar="N", help=f"inject N {kind} defects")
     _add_kafka_options(simulate)
@@ -411,14 +435,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except DshError as exc:
-        print(f"dsh-pipeline {args.command}: {type(exc).__name__}: {exc.message}", file=sys.stderr)
+        log_error(args.command, f"{type(exc).__name__}: {exc.message}", exc)
         return EXIT_UNAVAILABLE if isinstance(exc, ClusterUnavailableError) else EXIT_REFUSED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so, keep the traceback for the report
-        traceback.print_exc()
-        print(f"dsh-pipeline {args.command}: internal error (a bug, please report it with the traceback above): "
-              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        log_error(args.command, f"internal error (a bug, please report it with the traceback above): "
+                                f"{type(exc).__name__}: {exc}", exc, traceback=True)
         return EXIT_INTERNAL
 
 

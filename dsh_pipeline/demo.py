@@ -12,7 +12,10 @@
    defects and the archive with the shipped logs (:mod:`ground_truth`; the
    real agents' with their own session files, and the auditor's verdicts on
    their requests from its ``/metrics``); print a report.
-6. Stop everything it started. The exit code is 0 only if all agrees.
+6. Stop everything it started. The exit code is 0 only if all agrees; a
+   failed run keeps its work folder and shows the last lines of each
+   process's log. Its clients wait as long as a busy laptop needs
+   (:data:`LOADED_HOST`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,29 @@ GROUPS = {"projector": ProjectorConfig.group, "auditor": AuditorConfig.group, "a
 
 
 @dataclass(frozen=True)
+class LoadedHost:
+    """How long the demo's clients and its monitor wait, sized for a laptop
+    whose other processes keep every core busy: there the clients' defaults
+    fail it (records not acknowledged within 30 s; heartbeats late by more
+    than the 10 s session timeout, so the group moves partitions over and
+    over)."""
+
+    #: simulate: a record may wait this long for the cluster's acknowledgement.
+    delivery_timeout: float = 180.0
+    #: services: heartbeats (every min(3 s, a third of it)) may be late this long.
+    session_timeout: float = 60.0
+    #: the monitor gives up when no service's lag moved for this long ...
+    stall: float = 180.0
+    #: ... or when the services are not caught up after this long.
+    deadline: float = 3600.0
+
+
+LOADED_HOST = LoadedHost()
+#: The lines of each log shown when the demo fails.
+_FAILURE_LINES = 15
+
+
+@dataclass(frozen=True)
 class DemoConfig:
     sessions: int = 300
     seed: int = 7
@@ -68,6 +94,12 @@ class DemoConfig:
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "dsh_pipeline.cli", *args]
+
+
+def _start(command: list[str], log: Path) -> subprocess.Popen:
+    """``command`` in a process of its own writing stdout and stderr to ``log``."""
+    with open(log, "wb") as output:
+        return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
 
 
 def _free_port() -> int:
@@ -135,15 +167,15 @@ async def _follow(kafka: KafkaConfig, names: TopicNames, producers: list, servic
                   logs: Path) -> None:
     """Print progress each second until every producer (the simulator, the
     real agents: anything with ``poll()`` and ``returncode``) is done and
-    every service has caught up; raise if a service dies or all stall for 60 s."""
-    deadline = time.monotonic() + 600
+    every service has caught up; raise if a service dies or all stall (:data:`LOADED_HOST`)."""
+    deadline = time.monotonic() + LOADED_HOST.deadline
     last_events, last_time = None, time.monotonic()
     last_lags, moved = None, time.monotonic()  # when any lag last changed
     async with _Monitor(kafka, names) as monitor:
         while True:
             for service in services:
                 if service.poll() is not None:
-                    raise RuntimeError(f"a service exited early (code {service.returncode}); see {logs}")
+                    raise PipelineError(f"a service exited early (code {service.returncode}); see {logs}")
             producing = [p for p in producers if p.poll() is None]
             lags = await monitor.lags()
             await monitor.read_outputs()
@@ -158,11 +190,11 @@ async def _follow(kafka: KafkaConfig, names: TopicNames, producers: list, servic
                 return
             if lags != last_lags or producing:
                 last_lags, moved = lags, now
-            elif now - moved > 60:
+            elif now - moved > LOADED_HOST.stall:
                 stalled = ", ".join(name for name, lag in lags.items() if lag)
-                raise RuntimeError(f"no progress for 60 s ({stalled} still behind); see {logs}")
+                raise PipelineError(f"no progress for {LOADED_HOST.stall:g} s ({stalled} still behind); see {logs}")
             if now > deadline:
-                raise RuntimeError("the services did not catch up within 10 minutes")
+                raise PipelineError(f"the services did not catch up within {LOADED_HOST.deadline:g} s; see {logs}")
             await asyncio.sleep(1.0)
 
 
@@ -209,6 +241,8 @@ def run_demo(config: DemoConfig) -> int:
     broker = postgres = None
     children: list[subprocess.Popen] = []
     agents: RealAgents | None = None
+    run: Path | None = None
+    agreed = False  # the work folder goes only after a run where everything agreed
     started = time.monotonic()
     try:
         if config.bootstrap:  # a cluster of the user's: its security settings come from DSH_KAFKA_*, for every process
@@ -223,6 +257,9 @@ def run_demo(config: DemoConfig) -> int:
         common = ["--bootstrap", bootstrap, "--topic-prefix", prefix]
         run = workdir / prefix.rstrip(".")  # a reused --workdir keeps each run's stores apart
         run.mkdir()
+        logs = run / "logs"
+        logs.mkdir()
+        sim_log = run / "simulator.log"
         archive, manifest_path = run / "archive", run / "manifest.json"
         db: Path | str = run / "views.sqlite"
         if config.store == "postgres":
@@ -235,25 +272,22 @@ def run_demo(config: DemoConfig) -> int:
         print(f"broker {bootstrap}; view store {display_location(str(db))}; work folder {run}", flush=True)
         from dsh_kafka.admin import prepare_topics
         asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
-        logs = run / "logs"
-        logs.mkdir()
         metrics = f"http://127.0.0.1:{(metrics_port := _free_port())}/metrics"  # the auditor's wire verdicts
         for name, args in (("projector", ["project", "--store", str(db)]),
                            ("auditor", ["audit", "--state", str(run / "auditor-state.sqlite"),
                                         "--metrics-port", str(metrics_port)]),
                            ("archiver", ["archive", "--root", str(archive)])):
-            children.append(subprocess.Popen(_cli(*args, *common), stdout=open(logs / f"{name}.log", "wb"),
-                                              stderr=subprocess.STDOUT))
+            args += ["--session-timeout", str(LOADED_HOST.session_timeout)]
+            children.append(_start(_cli(*args, *common), logs / f"{name}.log"))
         faults = max(1, config.sessions // 100)
         simulate = _cli("simulate", "--sessions", str(config.sessions), "--seed", str(config.seed),
                         "--format", ",".join(map(str, config.formats)),
-                        "--manifest", str(manifest_path), *common, *[f"--fault-{kind}={faults}" for kind in
-                                                                     ("unlogged", "dropped", "duplicate", "lossless",
-                                                                      "unknown")])
+                        "--manifest", str(manifest_path), "--delivery-timeout", str(LOADED_HOST.delivery_timeout),
+                        *common, *[f"--fault-{kind}={faults}"
+                                   for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown")])
         print(f"simulating {config.sessions} agents (formats {', '.join(f'v{v}' for v in config.formats)} in turns) "
               f"with {faults} fault(s) of each kind ...", flush=True)
-        sim_log = run / "simulator.log"
-        sim = subprocess.Popen(simulate, stdout=open(sim_log, "wb"), stderr=subprocess.STDOUT)
+        sim = _start(simulate, sim_log)
         services = list(children)
         children.append(sim)
         producers: list = [sim]
@@ -265,8 +299,7 @@ def run_demo(config: DemoConfig) -> int:
             producers.append(agents)
         asyncio.run(_follow(kafka, names, producers, services, logs))
         if sim.returncode != 0:
-            print(sim_log.read_text(), file=sys.stderr)
-            return 1
+            return 1  # the simulator's log says why
         print(sim_log.read_text().strip(), flush=True)
         manifest = decode_json(manifest_path.read_bytes())
         findings = asyncio.run(_findings(kafka, names))
@@ -299,6 +332,7 @@ def run_demo(config: DemoConfig) -> int:
             return 1
         print("  everything agrees: views = ground truth, findings = injected defects, archive = shipped logs" +
               ("; every real agent's request verified" if agents else ""))
+        agreed = True
         return 0
     finally:
         if agents is not None:
@@ -311,5 +345,21 @@ def run_demo(config: DemoConfig) -> int:
             broker.stop()
         if postgres is not None:
             postgres.stop()
-        if not config.keep and config.workdir is None:
+        if not agreed:
+            _tell_failure(workdir, run, broker)
+        elif not config.keep and config.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _tell_failure(workdir: Path, run: Path | None, broker: LocalKafka | None) -> None:
+    """Where the failed run's files are kept, and the last lines each
+    process of it wrote."""
+    logs = ([broker.log_path] if broker is not None else []) + (
+        sorted((run / "logs").glob("*.log")) + [run / "simulator.log"] if run is not None else [])
+    print(f"\nthe demo failed; its work folder is kept: {run or workdir}", file=sys.stderr)
+    for log in logs:
+        try:
+            lines = log.read_text(errors="replace").splitlines()[-_FAILURE_LINES:]
+        except FileNotFoundError:
+            continue
+        print(f"--- {log.stem}, the last {len(lines)} lines of {log}:", *lines, sep="\n  ", file=sys.stderr)

@@ -17,24 +17,28 @@ __all__ = ["simulate", "worker"]
 
 
 def simulate(args: argparse.Namespace) -> int:
+    from dsh_kafka.config import ProducerSettings
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
     from producers.publisher import Publisher
     from dsh_core.jsonvalue import encode_json
     from producers.fleet import fleet, formats_summary, manifest
     from producers.simulator import FaultPlan, SimulatorConfig
+    from dsh_pipeline.log_lines import configure_logging
 
+    configure_logging(args.log_level, args.log_format, args.command)
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     faults = FaultPlan(**{kind: getattr(args, f"fault_{kind}") for kind in
                           ("unlogged", "dropped", "duplicate", "lossless", "unknown")})
     config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults,
                              formats=args.format)
-    progress = _Progress(enabled=sys.stderr.isatty())
+    progress = _Progress(enabled=args.log_format == "text" and sys.stderr.isatty())
+    delivery = ProducerSettings(request_timeout_ms=round(args.delivery_timeout * 1000))
 
     async def main() -> dict:
         await prepare_command_topics(kafka, names, args)
-        async with Publisher(kafka, names) as publisher:
+        async with Publisher(kafka, names, delivery) as publisher:
             truths = await fleet(config, publisher.send, on_batch=progress.add)
             await publisher.flush()
         return manifest(config, truths)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import stat
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -220,34 +218,12 @@ def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int
         return run_until_signal(main)
 
 
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line: ``time`` (UTC, ISO 8601), ``level``,
-    ``logger``, ``message`` and, for an exception, ``error`` (its traceback)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
-                "level": record.levelname, "logger": record.name, "message": record.getMessage()}
-        if record.exc_info:
-            line["error"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
-
-
-def configure_logging(level: str, log_format: str) -> None:
-    """The services' log lines on stderr: ``text`` (time, level, source:
-    message) or ``json`` (:class:`JsonLogFormatter`, for log shippers). The
-    Kafka client's lines start at WARNING."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLogFormatter() if log_format == "json"
-                         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
-    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLevelName(level)))
-
-
 def _ops_server(args: argparse.Namespace, health: HealthCheck) -> contextlib.AbstractContextManager:
-    """Log lines on stderr at ``--log-level`` (time, level, source), and
+    """Log lines on stderr as ``--log-level`` and ``--log-format`` say, and
     ``/metrics`` and ``/healthz`` on ``--metrics-host``:``--metrics-port``
     for the command's lifetime (nothing without a port)."""
-    configure_logging(args.log_level, args.log_format)
+    from dsh_pipeline.log_lines import configure_logging
+    configure_logging(args.log_level, args.log_format, args.command)
     if not args.metrics_port:
         return contextlib.nullcontext()
     from dsh_pipeline.ops_server import serve_ops

@@ -98,6 +98,7 @@ class ConsumerService:
         self.rebalance_failure: Exception | None = None
         self._uncommitted: dict[TopicPartition, int] = {}  # next offset to commit
         self._positions: dict[TopicPartition, int] = {}  # next offset to read (for lag)
+        self._ends: dict[TopicPartition, int] = {}  # end offsets asked of the cluster at assignment
         self._committing: asyncio.Task[None] | None = None  # the last checkpoint's flush and commit
         self._counters: dict[str, Any] = {}
         self.log = logging.getLogger(f"dsh.{self.name}")
@@ -146,19 +147,20 @@ class ConsumerService:
                         await self._checkpoint(wait=False)
                     BATCH_SECONDS.labels(self.name).observe(time.perf_counter() - started)
                     BATCH_RECORDS.labels(self.name).observe(sum(len(r) for r in batch.values()))
-                self._update_lag()
+                self._note_progress()
             async with self.lock:
                 self._raise_rebalance_failure()
                 await self._checkpoint()
             self.drained = True
             self.log.info("stopped: everything handled is persisted and committed")
         except AUTHORIZATION_ERRORS as error:
-            self.log.error("stopping: the cluster refused %s", error)
+            self.log.error("stopping: the cluster refused %s", error, extra={"reason": type(error).__name__})
             raise ClusterUnavailableError(f"the cluster refused this {self.name} ({type(error).__name__}); its "
                                           "principal needs the ACLs `dsh-pipeline acls` lists") from error
         except BaseException as error:
             if not isinstance(error, asyncio.CancelledError):
-                self.log.error("stopping on %s: %s", type(error).__name__, error)
+                self.log.error("stopping on %s: %s", type(error).__name__, error,
+                               extra={"reason": type(error).__name__})
             raise
         finally:
             self.healthy = False
@@ -186,7 +188,7 @@ class ConsumerService:
         order; every record ends applied, held, a duplicate or refused."""
         policy = self.policy
         refused: collections.Counter[tuple[str, bool]] = collections.Counter()
-        first: dict[str, str] = {}
+        first: dict[str, tuple[Any, str]] = {}  # reason -> its first record and what was wrong with it
         policy.prepare({record.key.decode("utf-8", "replace") for records in batch.values() for record in records
                         if record.key})
         try:
@@ -209,17 +211,21 @@ class ConsumerService:
         finally:
             policy.tally.flush()
             for (reason, lettered), count in refused.items():  # one line per reason and batch, however many records
-                self.log.warning("dead-lettered %d record(s), reason %s; the first: %s" if lettered else
+                record, message = first[reason]
+                self.log.warning("dead-lettered %d record(s), reason %s; the first: %s: %s" if lettered else
                                  "refused %d redriven record(s) again, reason %s, their dead letters stand; the "
-                                 "first: %s", count, reason, first[reason])
+                                 "first: %s: %s", count, reason, where_of(record), message,
+                                 extra={"count": count, "reason": reason, "topic": record.topic,
+                                        "partition": record.partition, "offset": record.offset,
+                                        "session": record.key.decode("utf-8", "replace") if record.key else None})
 
     def _refuse(self, error: DshError, record: Any, refused: collections.Counter[tuple[str, bool]],
-                first: dict[str, str]) -> None:
+                first: dict[str, tuple[Any, str]]) -> None:
         lettered = self.policy.refuse(error, record)
         if not lettered:
             self.policy.tally.add(self._counter("refused-again"))
         refused[error.category, lettered] += 1
-        first.setdefault(error.category, f"{where_of(record)}: {error.message}"[:500])
+        first.setdefault(error.category, (record, error.message[:500]))
 
     def _counter(self, kind: str) -> Any:
         counter = self._counters.get(kind)
@@ -249,7 +255,8 @@ class ConsumerService:
             # was busy (its session expired): their new owner reads the
             # uncommitted records again, and what was applied is a duplicate
             # there. This member rejoins; it does not stop.
-            self.log.warning("offsets of %s not committed, the group moved on", _numbers(set(offsets)))
+            self.log.warning("offsets of %s not committed, the group moved on", _numbers(set(offsets)),
+                             extra={"reason": "group-moved-on", **_fields(set(offsets))})
             return
         COMMITS.labels(self.name).inc()
         self.policy.committed(offsets)
@@ -264,7 +271,8 @@ class ConsumerService:
 
     async def _revoke(self, partitions: set[TopicPartition]) -> None:
         if partitions:
-            self.log.info("revoked partitions %s (after their last checkpoint)", _numbers(partitions))
+            self.log.info("revoked partitions %s (after their last checkpoint)", _numbers(partitions),
+                          extra=_fields(partitions))
         try:
             await self._checkpoint()
             await self.policy.revoked(partitions)
@@ -272,16 +280,20 @@ class ConsumerService:
         finally:
             for partition in partitions:
                 self._positions.pop(partition, None)
+                self._ends.pop(partition, None)
                 with contextlib.suppress(KeyError):
                     LAG.remove(self.name, str(partition.partition))
 
     async def _assign(self, partitions: set[TopicPartition]) -> None:
         assert self.consumer is not None
-        self.log.info("assigned partitions %s", _numbers(partitions))
         await self.outputs.assigned(partitions)  # fences previous owners before their offsets are read
         await self.policy.assigned(partitions, self.consumer.committed)
         await self._start_positions(partitions)
+        self._ends.update(await self.consumer.end_offsets(list(partitions)))
         self._behind = True
+        behind = self._update_lag()
+        self.log.info("assigned partitions %s: %d record(s) to read", _numbers(partitions), behind or 0,
+                      extra={"count": behind, **_fields(partitions)})
 
     async def _start_positions(self, partitions: set[TopicPartition]) -> None:
         """Where reading each assigned partition starts (its committed
@@ -300,23 +312,44 @@ class ConsumerService:
                      else self.consumer.beginning_offsets)
             self._positions.update(await start(fresh))
 
-    def _update_lag(self) -> None:
+    def _update_lag(self) -> int | None:
+        """Set each assigned partition's lag: its end offset (as the last
+        fetch answered, else as asked at assignment) less its position.
+        Returns the records behind in all, ``None`` while an end or a
+        position is unknown."""
         assert self.consumer is not None
-        behind = 0
+        behind: int | None = 0
         assigned = self.consumer.assignment()
         answered = [self.consumer.last_poll_timestamp(tp) for tp in assigned]
         newest = max((stamp for stamp in answered if stamp is not None), default=None)
         self._last_answer = None if newest is None else newest / 1000
         for partition in assigned:
-            highwater = self.consumer.highwater(partition)
+            end = self.consumer.highwater(partition)
+            if end is None:
+                end = self._ends.get(partition)
             position = self._positions.get(partition)
-            if highwater is not None and position is not None:
-                lag = max(0, highwater - position)
-                LAG.labels(self.name, str(partition.partition)).set(lag)
+            if end is None or position is None:
+                behind = None
+                continue
+            lag = max(0, end - position)
+            LAG.labels(self.name, str(partition.partition)).set(lag)
+            if behind is not None:
                 behind += lag
-        if self._behind and behind == 0 and self._positions:
+        return behind
+
+    def _note_progress(self) -> None:
+        """After each poll: the lag, and "caught up" once since the
+        assignment, when every assigned partition is read to its end."""
+        if self._update_lag() == 0 and self._behind and self.assignment():
             self._behind = False
-            self.log.info("caught up: every assigned partition read to its end")
+            self.log.info("caught up: every assigned partition read to its end",
+                          extra={"topic": self.config.topics.events})
+
+
+def _fields(partitions: set[TopicPartition]) -> dict[str, Any]:
+    """The log fields of a line about ``partitions`` (of one topic)."""
+    return {"topic": min((tp.topic for tp in partitions), default=None),
+            "partitions": sorted(tp.partition for tp in partitions)}
 
 
 def _numbers(partitions: set[TopicPartition]) -> str:

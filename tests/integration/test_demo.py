@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,43 @@ def test_real_agents_without_the_runtime_are_skipped_by_default_and_refused_when
                                        "installed: pip install 'deepseek-harness-runtime-bin==0.1.1rc1' "
                                        "(--real-agents 0 runs without them)"]
     assert not list(tmp_path.iterdir())  # refused before anything started
+
+
+@pytest.fixture
+def busy_cores():
+    """Two busy loops at normal priority, as a laptop's other processes would keep both cores busy."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+def test_the_demo_passes_while_other_processes_keep_both_cores_busy(kafka, tmp_path, busy_cores):
+    run = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "demo", "--sessions", "60", "--real-agents", "0",
+                          "--bootstrap", kafka.bootstrap, "--workdir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    assert "everything agrees" in run.stdout
+
+
+def test_a_failed_demo_keeps_its_work_folder_and_shows_what_each_process_said(kafka, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    from dsh_pipeline import demo
+
+    def cli(*args: str) -> list[str]:  # a projector that cannot start
+        if args[0] == "project":
+            return [sys.executable, "-c", "import sys; sys.exit('projector: the view store is unusable')"]
+        return [sys.executable, "-m", "dsh_pipeline.cli", *args]
+
+    monkeypatch.setattr(demo, "_cli", cli)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the demo's own work folder goes
+    with pytest.raises(demo.PipelineError, match=r"a service exited early \(code 1\); see .*/logs"):
+        demo.run_demo(demo.DemoConfig(sessions=5, bootstrap=kafka.bootstrap))
+    err = capsys.readouterr().err
+    kept = re.search(r"the demo failed; its work folder is kept: (\S+)\n", err)
+    assert kept is not None and Path(kept.group(1)).is_dir(), err
+    assert f"--- projector, the last 1 lines of {kept.group(1)}/logs/projector.log:\n  projector: the view store is " \
+           "unusable\n" in err
+    assert f"--- auditor, the last " in err and f"--- simulator, the last " in err

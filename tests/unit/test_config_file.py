@@ -73,7 +73,7 @@ def test_json_log_lines_are_one_object_each(capsys):
     import json
     import logging
 
-    from dsh_pipeline.service_commands import configure_logging
+    from dsh_pipeline.log_lines import configure_logging
     configure_logging("INFO", "json")
     try:
         logging.getLogger("dsh.projector").info("assigned %d partitions", 3)
