@@ -1,7 +1,7 @@
 """The chat-completions request body dsh 0.1.1rc1 sends for a v0 log prefix.
 
 A request is a pure function of the prefix in front of its boundary
-(spec §6.2): the request header in force (``config``, ``system``,
+(docs/formats/v0.md §6.2): the request header in force (``config``, ``system``,
 ``tools``) and the derived messages. The body is the whole of what dsh's
 DeepSeek adapter serializes (``dsh-llm-deepseek``'s ``serializeRequest``)
 and POSTs to ``$DEEPSEEK_BASE_URL/chat/completions``, the constant

@@ -1,4 +1,4 @@
-"""Derivation (spec §5): from surface events to the model's message history."""
+"""Derivation (docs/formats/v0.md §5): from surface events to the model's message history."""
 
 from __future__ import annotations
 

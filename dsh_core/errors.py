@@ -14,16 +14,16 @@
     ├── FormatUnsupportedError    intact but unreadable: format version, unknown
     │                             required event type (unsupported-format)
     ├── ValidationError           a value or event breaks a spec rule (invalid-log)
-    │   ├── LosslessJsonError     not lossless JSON (§3), names the JSON path
-    │   ├── EnvelopeError         event envelope keys / seq / time (§1)
-    │   ├── SurfaceError          surfaceOp / sourceEventSeqs / replace rules (§4)
-    │   ├── MessageShapeError     message payload shapes (§8.6 step 5)
-    │   ├── RequestHeaderError    request/header checks (§6.1), retired vocabulary
-    │   ├── LegacyShapeError      malformed legacy v0 shape (§8.10)
-    │   ├── SessionHeaderError    session header fields (§8.2) at restore
+    │   ├── LosslessJsonError     not lossless JSON (v0 §3), names the JSON path
+    │   ├── EnvelopeError         event envelope keys / seq / time (v0 §1)
+    │   ├── SurfaceError          surfaceOp / sourceEventSeqs / replace rules (v0 §4)
+    │   ├── MessageShapeError     message payload shapes (v0 §8.6 step 5)
+    │   ├── RequestHeaderError    request/header checks (v0 §6.1), retired vocabulary
+    │   ├── LegacyShapeError      malformed legacy v0 shape (v0 §8.10)
+    │   ├── SessionHeaderError    session header fields (v0 §8.2) at restore
     │   ├── IdentityError         a record's value names another session than its key (identity)
     │   │   └── ConflictingWriterError  a seq seen before with other bytes: two writers (conflicting-writer)
-    │   └── ForkError             fork boundary rules (§7.2)
+    │   └── ForkError             fork boundary rules (v0 §7.2)
     └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
         ├── DeliveryError         a record was not acknowledged by the cluster
         │   └── RecordTooLargeError   a record over the topic's message limit, refused before sending
@@ -154,7 +154,7 @@ class ValidationError(DshError):
 
 
 class LosslessJsonError(ValidationError):
-    """Raised when data would not survive a JSON round trip unchanged (§3)."""
+    """Raised when data would not survive a JSON round trip unchanged (v0 §3)."""
 
 
 class EnvelopeError(ValidationError):
@@ -163,23 +163,23 @@ class EnvelopeError(ValidationError):
 
 
 class SurfaceError(ValidationError):
-    """Raised when ``surfaceOp``/``sourceEventSeqs`` or a replace breaks §4.1."""
+    """Raised when ``surfaceOp``/``sourceEventSeqs`` or a replace breaks v0 §4.1."""
 
 
 class MessageShapeError(ValidationError):
-    """Raised when a message-carrying event lacks the shape of §8.6 step 5."""
+    """Raised when a message-carrying event lacks the shape of v0 §8.6 step 5."""
 
 
 class RequestHeaderError(ValidationError):
-    """Raised for a ``request/header`` that fails §6.1, or retired header vocabulary."""
+    """Raised for a ``request/header`` that fails v0 §6.1, or retired header vocabulary."""
 
 
 class LegacyShapeError(ValidationError):
-    """Raised when a pre-current (v0 legacy) event shape is malformed (§8.10)."""
+    """Raised when a pre-current (v0 legacy) event shape is malformed (v0 §8.10)."""
 
 
 class SessionHeaderError(ValidationError):
-    """Raised when a session header's fields break §8.2 when a log is restored."""
+    """Raised when a session header's fields break v0 §8.2 when a log is restored."""
 
 
 class IdentityError(ValidationError):

@@ -1,4 +1,4 @@
-"""Event envelope and vocabulary of the dsh session log (spec §1–§2).
+"""Event envelope and vocabulary of the dsh session log (docs/formats/v0.md §1–§2).
 
 An :class:`Event` is a frozen msgspec Struct over the exact envelope keys.
 ``data`` holds the payload as the JSON value it was written with (frozen), so
@@ -30,10 +30,10 @@ __all__ = [
     "event_from_json",
 ]
 
-#: Event types whose events produce model-visible messages (spec §4).
+#: Event types whose events produce model-visible messages (docs/formats/v0.md §4).
 SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
 
-#: The vocabulary of dsh 0.1.1-rc.2: 13 core types plus the plugin types (§2.5).
+#: The vocabulary of dsh 0.1.1-rc.2: 13 core types plus the plugin types (v0 §2.5).
 KNOWN_TYPES = frozenset({
     "agent-preset/selected", "agent/inbox/spliced", "approval/asked",
     "approval/decided", "approval/policy", "assistant/chunk", "assistant/message",
@@ -50,10 +50,10 @@ KNOWN_TYPES = frozenset({
     "turn/start", "user/message", "web/deepseek-search-llm-request",
 })
 
-#: Types rejected on append, seed and load (spec §8.10).
+#: Types rejected on append, seed and load (docs/formats/v0.md §8.10).
 RETIRED_TYPES = frozenset({"request/header-delta", "mode/set"})
 
-#: Storage-only tags of packed chunk rows (spec §8.3); never session events.
+#: Storage-only tags of packed chunk rows (docs/formats/v0.md §8.3); never session events.
 ROW_TAGS = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
 
 
@@ -64,7 +64,7 @@ def is_row(value: Any) -> bool:
 
 
 class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """One session event: exactly the envelope keys of spec §1.
+    """One session event: exactly the envelope keys of docs/formats/v0.md §1.
 
     ``surfaceOp`` is ``"append"`` or a replace object; both surface fields are
     present only on surface types. ``ignorable`` is only ever ``True``.

@@ -1,4 +1,4 @@
-"""The staged fold of one stored session (spec §8.6–§8.9b), record by record.
+"""The staged fold of one stored session (docs/formats/v0.md §8.6–§8.9b), record by record.
 
 The reference loads in stages, and a refusal's category follows from the
 earliest stage that failed, not from the earliest seq:

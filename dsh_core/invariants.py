@@ -1,4 +1,4 @@
-"""Streaming structural checker (spec §7.1): turn/step numbering, enclosure
+"""Streaming structural checker (docs/formats/v0.md §7.1): turn/step numbering, enclosure
 of execution events, tool call/result pairing inside a step.
 
 Unlike dsh's optional checker, which raises on the first violation, this one

@@ -1,4 +1,4 @@
-"""Lossless JSON (spec §3): validation, immutable snapshots, dsh-compatible
+"""Lossless JSON (docs/formats/v0.md §3): validation, immutable snapshots, dsh-compatible
 serialization, canonical JSON (RFC 8785 / JCS) and digests.
 
 Values are the plain Python JSON model: ``None``, ``bool``, ``int``, ``float``,
@@ -112,7 +112,7 @@ def _copy_lossless(value: Any, where: str, frozen: bool) -> Any:
             if current == 0 and math.copysign(1.0, current) < 0:
                 raise fail("negative zero")
             return int(current) if current.is_integer() and abs(current) <= MAX_SAFE_INTEGER else current
-        # A tuple is only an array inside a value this module froze (§3.2
+        # A tuple is only an array inside a value this module froze (v0 §3.2
         # rejects caller-built tuples).
         if kind is list or kind is dict or kind is FrozenDict or (kind is tuple and in_frozen):
             marker = id(current)

@@ -1,4 +1,4 @@
-"""Request reconstruction (spec §6.2) and the request digest.
+"""Request reconstruction (docs/formats/v0.md §6.2) and the request digest.
 
 A model request is a pure function of a log prefix. :class:`BoundaryTracker`
 finds, event by event, where each request attempt's prefix ends: the first
@@ -98,7 +98,7 @@ class BoundaryTracker:
 
 
 def build_request(header: Any, messages: list[Any], session_id: str) -> dict[str, Any]:
-    """The request a loop sends from a prefix (spec §6.2)::
+    """The request a loop sends from a prefix (docs/formats/v0.md §6.2)::
 
         {**header.config, "messages": [...], "system"?: str, "tools"?: [...],
          "sessionId": id}

@@ -1,4 +1,4 @@
-"""Request headers (spec §6.1): canonical form, equality and the header fold."""
+"""Request headers (docs/formats/v0.md §6.1): canonical form, equality and the header fold."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The session header (spec §8.2): the first line of every stored log."""
+"""The session header (docs/formats/v0.md §8.2): the first line of every stored log."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class SessionHeader(msgspec.Struct, frozen=True, omit_defaults=True):
 
 def version_refusal(session_id: Any, version: Any, where: str) -> FormatUnsupportedError:
     """The refusal for a log in a format version this build has no reader
-    for (spec §8.9); names the file."""
+    for (docs/formats/v0.md §8.9); names the file."""
     sid = session_id if isinstance(session_id, str) else encode_json(session_id).decode()
     shown = int(version) if isinstance(version, float) and version.is_integer() else version
     if version > NEWEST_VERSION:
@@ -97,8 +97,8 @@ def _safe_nonneg(value: Any) -> bool:
 
 
 def parse_header_line(parsed: Any, where: str) -> SessionHeader:
-    """Check a decoded first line: version first (§8.9), then the header
-    rules of §8.2. ``where`` names the file for error messages."""
+    """Check a decoded first line: version first (v0 §8.9), then the header
+    rules of v0 §8.2. ``where`` names the file for error messages."""
     if isinstance(parsed, dict):
         version = parsed.get("version")
         if type(version) in (int, float) and version != FORMAT_VERSION:

@@ -1,4 +1,4 @@
-"""Shape rules a seeded or loaded event must meet (spec §1, §6.1, §8.6 step 5).
+"""Shape rules a seeded or loaded event must meet (docs/formats/v0.md §1, v0 §6.1, v0 §8.6 step 5).
 
 Each check names the event type and seq of the offending event; none walks
 more of the payload than its rule reads (block internals are not checked).
@@ -35,7 +35,7 @@ ENVELOPE_KEYS = frozenset({"type", "seq", "time", "data", "surfaceOp", "sourceEv
 
 
 def check_envelope(event: Any, index: int) -> None:
-    """Envelope of spec §1: only the known keys, string ``type``, safe-int
+    """Envelope of docs/formats/v0.md §1: only the known keys, string ``type``, safe-int
     ``seq ≥ 0`` and ``time``, a ``data`` key, ``ignorable`` only ``true``."""
     if not isinstance(event, dict):
         raise EnvelopeError(f"event at index {index} is not a JSON object")
@@ -57,7 +57,7 @@ def check_envelope(event: Any, index: int) -> None:
 
 
 def check_retired(event_type: str, data: Any, where: Where) -> None:
-    """Reject the retired vocabulary of spec §8.10 (``request/header-delta``,
+    """Reject the retired vocabulary of docs/formats/v0.md §8.10 (``request/header-delta``,
     ``mode/set``, header reason ``fallback``)."""
     if event_type in RETIRED_TYPES:
         raise RequestHeaderError(f"{_at(where)} uses the retired event type {event_type!r}")
@@ -79,7 +79,7 @@ def _nonempty_str(value: Any) -> bool:
 
 
 def check_message_shape(event_type: str, data: Any, where: Where) -> None:
-    """Message shape of spec §8.6 step 5 for the three surface types."""
+    """Message shape of docs/formats/v0.md §8.6 step 5 for the three surface types."""
     message = message_of(event_type, data)
     if not isinstance(message, dict) or not _nonempty_str(message.get("id")):
         raise MessageShapeError(f"{_at(where)} lacks an identified message (a non-empty string id)")
@@ -109,7 +109,7 @@ def check_message_shape(event_type: str, data: Any, where: Where) -> None:
 
 
 def check_request_header(data: Any, where: Where) -> None:
-    """Load-time checks of a ``request/header`` payload (spec §6.1)."""
+    """Load-time checks of a ``request/header`` payload (docs/formats/v0.md §6.1)."""
     header = data.get("header") if isinstance(data, dict) else None
     header = header if isinstance(header, dict) else None
     config = header.get("config") if header is not None else None

@@ -1,7 +1,7 @@
-"""The model-visible surface (spec §4): which seqs currently produce messages.
+"""The model-visible surface (docs/formats/v0.md §4): which seqs currently produce messages.
 
 :meth:`Surface.admit` validates one candidate event against the rules of
-§4.1 in the reference's order, then applies it; nothing changes before every
+v0 §4.1 in the reference's order, then applies it; nothing changes before every
 rule has passed, so a rejected event leaves the surface unchanged.
 """
 
@@ -32,7 +32,7 @@ def _is_seq(value: Any) -> bool:
 
 
 def _check_sources(event_type: str, seq: int, sources: Any, has_sources: bool, shadowed: list[int]) -> None:
-    """``sourceEventSeqs`` rules (§4.1 steps 5–6); ``null`` is present, and no array."""
+    """``sourceEventSeqs`` rules (v0 §4.1 steps 5–6); ``null`` is present, and no array."""
     present: set[int] | frozenset[int] = frozenset()
     if has_sources:
         if not isinstance(sources, (list, tuple)):
@@ -81,7 +81,7 @@ class Surface:
 
     def admit(self, event_type: str, seq: int, data: Any, surface_op: Any, sources: Any,
               has_op: bool, has_sources: bool, data_at: Callable[[int], tuple[str, Any]]) -> Replacement | bool:
-        """Validate a candidate event (spec §4.1 steps 2–7), then apply it.
+        """Validate a candidate event (docs/formats/v0.md §4.1 steps 2–7), then apply it.
 
         Returns ``False`` for a non-surface event, ``True`` for an append and
         the :class:`Replacement` for a replace. Everything is checked before

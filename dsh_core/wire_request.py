@@ -48,7 +48,7 @@ ALGORITHM = "sha256-jcs-request/1"
 Wire = Literal["chat-completions", "messages"]
 WIRES: tuple[Wire, ...] = ("chat-completions", "messages")
 #: What a request is: an agent step (a request boundary of the log) or one of
-#: the auxiliary requests dsh makes beside the steps (format-v4 notes §8).
+#: the auxiliary requests dsh makes beside the steps (docs/formats/v4.md §8).
 KINDS = ("agent", "title", "compaction")
 _TITLE_PROMPT = "Create a concise title"
 _COMPACTION_PROMPT = "You are now acting as a compaction engine"

@@ -1,5 +1,5 @@
 """The auditor's fold observer: request boundaries and the invariants of
-spec §7.1, reported to a session's :class:`~.findings.Report`."""
+docs/formats/v0.md §7.1, reported to a session's :class:`~.findings.Report`."""
 
 from __future__ import annotations
 

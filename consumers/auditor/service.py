@@ -18,7 +18,7 @@ Per session it runs dsh_core's staged fold with the auditor's checks
   dead-lettered);
 * ``unsupported-format`` / ``invalid-log`` / ``corrupt-storage`` — the
   session's log is refused;
-* ``invariant:<rule>`` — a turn/step/tool relation of spec §7.1 is broken.
+* ``invariant:<rule>`` — a turn/step/tool relation of docs/formats/v0.md §7.1 is broken.
 
 Each session's verdict counts so far (worker attestations by verdict;
 gateway requests by kind and verdict) go to the compacted

@@ -1,4 +1,4 @@
-"""Physical framing of a session file (spec §8.4, §8.6 step 1).
+"""Physical framing of a session file (docs/formats/v0.md §8.4, v0 §8.6 step 1).
 
 ``none``: the file is the JSONL text. ``zstd``: concatenated standard
 Zstandard frames, each with a content checksum; frame 1 holds exactly the

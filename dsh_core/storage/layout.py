@@ -1,4 +1,4 @@
-"""dsh's session directory layout (spec §8.1).
+"""dsh's session directory layout (docs/formats/v0.md §8.1).
 
 ::
 
@@ -126,7 +126,7 @@ def find_session_files(root: str | os.PathLike[str], refuse: Callable[[DshError]
                        folders: dict[str, tuple[int, FolderLog]] | None = None) -> list[Path]:
     """Every session file of a sessions root in dsh's layout, sorted.
 
-    A root holds one encoding per session (spec §8.1): a session directory
+    A root holds one encoding per session (docs/formats/v0.md §8.1): a session directory
     holding both is refused (:class:`CorruptionError`), and so is a session
     file that is not a regular file and a session id seen before under
     another project (two logs are not one session). A log outside the

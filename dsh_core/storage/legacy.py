@@ -1,4 +1,4 @@
-"""Legacy v0 shapes (spec §8.10), upgraded while a stored log is loaded.
+"""Legacy v0 shapes (docs/formats/v0.md §8.10), upgraded while a stored log is loaded.
 
 Each upgrade is a named function over one decoded event object; together
 :func:`upgrade_event` applies them in the reference's order (turn/start,

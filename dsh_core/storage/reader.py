@@ -1,4 +1,4 @@
-"""Reading a stored session file (spec §8.6–§8.9b): JSONL or zstd frames,
+"""Reading a stored session file (docs/formats/v0.md §8.6–§8.9b): JSONL or zstd frames,
 line by line, with dsh's torn-tail rules.
 
 The framing readers feed each line to a sink; a load's sink is the

@@ -1,4 +1,4 @@
-"""Storage records (spec §8.3): one JSONL line is an event or a packed chunk row.
+"""Storage records (docs/formats/v0.md §8.3): one JSONL line is an event or a packed chunk row.
 
 A row packs a run of ≥ 3 same-block delta chunks into one line. Decoding
 validates a row-tagged line strictly (any failure is a malformed row);
@@ -79,7 +79,7 @@ class ChunkRow(NamedTuple):
 
 
 def decode_row(value: dict[str, Any]) -> ChunkRow:
-    """Validate a row-tagged line value (spec §8.3 Decode); raises
+    """Validate a row-tagged line value (docs/formats/v0.md §8.3 Decode); raises
     :class:`DecodeError` naming what is malformed."""
     tag = value["type"]
 

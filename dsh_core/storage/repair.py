@@ -1,4 +1,4 @@
-"""Crash repair (spec §8.8): the synthetic events that close an open tail turn.
+"""Crash repair (docs/formats/v0.md §8.8): the synthetic events that close an open tail turn.
 
 :class:`OpenTurnTracker` follows a log one event at a time (after legacy
 upgrades) and knows, at any point, which closers a log ending there needs:

@@ -8,7 +8,7 @@ matter: a malformed list makes the line unparsable (a corrupt record under
 the torn-tail rules), never an invalid log.
 
 The session header does not say which release wrote a v0 log, so a list
-without a pair is left as it is for the surface rules of spec §4.1 (what
+without a pair is left as it is for the surface rules of docs/formats/v0.md §4.1 (what
 0.1.0–0.1.1 wrote and their reader checks); a list with a pair is decoded
 as 0.1.2 decodes it.
 """

@@ -1,4 +1,4 @@
-"""Writing session files in dsh's format (spec §8.4, §8.5, §8.8 commit).
+"""Writing session files in dsh's format (docs/formats/v0.md §8.4, v0 §8.5, v0 §8.8 commit).
 
 A file is created by its first batch: header and batch go to a temp file,
 which is fsynced and published with a hard link (never overwriting an

@@ -153,7 +153,7 @@ def test_row_decoding_agrees():
         assert from_line is None or from_line == decoded, row
         fast += from_line is not None
         if defect == "seq-overflow" and len(row["data"].get("texts", row["data"].get("args"))) > 1:
-            # spec §11: dsh checks seq0+n-1 in floating point and lets a row at
+            # docs/formats/v0.md §11: dsh checks seq0+n-1 in floating point and lets a row at
             # 2^53-1 pass; we use exact integers and reject it.
             assert not ours["ok"]
             continue

@@ -21,8 +21,8 @@ from tests.layout_helpers import place
 
 pytestmark = pytest.mark.kafka
 
-# Honest logs the auditor still reports, and why: spec §6.2 asks for "a
-# header in force at every boundary", and these recordings (web-app replays,
+# Honest logs the auditor still reports, and why: the auditor asks for a request
+# header in force at every boundary (docs/formats/v0.md §6.2), and these recordings (web-app replays,
 # headless-test fixtures) sent requests before any request/header was logged.
 AUDIT_EXCEPTIONS = {
     "apps-web-tests-snapshots-message-feedback-protocol": "requests before any request/header was logged",

@@ -2,7 +2,7 @@
 
 A v4 log is a sequence of zstd frames (checksum on, no content size): frame 0
 is the header line alone, every later frame one append batch of JSONL lines
-(notes/format-v4.md §4). :class:`Log` holds those lines per frame; each
+(docs/formats/v4.md §4). :class:`Log` holds those lines per frame; each
 mutation in :data:`MUTATIONS` maps a ``Log`` to the bytes of one damaged or
 edited file (or ``None`` when the log lacks what it needs, e.g. a tool
 result). :func:`write_mutations` renames each copy to its own session id
@@ -14,7 +14,7 @@ Lines are kept byte for byte except the ones a mutation edits; edited lines
 are re-serialised compactly (``json.dumps(..., separators=(",", ":"),
 ensure_ascii=False)``, which equals ``JSON.stringify`` for these values).
 :func:`plain_log` and :func:`tools_log` build small v4 logs from the event
-catalogue (§7) for when no real log is at hand."""
+catalogue (docs/formats/v4.md §7) for when no real log is at hand."""
 
 from __future__ import annotations
 
@@ -349,7 +349,7 @@ def _sources_on(kind: str, value: Callable[[int], object]) -> Callable[[Log], by
 
 MUTATIONS: dict[str, Callable[[Log], bytes | None]] = {
     "control": Log.encode,
-    # framing (§4)
+    # framing (docs/formats/v4.md §4)
     "torn_tail": _torn_tail,
     "torn_tail_4bytes": _torn_tail_4bytes,
     "drop_last_line": _drop_last_line,
@@ -365,7 +365,7 @@ MUTATIONS: dict[str, Callable[[Log], bytes | None]] = {
     "bad_checksum": _bad_checksum,
     "trailing_garbage": _trailing_garbage,
     "one_frame": _one_frame,
-    # header (§5)
+    # header (docs/formats/v4.md §5)
     "header_version_5": _header_edit(lambda h: {**h, "version": 5}),
     "header_version_3": _header_edit(lambda h: {**h, "version": 3}),
     "header_version_0": _header_edit(lambda h: {**h, "version": 0}),
@@ -377,19 +377,19 @@ MUTATIONS: dict[str, Callable[[Log], bytes | None]] = {
     "header_wrong_id": _header_edit(lambda h: {**h, "id": h["id"] + "-other"}),
     "no_header": _no_header,
     "header_two_lines": _header_two_lines,
-    # envelope and vocabulary (§6, §9b)
+    # envelope and vocabulary (docs/formats/v4.md §6, §9b)
     "unknown_type": lambda log: _appended_event(log),
     "unknown_type_ignorable": lambda log: _appended_event(log, ignorable=True),
     "extra_envelope_key": _extra_envelope_key,
     "v0_replace_op": _v0_replace_op,
     "v0_tool_result_shape": _v0_tool_result_shape,
     "replace_forward": _replace_forward,
-    # replacements folded by the surface (§6): valid, uncited, off-surface, over the system head
+    # replacements folded by the surface (docs/formats/v4.md §6): valid, uncited, off-surface, over the system head
     "replace_tail_valid": lambda log: _appended_replace(log, _after_system),
     "replace_tail_uncited": lambda log: _appended_replace(log, _after_system, cite=False),
     "replace_non_surface": lambda log: _appended_replace(log, _non_surface),
     "replace_system_head_by_user": lambda log: _appended_replace(log, _system_head),
-    # sourceEventSeqs (§6): on assistant/message, and range encodings on a user/message
+    # sourceEventSeqs (docs/formats/v4.md §6): on assistant/message, and range encodings on a user/message
     "sources_on_assistant_message": _sources_on("assistant/message", lambda s: [s - 1]),
     "sources_on_user_message": _sources_on("user/message", lambda s: [0]),
     "sources_range": _sources_on("user/message", lambda s: [[0, s - 1]]),
@@ -438,7 +438,7 @@ def _renamed(log: Log, old: str, new: str) -> Log:
     return Log(tuple(tuple(line.replace(quoted_old, quoted_new) for line in frame) for frame in log.frames))
 
 
-# -- hand-built logs from the event catalogue (§7) -------------------------
+# -- hand-built logs from the event catalogue (docs/formats/v4.md §7) -------------------------
 
 _CWD = "/tmp/dsh-oracle/workspace"
 _MODEL = {"provider": "deepseek-official", "model": "deepseek-v4-flash"}

@@ -1,4 +1,4 @@
-"""Request header fold and reconstruction (checklist 21–26, §6.2)."""
+"""Request header fold and reconstruction (docs/formats/v0.md §6)."""
 
 from __future__ import annotations
 

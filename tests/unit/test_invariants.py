@@ -1,4 +1,4 @@
-"""Streaming invariant checker (spec §7.1, checklist 31–36)."""
+"""Streaming invariant checker (docs/formats/v0.md §7.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lossless JSON (spec §3, checklist 1–6) and dsh-compatible encoding."""
+"""Lossless JSON (docs/formats/v0.md §3) and dsh-compatible encoding."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SessionLog append/seed/fork, surface and derivation (checklist 4–5, 7–20, 27–30)."""
+"""SessionLog append/seed/fork, surface and derivation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Storage codec: rows, framing, tails, repair, layout (checklist 37–50)."""
+"""Storage codec: rows, framing, tails, repair, layout."""
 
 from __future__ import annotations
 
