@@ -285,9 +285,9 @@ def build_parser() -> _Cli:
     ship.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
                       help="following: a summary line this often (default 60)")
     ship.add_argument("--layout-from", nargs="+", default=[], metavar="FILE",
-                      help="first copy these session logs (or every *.jsonl[.zstd] under these folders) into ROOT "
-                           "where dsh keeps them, as each one's header says; an identical copy already there is "
-                           "kept, another log in its place is refused")
+                      help="first copy these session logs (or every .jsonl and .jsonl.zstd file under these "
+                           "folders) into ROOT where dsh keeps them, as each one's header says; an identical copy "
+                           "already there is kept, another log in its place is refused")
     _add_ops_options(ship)
     _add_kafka_options(ship)
     ship.set_defaults(run=service_commands.ship)
