@@ -1,17 +1,64 @@
-"""Serving an ASGI app (the gateway, the demo's scripted model) with uvicorn
-on a socket bound before the server starts."""
+"""Serving an ASGI app (the gateway, the read API, the demo's scripted model)
+with uvicorn on a socket bound before the server starts, within limits a
+slow or crowded client cannot outlast: a request head must arrive within
+``header_timeout`` of the connection opening or of its first byte (uvicorn
+alone waits for ever), an idle keep-alive connection is closed after
+``keep_alive`` seconds, and beyond ``max_connections`` open connections a
+request is answered 503."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from dsh_core.errors import PipelineError
 
 __all__ = ["AsgiServer"]
+
+
+class _HeadWithinTimeout(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol, closing a connection whose request head
+    is not complete ``header_timeout`` seconds after the connection opened
+    or the request's first byte arrived."""
+
+    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout = header_timeout
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def _arm(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_late)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
 
 class AsgiServer:
@@ -21,8 +68,10 @@ class AsgiServer:
     be bound is a :class:`PipelineError` naming ``name`` and the port. On
     exit the app's ``aclose()``, if it has one, is awaited."""
 
-    def __init__(self, app: Any, name: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: Any, name: str, host: str = "127.0.0.1", port: int = 0, *, header_timeout: float = 10.0,
+                 keep_alive: float = 75.0, max_connections: int = 1024) -> None:
         self.app, self.name, self.host, self.port = app, name, host, port
+        self.header_timeout, self.keep_alive, self.max_connections = header_timeout, keep_alive, max_connections
         self.url = ""
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task | None = None
@@ -44,7 +93,9 @@ class AsgiServer:
         port = sock.getsockname()[1]
         self.url = f"http://{'[' + self.host + ']' if family == socket.AF_INET6 else self.host}:{port}"
         config = uvicorn.Config(self.app, lifespan="off", log_config=None, access_log=False,
-                                timeout_keep_alive=75, timeout_graceful_shutdown=5, backlog=1024)
+                                http=functools.partial(_HeadWithinTimeout, header_timeout=self.header_timeout),
+                                timeout_keep_alive=self.keep_alive, limit_concurrency=self.max_connections,
+                                timeout_graceful_shutdown=5, backlog=1024)
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         return self
