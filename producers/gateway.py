@@ -129,24 +129,19 @@ class Gateway:
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":  # served with lifespan="off": nothing else arrives
             return
-        raw_session = b""
-        headers: dict[str, str] = {}
-        for key, value in scope["headers"]:
-            name = key.decode("latin-1").lower()
-            if name == SESSION_HEADER:
-                raw_session = value
-            headers[name] = value.decode("latin-1")
+        headers = [(key.decode("latin-1").lower(), value.decode("latin-1")) for key, value in scope["headers"]]
+        named = dict(headers)
         try:
             client, forwarded = self.config.credentials.authenticate(headers, self.config.upstream_key)
             wire = classify_path(scope["method"], scope["raw_path"])
-            session_id = session_id_of(raw_session) if wire != "catalog" else ""
+            session_id = session_id_of(_raw_header(scope, SESSION_HEADER)) if wire != "catalog" else ""
             if session_id and not self._rates.allow(session_id):
                 raise Refusal(429, f"session {session_id!r} sends over {self.config.session_rate:g} requests a "
                                    f"second")
             SESSIONS.set(len(self._rates))
             exchange = Exchange(wire, session_id, next(self._arrivals), client) if session_id and wire != "catalog" \
                 else None
-            body = await self._body(receive, exchange)
+            body = await self._body(receive, named.get("content-length"), exchange)
         except Refusal as refusal:
             REFUSED.labels(str(refusal.status)).inc()
             await _error(send, refusal.status, refusal.message)
@@ -154,13 +149,14 @@ class Gateway:
         if body is None:  # the client went away while sending it
             return
         try:
-            await self._exchange(scope, wire, forwarded, body, receive, send, exchange)
+            await self._exchange(scope, wire, forwarded, body, receive, send, exchange,
+                                 named.get(COMPACT_HEADER) == "1")
         finally:
             if exchange is None:
                 self._give_back(len(body))
 
-    async def _exchange(self, scope: dict[str, Any], wire: Wire | str, headers: dict[str, str], body: bytes,
-                        receive: Callable, send: Callable, exchange: Exchange | None) -> None:
+    async def _exchange(self, scope: dict[str, Any], wire: str, headers: list[tuple[str, str]], body: bytes,
+                        receive: Callable, send: Callable, exchange: Exchange | None, compact_header: bool) -> None:
         if exchange is not None and self.rewrite is not None:
             body = self._rewritten(exchange, body)
         elif exchange is None and wire != "catalog":
@@ -174,46 +170,64 @@ class Gateway:
             raise
         finally:
             if exchange is not None:  # read once the exchange is over: none of it delays a response
-                await self._attesting.finished(exchange, body, headers.get(COMPACT_HEADER) == "1")
+                await self._attesting.finished(exchange, body, compact_header)
+
+    def _take(self, size: int) -> bool:
+        taken = self._memory.take(size)
+        BODY_BYTES.set(self._memory.held)
+        return taken
 
     def _give_back(self, size: int) -> None:
         self._memory.give(size)
         BODY_BYTES.set(self._memory.held)
 
-    async def _body(self, receive: Callable, exchange: Exchange | None) -> bytes | None:
+    async def _body(self, receive: Callable, declared: str | None, exchange: Exchange | None) -> bytes | None:
         """The request body, within the size, memory and time limits
         (:class:`Refusal` beyond), digested as it arrives; ``None`` if the
-        client went away. Its bytes stay counted in the body memory until
-        given back."""
+        client went away. A body of ``declared`` length has its memory
+        counted whole before it is read (so that many large bodies arriving
+        at once do not each get part of the memory and all fail); its bytes
+        stay counted until given back."""
+        limit = self.config.max_body_bytes
+        reserved = int(declared) if declared is not None and declared.isdigit() else 0
+        if reserved > limit:
+            raise Refusal(413, f"request body of {reserved} bytes, over {limit}")
+        if not self._take(reserved):
+            raise self._crowded()
         chunks, size, digest = [], 0, hashlib.sha256()
         try:
             async with asyncio.timeout(self.config.body_timeout):
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        self._give_back(size)
+                        self._give_back(reserved)
                         return None
                     chunk = message.get("body", b"")
-                    if size + len(chunk) > self.config.max_body_bytes:
-                        raise Refusal(413, f"request body over {self.config.max_body_bytes} bytes")
-                    if not self._memory.take(len(chunk)):
-                        raise Refusal(503, f"the gateway holds {self._memory.held} bytes of request bodies, "
-                                           f"its limit: try again")
+                    if size + len(chunk) > limit:
+                        raise Refusal(413, f"request body over {limit} bytes")
+                    if size + len(chunk) > reserved:  # a body of no declared length: counted as it comes
+                        if not self._take(size + len(chunk) - reserved):
+                            raise self._crowded()
+                        reserved = size + len(chunk)
                     size += len(chunk)
                     digest.update(chunk)
                     chunks.append(chunk)
                     if not message.get("more_body"):
                         break
         except TimeoutError:
-            self._give_back(size)
+            self._give_back(reserved)
             raise Refusal(408, f"the request body did not arrive within {self.config.body_timeout:g} s") from None
         except Refusal:
-            self._give_back(size)
+            self._give_back(reserved)
             raise
-        BODY_BYTES.set(self._memory.held)
+        self._give_back(reserved - size)
         if exchange is not None:
             exchange.body_bytes, exchange.raw_digest = size, digest.hexdigest()
         return b"".join(chunks)
+
+    def _crowded(self) -> Refusal:
+        return Refusal(503, f"the gateway holds {self._memory.held} bytes of request bodies, near its limit of "
+                            f"{self._memory.limit}: try again")
 
     def _rewritten(self, exchange: Exchange, body: bytes) -> bytes:
         """The body as the rewrite hook makes it (a body that is no JSON
@@ -225,10 +239,10 @@ class Gateway:
             return body
         return json.dumps(self.rewrite(exchange.wire, parsed)).encode() if isinstance(parsed, dict) else body
 
-    async def _forward(self, scope: dict[str, Any], headers: dict[str, str], body: bytes, receive: Callable,
+    async def _forward(self, scope: dict[str, Any], headers: list[tuple[str, str]], body: bytes, receive: Callable,
                        send: Callable, exchange: Exchange | None) -> None:
-        forwarded = [(k, v) for k, v in headers.items() if k not in _NOT_FORWARDED]
-        if "accept-encoding" not in headers:  # no upstream may pick an encoding the client did not ask for
+        forwarded = [(k, v) for k, v in headers if k not in _NOT_FORWARDED]
+        if "accept-encoding" not in dict(headers):  # no upstream may pick an encoding the client did not ask for
             forwarded.append(("accept-encoding", "identity"))
         query = scope["query_string"].decode("latin-1")
         # the path as the client spelled it (checked to be normal), so the upstream sees the same segments
@@ -292,6 +306,11 @@ class Gateway:
             raise  # the server drops the connection: the client sees the stream break off, as it did
         finally:
             watcher.cancel()  # a response complete reads as a disconnect: the watcher must not see it
+
+
+def _raw_header(scope: dict[str, Any], name: str) -> bytes:
+    """The bytes of a request header as they came (the last, if repeated)."""
+    return next((value for key, value in reversed(scope["headers"]) if key.lower() == name.encode()), b"")
 
 
 def _outcome(exchange: Exchange | None, outcome: str, error: BaseException | None) -> None:

@@ -49,8 +49,8 @@ from dsh_core.errors import PipelineError
 from dsh_core.wire_request import Wire
 from dsh_kafka.config import Secret
 
-__all__ = ["BodyMemory", "CREDENTIAL_HEADER", "Credentials", "Refusal", "SessionRates", "classify_path", "read_secret_file",
-           "session_id_of"]
+__all__ = ["BodyMemory", "CREDENTIAL_HEADER", "Credentials", "Refusal", "SessionRates", "classify_path",
+           "read_secret_file", "session_id_of"]
 
 CREDENTIAL_HEADER = "x-dsh-gateway-credential"
 _API_KEY_HEADERS = ("authorization", "x-api-key")
@@ -110,16 +110,18 @@ class Credentials:
                 found = name
         return found
 
-    def authenticate(self, headers: dict[str, str], upstream_key: Secret | None) -> tuple[str, dict[str, str]]:
-        """The client that ``headers`` authenticate and the headers to forward
-        (the credential taken out, the upstream's key put in where the client
-        showed its credential); :class:`Refusal` 401 otherwise."""
-        forwarded = {k: v for k, v in headers.items() if k != CREDENTIAL_HEADER}
+    def authenticate(self, headers: list[tuple[str, str]], upstream_key: Secret | None
+                     ) -> tuple[str, list[tuple[str, str]]]:
+        """The client that ``headers`` (lower-case names) authenticate and the
+        headers to forward: the credential taken out, the upstream's key put
+        in where the client showed its credential. :class:`Refusal` 401 if
+        they authenticate none."""
+        named = dict(headers)
         if upstream_key is None:
-            slot, presented = CREDENTIAL_HEADER, headers.get(CREDENTIAL_HEADER, "")
+            slot, presented = CREDENTIAL_HEADER, named.get(CREDENTIAL_HEADER, "")
         else:
-            slot = next((name for name in _API_KEY_HEADERS if name in headers), "")
-            presented = headers.get(slot, "")
+            slot = next((name for name in _API_KEY_HEADERS if name in named), "")
+            presented = named.get(slot, "")
             if slot == "authorization":
                 scheme, _, presented = presented.partition(" ")
                 presented = presented if scheme.lower() == "bearer" else ""
@@ -127,8 +129,10 @@ class Credentials:
         if client is None:
             where = CREDENTIAL_HEADER if upstream_key is None else "authorization: Bearer or x-api-key"
             raise Refusal(401, f"no valid fleet credential in {where}")
+        forwarded = [(name, value) for name, value in headers if name != CREDENTIAL_HEADER]
         if upstream_key is not None:
-            forwarded[slot] = ("Bearer " if slot == "authorization" else "") + upstream_key.reveal()
+            key = ("Bearer " if slot == "authorization" else "") + upstream_key.reveal()
+            forwarded = [(name, key if name == slot else value) for name, value in forwarded]
         return client, forwarded
 
 

@@ -118,7 +118,8 @@ def test_a_session_id_reaches_the_attestation_key_as_the_agent_named_it():
                     "x-deepseek-harness-session-id": name.encode(), CREDENTIAL_HEADER: FLEET})
             # dsh runtimes are Node programs: their fetch sends a header's characters as Latin-1 bytes
             script = (f"fetch({server.url + '/v1/messages'!r}, {{method: 'POST', body: {json.dumps(json.dumps(BODY))},"
-                      f" headers: {{'x-deepseek-harness-session-id': 'Ünïcode ïd', '{CREDENTIAL_HEADER}': '{FLEET}'}}"
+                      f" headers: {{'x-deepseek-harness-session-id': 'Ünïcode ïd',"
+                      f" '{CREDENTIAL_HEADER}': '{FLEET}'}}"
                       f"}}).then(r => r.text()).then(() => process.exit(0))")
             node = await asyncio.create_subprocess_exec("node", "-e", script)
             assert await node.wait() == 0
