@@ -42,8 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import aiohttp
-from prometheus_client import Gauge, Histogram
-from yarl import URL
+from prometheus_client import Counter, Gauge, Histogram
 
 from dsh_core.wire_request import Wire
 from dsh_kafka.config import Secret
@@ -67,8 +66,8 @@ _WRITTEN_AT_ONCE = 1 << 20
 FIRST_BYTE = Histogram("dsh_gateway_upstream_first_byte_seconds", "Upstream time to response headers.",
                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 STREAMS = Gauge("dsh_gateway_streams", "Responses being streamed now.")
-REFUSED = Gauge("dsh_gateway_refusals", "Requests the gateway answered itself without forwarding, by status.",
-                ["status"])
+REFUSED = Counter("dsh_gateway_refusals_total", "Requests the gateway answered itself without forwarding, by status.",
+                  ["status"])
 SESSIONS = Gauge("dsh_gateway_sessions_kept", "Session ids whose request rate the gateway keeps.")
 BODY_BYTES = Gauge("dsh_gateway_body_bytes", "Bytes of request bodies the gateway holds.")
 
@@ -245,8 +244,8 @@ class Gateway:
         if "accept-encoding" not in dict(headers):  # no upstream may pick an encoding the client did not ask for
             forwarded.append(("accept-encoding", "identity"))
         query = scope["query_string"].decode("latin-1")
-        # the path as the client spelled it (checked to be normal), so the upstream sees the same segments
-        url = URL(self.upstream + scope["raw_path"].decode("ascii") + ("?" + query if query else ""), encoded=True)
+        # the path as the client spelled it, checked to be normal: the upstream sees the same segments
+        url = self.upstream + scope["raw_path"].decode("ascii") + ("?" + query if query else "")
         started = time.perf_counter()
         try:
             # a large body is written a chunk at a time, the loop free between two (aiohttp's own advice)
