@@ -12,7 +12,8 @@ gateway's configuration:
   ``x-api-key`` reach the upstream as they came;
 * in the model API key slot (``authorization: Bearer SECRET`` or
   ``x-api-key: SECRET``) when the gateway holds the upstream's key itself
-  (``upstream_key``): it puts that key in the slot the client used. This is
+  (``upstream_key``): it puts that key in every API key slot the client
+  filled (so the credential never reaches the upstream in either). This is
   how dsh runtimes authenticate, since they send no header of their
   choosing; they never hold the upstream's key.
 
@@ -53,7 +54,6 @@ __all__ = ["BodyMemory", "CREDENTIAL_HEADER", "Credentials", "Refusal", "Session
            "read_secret_file", "session_id_of"]
 
 CREDENTIAL_HEADER = "x-dsh-gateway-credential"
-_API_KEY_HEADERS = ("authorization", "x-api-key")
 
 
 class Refusal(Exception):
@@ -113,26 +113,24 @@ class Credentials:
     def authenticate(self, headers: list[tuple[str, str]], upstream_key: Secret | None
                      ) -> tuple[str, list[tuple[str, str]]]:
         """The client that ``headers`` (lower-case names) authenticate and the
-        headers to forward: the credential taken out, the upstream's key put
-        in where the client showed its credential. :class:`Refusal` 401 if
-        they authenticate none."""
+        headers to forward: the credential taken out, and with
+        ``upstream_key``, that key put in every API key slot the client
+        filled. :class:`Refusal` 401 if they authenticate none."""
         named = dict(headers)
         if upstream_key is None:
-            slot, presented = CREDENTIAL_HEADER, named.get(CREDENTIAL_HEADER, "")
+            presented = [named.get(CREDENTIAL_HEADER, "")]
         else:
-            slot = next((name for name in _API_KEY_HEADERS if name in named), "")
-            presented = named.get(slot, "")
-            if slot == "authorization":
-                scheme, _, presented = presented.partition(" ")
-                presented = presented if scheme.lower() == "bearer" else ""
-        client = self.client(presented.strip()) if presented else None
+            scheme, _, token = named.get("authorization", "").partition(" ")
+            presented = [token if scheme.lower() == "bearer" else "", named.get("x-api-key", "")]
+        client = next((found for secret in presented if secret.strip() and (found := self.client(secret.strip()))),
+                      None)
         if client is None:
             where = CREDENTIAL_HEADER if upstream_key is None else "authorization: Bearer or x-api-key"
             raise Refusal(401, f"no valid fleet credential in {where}")
         forwarded = [(name, value) for name, value in headers if name != CREDENTIAL_HEADER]
         if upstream_key is not None:
-            key = ("Bearer " if slot == "authorization" else "") + upstream_key.reveal()
-            forwarded = [(name, key if name == slot else value) for name, value in forwarded]
+            keys = {"authorization": "Bearer " + upstream_key.reveal(), "x-api-key": upstream_key.reveal()}
+            forwarded = [(name, keys.get(name, value)) for name, value in forwarded]
         return client, forwarded
 
 

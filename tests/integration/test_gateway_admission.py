@@ -55,7 +55,7 @@ def test_only_the_fleets_clients_are_forwarded_and_their_credential_never_is():
         keyed: list = []
         async with _gateway(upstream.url, keyed, upstream_key=Secret(UPSTREAM_KEY)) as server, \
                 httpx.AsyncClient(timeout=30) as client:
-            for headers in ({"authorization": f"Bearer {FLEET}"}, {"x-api-key": FLEET},
+            for headers in ({"authorization": f"Bearer {FLEET}"}, {"x-api-key": FLEET, "authorization": "Basic eDp5"},
                             {"authorization": "Bearer sk-a-key-of-its-own"}):
                 answers.append(await client.post(f"{server.url}/v1/messages", json=BODY,
                                                  headers={"x-deepseek-harness-session-id": "keyed", **headers}))
@@ -69,7 +69,8 @@ def test_only_the_fleets_clients_are_forwarded_and_their_credential_never_is():
     assert "no valid fleet credential in x-dsh-gateway-credential" in answers[0].json()["error"]["message"]
     assert [(h.get("x-api-key"), h.get("authorization"), CREDENTIAL_HEADER in h) for h in forwarded] == [
         ("sk-agents-own", None, False), ("sk-wrong", None, False),  # the upstream's own key passes as it came
-        (None, f"Bearer {UPSTREAM_KEY}", False), (UPSTREAM_KEY, None, False)]  # the gateway's key in the slot used
+        (None, f"Bearer {UPSTREAM_KEY}", False),  # the gateway's key in each API key slot the client filled
+        (UPSTREAM_KEY, f"Bearer {UPSTREAM_KEY}", False)]
     attested = [json.loads(record.value) for record in records + keyed]
     assert [(a["client"], a["status"], a["outcome"]) for a in attested] == [
         ("ci-agents", 200, "completed"), ("ci-agents", 401, "refused"), ("ci-agents", 200, "completed"),
