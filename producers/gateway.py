@@ -84,7 +84,8 @@ class GatewayConfig:
     body_timeout: float = 60.0  # a request body arrives within this many seconds, or 408
     max_body_bytes: int = 32 * 1024 * 1024  # a larger body is refused (413)
     body_memory_bytes: int = 256 * 1024 * 1024  # bodies held at once; a request beyond is refused (503)
-    parse_limit_bytes: int = 8 * 1024 * 1024  # a larger body is attested by the digest of its bytes
+    parse_limit_bytes: int = 8 * 1024 * 1024  # a larger body is attested by the digest of its bytes, ...
+    attest_queue_bytes: int = 64 * 1024 * 1024  # ... and so is one finding this many waiting to be read
     attest_workers: int = 2
     session_rate: float = 10.0  # requests a second per session id, ...
     session_burst: float = 30.0  # ... this many at once
@@ -104,7 +105,7 @@ class Gateway:
         self._rates = SessionRates(config.session_rate, config.session_burst, config.sessions_kept)
         self._memory = BodyMemory(config.body_memory_bytes)
         self._attesting = Attesting(self.instance, attest, config.attest_workers, config.parse_limit_bytes,
-                                    self._give_back)
+                                    config.attest_queue_bytes, self._give_back)
         self._client: aiohttp.ClientSession | None = None
 
     def _upstream_client(self) -> aiohttp.ClientSession:

@@ -124,7 +124,7 @@ def test_bodies_beyond_the_size_and_memory_limits_and_connections_beyond_the_lim
     assert forwarded == 2
 
 
-def test_a_large_request_never_delays_another_clients_bytes_and_past_the_parse_limit_is_attested_by_its_digest():
+def test_a_large_request_never_delays_another_clients_bytes_and_past_the_limits_is_attested_by_its_digest():
     large = _messages(2 << 20)  # 3.8 MiB: seconds of work to read
 
     async def scenario(upstream: WireUpstream) -> tuple[list, float]:
@@ -151,11 +151,11 @@ def test_a_large_request_never_delays_another_clients_bytes_and_past_the_parse_l
             assert answer.status_code == 200
             await asyncio.wait_for(probing, 120)
             slowest = max(first_bytes)
-        async with _gateway(upstream.url, records, parse_limit_bytes=1 << 20) as server, \
-                httpx.AsyncClient(timeout=60) as client:
-            await client.post(f"{server.url}/v1/messages", content=large, headers=HEADERS)
-            await until(lambda: any(json.loads(r.value)["algorithm"] == RAW_ALGORITHM for r in records), 30,
-                        "the digest of the request past the parse limit")
+        for unread, limits in enumerate(({"parse_limit_bytes": 1 << 20}, {"attest_queue_bytes": 1 << 20}), 1):
+            async with _gateway(upstream.url, records, **limits) as server, httpx.AsyncClient(timeout=60) as client:
+                await client.post(f"{server.url}/v1/messages", content=large, headers=HEADERS)
+                await until(lambda: sum(json.loads(r.value)["algorithm"] == RAW_ALGORITHM for r in records) == unread,
+                            30, "the bytes' digest")
         return records, slowest
 
     with WireUpstream() as upstream:
@@ -164,6 +164,6 @@ def test_a_large_request_never_delays_another_clients_bytes_and_past_the_parse_l
     read = next(json.loads(record.value) for record in records if record.session_id == "large")
     assert (read["algorithm"], read["digest"]) == (ALGORITHM, wire_digest(normalize("messages", json.loads(large))))
     assert slowest < 1.0, f"a client's first byte waited {slowest:.2f} s behind another's attestation"
-    raw = attested[-1]
-    assert (raw["algorithm"], raw["digest"], raw["bytes"], raw["kind"], raw["parts"]) == (
-        RAW_ALGORITHM, hashlib.sha256(large).hexdigest(), len(large), "agent", None)
+    for raw, why in zip(attested[-2:], ("over the parse limit", "the attesting backlog was full")):
+        assert (raw["algorithm"], raw["digest"], raw["bytes"], raw["kind"], raw["parts"], raw["unread"]) == (
+            RAW_ALGORITHM, hashlib.sha256(large).hexdigest(), len(large), "agent", None, why)
