@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import multiprocessing
+import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -40,6 +41,7 @@ _PARTS_LIMIT = 48 * 1024
 #: Attestations not handed over yet: a handler whose exchange finds as many
 #: waits (its response is complete already).
 _PENDING = 4096
+_NICER = 10
 
 REQUESTS = Counter("dsh_gateway_requests_total", "Requests through the gateway, by wire, kind and outcome.",
                    ["wire", "kind", "outcome"])
@@ -94,9 +96,12 @@ def _raw_reading(exchange: Exchange, compact_header: bool, why: str) -> dict[str
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes at a lower CPU priority than the gateway's own: on a
+    busy host relaying comes first, and reading falls behind instead (past
+    the backlog limit a request is attested unread)."""
     context = multiprocessing.get_context("forkserver")  # not fork: the gateway runs threads (the Kafka client's)
     context.set_forkserver_preload([__name__])
-    return ProcessPoolExecutor(workers, mp_context=context)
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=os.nice, initargs=(_NICER,))
 
 
 class Attesting:
