@@ -21,6 +21,8 @@ import json
 import logging
 import multiprocessing
 import os
+import select
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -96,12 +98,24 @@ def _raw_reading(exchange: Exchange, compact_header: bool, why: str) -> dict[str
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
-    """Worker processes at a lower CPU priority than the gateway's own: on a
-    busy host relaying comes first, and reading falls behind instead (past
-    the backlog limit a request is attested unread)."""
     context = multiprocessing.get_context("forkserver")  # not fork: the gateway runs threads (the Kafka client's)
     context.set_forkserver_preload([__name__])
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=os.nice, initargs=(_NICER,))
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),))
+
+
+def _worker_start(gateway: int) -> None:
+    """A worker runs at a lower CPU priority than the gateway (on a busy host
+    relaying comes first, and reading falls behind instead: past the backlog
+    limit a request is attested unread), and ends with it (a gateway killed
+    outright leaves no worker waiting on its queue)."""
+    os.nice(_NICER)
+    watched = os.pidfd_open(gateway)
+    threading.Thread(target=_end_with, args=(watched,), name="gateway-watch", daemon=True).start()
+
+
+def _end_with(watched: int) -> None:
+    select.select([watched], [], [])  # readable once the process is gone
+    os._exit(0)
 
 
 class Attesting:
