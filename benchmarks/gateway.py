@@ -1,6 +1,6 @@
 """What the attesting gateway adds to a streaming model request.
 
-    python -m benchmarks.gateway [--rounds N] [--interval-ms MS] [--bootstrap HOST:PORT]
+    python -m benchmarks.gateway [--rounds N] [--interval-ms MS] [--large-mb MB] [--bootstrap HOST:PORT]
 
 A scripted upstream answers every request with a Messages event stream of
 24 events, the first at once and the rest ``--interval-ms`` apart (default
@@ -16,7 +16,11 @@ the same gateway sent the requests without their session header, which it
 forwards without attesting: what forwarding and relaying cost without
 the attestation's work. A fourth is the floor of the gateway's HTTP stack:
 a pass-through proxy on the same server, client and event loop that does
-nothing else (``benchmarks/bare_relay.py``). Upstream and
+nothing else (``benchmarks/bare_relay.py``). At 50 streams a fifth target
+is the gateway again while one large request (``--large-mb``, default 7:
+just under the size the gateway still parses) after another is in flight
+beside the streams: what one client's large request costs the others'
+time to first byte. Upstream and
 load generator are one small Go program (``benchmarks/loadgen``, built
 once into the cache) so that on a 2-core machine their own CPU leaves the
 gateway room. Printed: p50 and p99 of each, their added milliseconds and
@@ -32,12 +36,16 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 CONCURRENCY = (1, 50, 200)
+LARGE_BESIDE = 50  # the streams measured beside a large request
 SOURCE = Path(__file__).parent / "loadgen"
+#: The fleet credential the load generator shows (its ``Credential``).
+CREDENTIAL = "benchmark-fleet-credential"
 
 
 def _loadgen() -> Path:
@@ -68,25 +76,28 @@ def _wait_listening(port: int, process: subprocess.Popen, timeout: float = 60) -
     raise SystemExit(f"nothing listens on port {port} after {timeout} s")
 
 
-def _load(loadgen: Path, url: str, concurrency: int, count: int, anonymous: bool) -> dict:
+def _load(loadgen: Path, url: str, concurrency: int, count: int, mode: str) -> dict:
     done = subprocess.run([str(loadgen), "load", url + "/v1/messages", str(concurrency), str(count)]
-                          + (["anonymous"] if anonymous else []), capture_output=True, text=True)
+                          + ([mode] if mode else []), capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"the load generator failed on {url}: {done.stderr.strip()}")
     return json.loads(done.stdout)
 
 
-def _measure(loadgen: Path, direct: str, gateway: str, bare: str, rounds: int) -> dict[int, dict[str, dict]]:
+def _measure(loadgen: Path, direct: str, gateway: str, bare: str, rounds: int, large_mb: int
+             ) -> dict[int, dict[str, dict]]:
     results = {}
-    targets = {"direct": (direct, False), "gateway": (gateway, False), "unattested": (gateway, True),
-               "bare relay": (bare, False)}
     for concurrency in CONCURRENCY:
+        targets = {"direct": (direct, ""), "gateway": (gateway, ""), "unattested": (gateway, "anonymous"),
+                   "bare relay": (bare, "")}
+        if concurrency == LARGE_BESIDE:
+            targets["with large"] = (gateway, f"large={large_mb}")
         count = max(100, concurrency * rounds) // 2
         runs: dict[str, list[dict]] = {name: [] for name in targets}
         for order in (tuple(targets), tuple(reversed(targets))):  # alternate, so none always goes first
             for name in order:
-                url, anonymous = targets[name]
-                runs[name].append(_load(loadgen, url, concurrency, count, anonymous))
+                url, mode = targets[name]
+                runs[name].append(_load(loadgen, url, concurrency, count, mode))
         results[concurrency] = {name: {key: sum(r[key] for r in measured) / len(measured) for key in measured[0]}
                                 for name, measured in runs.items()}
     return results
@@ -97,17 +108,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20,
                         help="requests per concurrency level and target: this many times the concurrency (100 at least)")
     parser.add_argument("--interval-ms", type=int, default=10, help="milliseconds between the upstream's events")
+    parser.add_argument("--large-mb", type=int, default=7,
+                        help=f"MiB of the large request beside {LARGE_BESIDE} streams (default 7)")
     parser.add_argument("--bootstrap", help="a Kafka cluster for the attestations (default: the local broker)")
     args = parser.parse_args()
     from dsh_pipeline.local_kafka import LocalKafka
     loadgen = _loadgen()
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        credentials = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "credentials"
+        credentials.touch(0o600)
+        credentials.write_text(f"loadgen {CREDENTIAL}\n")
         upstream_port, gateway_port, bare_port = _free_port(), _free_port(), _free_port()
         upstream = subprocess.Popen([str(loadgen), "upstream", str(upstream_port), str(args.interval_ms)])
         stack.callback(_stop, upstream)
         gateway = subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "gateway", "--listen",
                                     f"127.0.0.1:{gateway_port}", "--upstream", f"http://127.0.0.1:{upstream_port}",
+                                    "--credentials-file", str(credentials), "--session-rate", "100",
                                     "--bootstrap", bootstrap, "--topic-prefix", f"bench{uuid.uuid4().hex[:6]}.",
                                     "--partitions", "12", "--log-level", "ERROR"])  # not a warning per unattested request
         stack.callback(_stop, gateway)
@@ -118,13 +135,16 @@ def main() -> None:
         _wait_listening(gateway_port, gateway)
         _wait_listening(bare_port, bare)
         results = _measure(loadgen, f"http://127.0.0.1:{upstream_port}", f"http://127.0.0.1:{gateway_port}",
-                           f"http://127.0.0.1:{bare_port}", args.rounds)
+                           f"http://127.0.0.1:{bare_port}", args.rounds, args.large_mb)
     summary = {}
     for concurrency, measured in results.items():
         direct = measured["direct"]
         print(f"c={concurrency:>3}: direct     {direct['rps']:7.0f} req/s, ttfb p50/p99 {direct['ttfb_p50']:.2f}/"
               f"{direct['ttfb_p99']:.2f} ms, last byte {direct['last_p50']:.2f}/{direct['last_p99']:.2f} ms")
-        for name, suffix in (("gateway", ""), ("unattested", "_unattested"), ("bare relay", "_bare_relay")):
+        for name, suffix in (("gateway", ""), ("unattested", "_unattested"), ("bare relay", "_bare_relay"),
+                             ("with large", "_large")):
+            if name not in measured:
+                continue
             through = measured[name]
             added = {key: round(through[key] - direct[key], 2) for key in ("ttfb_p50", "ttfb_p99", "last_p50",
                                                                            "last_p99")}
@@ -137,6 +157,9 @@ def main() -> None:
             summary[f"ttfb_p99_added_ms_c{concurrency}{suffix}"] = added["ttfb_p99"]
             summary[f"last_byte_p99_added_ms_c{concurrency}{suffix}"] = added["last_p99"]
             summary[f"throughput_ratio_c{concurrency}{suffix}"] = round(ratio, 3)
+    without, beside = summary[f"ttfb_p99_added_ms_c{LARGE_BESIDE}"], summary[f"ttfb_p99_added_ms_c{LARGE_BESIDE}_large"]
+    print(f"{LARGE_BESIDE} streams' p99 added time to first byte: {without:+.2f} ms alone, {beside:+.2f} ms beside a "
+          f"{args.large_mb} MiB request")
     print(json.dumps(summary))
 
 

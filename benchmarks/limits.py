@@ -16,7 +16,10 @@ Every case runs in a process of its own, which reports its own peak RSS:
 * a projector catching up on a partition of one honest session (the
   baseline), then on ones that also hold 8 and 64 records of the largest
   size the events topic takes, each of a session that never sends its
-  header (so each is held: the most memory a record can take).
+  header (so each is held: the most memory a record can take);
+* the gateway (``dsh-pipeline gateway``, its own process tree: itself and its
+  attesting workers) idle (the baseline), then while 16 clients each send a
+  request of the largest body it takes (32 MiB) at once.
 
 A record over the limit after decompression never reaches a consumer: the
 events topic is stored uncompressed, so the broker refuses the batch
@@ -233,6 +236,64 @@ def _project_rss(kafka: KafkaConfig, junk: int) -> float:
     return projector_peak_rss_mb(kafka.bootstrap, names.events[:-len("dsh.session-events")], expected)
 
 
+def _tree_peak_rss_kb(pid: int) -> int:
+    """The summed peak RSS (``VmHWM``, KiB) of a process and its descendants."""
+    total, pending = 0, [pid]
+    while pending:
+        current = pending.pop()
+        with contextlib.suppress(FileNotFoundError):
+            with open(f"/proc/{current}/status") as status:
+                total += next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+    return total
+
+
+def gateway_peak_rss(bootstrap: str, work: Path, clients: int = 16) -> dict[str, float]:
+    """Peak RSS (MB) of the gateway's process tree, idle and under ``clients``
+    concurrent requests of the largest body it takes, in front of the
+    benchmark's upstream (which reads and drops request bodies)."""
+    import httpx
+
+    from benchmarks.gateway import CREDENTIAL, _free_port, _loadgen, _stop, _wait_listening
+    from producers.gateway import GatewayConfig
+    largest = GatewayConfig.max_body_bytes
+    credentials = work / "gateway-credentials"
+    credentials.touch(0o600)
+    credentials.write_text(f"bench {CREDENTIAL}\n")
+    upstream_port, gateway_port = _free_port(), _free_port()
+    with contextlib.ExitStack() as stack:
+        upstream = subprocess.Popen([str(_loadgen()), "upstream", str(upstream_port), "0"])
+        stack.callback(_stop, upstream)
+        gateway = subprocess.Popen([sys.executable, "-m", "dsh_pipeline.cli", "gateway", "--listen",
+                                    f"127.0.0.1:{gateway_port}", "--upstream", f"http://127.0.0.1:{upstream_port}",
+                                    "--credentials-file", str(credentials), "--bootstrap", bootstrap,
+                                    "--topic-prefix", f"lim{uuid.uuid4().hex[:6]}.", "--log-level", "ERROR"])
+        stack.callback(_stop, gateway)
+        _wait_listening(upstream_port, upstream)
+        _wait_listening(gateway_port, gateway)
+        body = b'{"model":"deepseek-v4-flash","messages":[{"role":"user","content":"' + b"x" * (largest - 100) + b'"}]}'
+
+        async def send_all() -> list[int]:
+            async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=clients)) as client:
+                async def one(index: int) -> int:
+                    try:
+                        answer = await client.post(f"http://127.0.0.1:{gateway_port}/v1/messages", content=body,
+                                                   headers={"x-dsh-gateway-credential": CREDENTIAL,
+                                                            "x-deepseek-harness-session-id": f"large-{index}"})
+                    except httpx.TransportError:  # refused and closed while the body was still being sent
+                        return 503
+                    return answer.status_code
+                await one(-1)  # the first request through: connections and workers up
+                idle = _tree_peak_rss_kb(gateway.pid)
+                return [idle, *await asyncio.gather(*(one(index) for index in range(clients)))]
+
+        idle, *statuses = asyncio.run(send_all())
+        peak = _tree_peak_rss_kb(gateway.pid)
+    return {"gateway_idle_mb": round(idle / 1024), f"gateway_{clients}x{largest >> 20}mib_mb": round(peak / 1024),
+            "gateway_forwarded": statuses.count(200), "gateway_refused": statuses.count(503)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--big-mb", type=int, default=2048, help="size of the big session (MiB of plaintext)")
@@ -271,6 +332,11 @@ def main() -> None:
             figures[name] = round(_project_rss(kafka, junk))
             print(f"projector, {junk:2} held records of {MAX_MESSAGE_BYTES >> 20} MiB: peak RSS {figures[name]:4.0f} MB "
                   f"({figures[name] / figures['project_0_largest_mb']:.2f}x the baseline)", flush=True)
+        gateway = gateway_peak_rss(bootstrap, work)
+        figures.update(gateway)
+        print(f"gateway, idle then 16 requests of 32 MiB at once: peak RSS {gateway['gateway_idle_mb']} MB, then "
+              f"{gateway['gateway_16x32mib_mb']} MB ({gateway['gateway_forwarded']} forwarded, "
+              f"{gateway['gateway_refused']} refused at its body memory limit)", flush=True)
     print(json.dumps({"big_mb": args.big_mb, "sessions": args.sessions, **figures}))
 
 

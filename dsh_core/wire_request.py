@@ -40,11 +40,15 @@ from typing import Any, Literal
 from .errors import DecodeError
 from .jsonvalue import bounded, canonical_json, sha256_jcs
 
-__all__ = ["ALGORITHM", "KINDS", "WIRES", "Wire", "classify", "differences", "normalize", "request_parts",
+__all__ = ["ALGORITHM", "KINDS", "RAW_ALGORITHM", "WIRES", "Wire", "classify", "differences", "normalize", "request_parts",
            "wire_digest"]
 
 #: The ``algorithm`` of a gateway attestation.
 ALGORITHM = "sha256-jcs-request/1"
+#: The ``algorithm`` of an attestation of a request too large for the gateway
+#: to read: hex SHA-256 of the body's bytes as they passed, not comparable
+#: with a log's request.
+RAW_ALGORITHM = "sha256-raw-body"
 Wire = Literal["chat-completions", "messages"]
 WIRES: tuple[Wire, ...] = ("chat-completions", "messages")
 #: What a request is: an agent step (a request boundary of the log) or one of

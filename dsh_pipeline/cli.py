@@ -345,6 +345,17 @@ def build_parser() -> _Cli:
                          help="the model endpoint the fleet used as its DEEPSEEK_BASE_URL (http or https)")
     gateway.add_argument("--read-timeout", type=float, default=300.0, metavar="SECONDS",
                          help="the longest silence of an upstream response before it counts as stalled (default 300)")
+    gateway.add_argument("--credentials-file", metavar="FILE",
+                         help="the fleet's clients, NAME SECRET per line, mode 0600 (default: "
+                              "$DSH_GATEWAY_CREDENTIALS_FILE); a client shows its SECRET in x-dsh-gateway-credential")
+    gateway.add_argument("--upstream-key-file", metavar="FILE",
+                         help="the upstream's API key, mode 0600: clients then show their SECRET as their API key "
+                              "(authorization: Bearer or x-api-key, as dsh runtimes do) and the gateway sends this key")
+    gateway.add_argument("--session-rate", type=float, default=10.0, metavar="PER_SECOND",
+                         help="requests a second each session may send, three times that at once (default 10)")
+    gateway.add_argument("--max-connections", type=int, default=1024, metavar="N",
+                         help="open connections kept (default 1024); beyond them the least recently active idle one "
+                              "is closed, or, when every one is busy, the new one is answered 503")
     _add_ops_options(gateway)
     _add_kafka_options(gateway)
     gateway.set_defaults(run=service_commands.gateway)

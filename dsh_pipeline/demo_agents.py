@@ -21,6 +21,7 @@ import contextlib
 import importlib.metadata
 import os
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -89,6 +90,13 @@ def wire_verdicts(metrics_url: str) -> collections.Counter:
     return counts
 
 
+def _private_file(path: Path, text: str) -> Path:
+    """``path`` made anew with ``text``, readable by its owner only."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as file:
+        file.write(text)
+    return path
+
+
 class RealAgents:
     """The scripted model, the gateway and ``count`` workers; ``poll()`` is
     ``None`` while any of them runs (like :class:`subprocess.Popen`'s), 0
@@ -116,12 +124,19 @@ class RealAgents:
     def start(self) -> None:
         self._model.enter_context(self.model)
         log = open(self.logs / "gateway.log", "wb")
+        # each agent is a client of the fleet: it shows its own credential as its API key; the gateway holds the model's
+        credentials = {self.session_id(k): secrets.token_urlsafe(24) for k in range(1, self.count + 1)}
+        self.folder.mkdir(parents=True, exist_ok=True)
+        credentials_file = _private_file(self.folder / "gateway-credentials",
+                                         "".join(f"{name} {secret}\n" for name, secret in credentials.items()))
+        key_file = _private_file(self.folder / "model-key", _API_KEY)
         self.gateway = subprocess.Popen(self.cli("gateway", "--listen", "127.0.0.1:0", "--upstream", self.model.url,
-                                                 *self.common), stdout=log, stderr=subprocess.PIPE)
+                                                 "--credentials-file", str(credentials_file), "--upstream-key-file",
+                                                 str(key_file), *self.common), stdout=log, stderr=subprocess.PIPE)
         self.gateway_url = self._gateway_url(log, time.monotonic() + 60)
-        env = {**os.environ, "DEEPSEEK_API_KEY": _API_KEY}
         self._deadline = time.monotonic() + self.timeout
         for k in range(1, self.count + 1):
+            env = {**os.environ, "DEEPSEEK_API_KEY": credentials[self.session_id(k)]}
             name, turns = AGENT_SCRIPTS[(k - 1) % len(AGENT_SCRIPTS)]
             home = self.folder / f"real-{k}"
             for part in ("workspace", "home", "sessions"):

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -59,7 +60,8 @@ def worker(args: argparse.Namespace) -> int:
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
     from producers.bridge import AgentBridge
     from producers.asgi_server import AsgiServer
-    from producers.gateway import Gateway, GatewayConfig
+    from producers.gateway import LISTENER_LIMITS, Gateway, GatewayConfig
+    from producers.gateway_admission import Credentials
     from producers.publisher import Publisher
 
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
@@ -74,9 +76,9 @@ def worker(args: argparse.Namespace) -> int:
         from producers.headless import HeadlessBridge, HeadlessConfig
         executable = runtime_executable(args.dsh_version)
 
-        def bridge_for(publisher: Publisher, url: str) -> AgentBridge:
+        def bridge_for(publisher: Publisher, url: str, key: str) -> AgentBridge:
             return HeadlessBridge(HeadlessConfig(executable=executable, workspace=workspace, home=home, model_url=url,
-                                                 api_key=Secret(api_key)), publisher)
+                                                 api_key=Secret(key)), publisher)
     else:
         from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
         if not args.session_id:
@@ -84,19 +86,22 @@ def worker(args: argparse.Namespace) -> int:
         executable, cordis = find_runtime()
         session_root = Path(args.session_root).resolve()
 
-        def bridge_for(publisher: Publisher, url: str) -> AgentBridge:
+        def bridge_for(publisher: Publisher, url: str, key: str) -> AgentBridge:
             return WorkerBridge(RuntimeConfig(executable=executable, cordis_config=cordis, workspace=workspace,
                                               session_root=session_root, home=home, model_url=url,
-                                              api_key=Secret(api_key), model=args.model), publisher)
+                                              api_key=Secret(key), model=args.model), publisher)
 
     async def main() -> int:
         await prepare_command_topics(kafka, names, args)
         async with Publisher(kafka, names) as publisher, contextlib.AsyncExitStack() as stack:
-            url = model_url
-            if not args.no_gateway:  # the runtime's requests go through an attesting gateway on loopback
-                gateway = Gateway(GatewayConfig(upstream=model_url), publisher.send)
-                url = (await stack.enter_async_context(AsgiServer(gateway, "the gateway"))).url
-            bridge = await stack.enter_async_context(bridge_for(publisher, url))
+            url, key = model_url, api_key
+            if not args.no_gateway:  # the runtime's requests go through an attesting gateway on loopback, which
+                key = secrets.token_urlsafe(32)  # only it may use: it shows this credential, the gateway the key
+                gateway = Gateway(GatewayConfig(upstream=model_url, credentials=Credentials({"worker": Secret(key)}),
+                                                upstream_key=Secret(api_key)), publisher.send)
+                server = AsgiServer(gateway, "the gateway", limits=LISTENER_LIMITS)
+                url = (await stack.enter_async_context(server)).url
+            bridge = await stack.enter_async_context(bridge_for(publisher, url, key))
             session_id = args.session_id
             for text in args.prompt:
                 result = await bridge.prompt(session_id, text)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
+import resource
 import stat
 import sys
 from pathlib import Path
@@ -94,11 +96,17 @@ def gateway(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka, run_until_signal
     from producers.asgi_server import AsgiServer
-    from producers.gateway import Gateway, GatewayConfig
+    from dsh_kafka.config import Secret
+    from producers.gateway import LISTENER_LIMITS, Gateway, GatewayConfig
+    from producers.gateway_admission import Credentials, read_secret_file
     from producers.publisher import Publisher
 
     host, port = args.listen
-    config = GatewayConfig(upstream=args.upstream, read_timeout=args.read_timeout)
+    config = GatewayConfig(upstream=args.upstream, read_timeout=args.read_timeout,
+                           credentials=Credentials.from_file(_credentials_file(args.credentials_file)),
+                           upstream_key=Secret(read_secret_file(args.upstream_key_file, "--upstream-key-file").strip())
+                           if args.upstream_key_file else None,
+                           session_rate=args.session_rate, session_burst=3 * args.session_rate)
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     serving = False
@@ -110,8 +118,10 @@ def gateway(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> int:
         nonlocal serving
         await prepare_command_topics(kafka, names, args)
+        _open_files_up_to_the_hard_limit()  # --max-connections counts against a quarter of the soft limit
         async with Publisher(kafka, names) as publisher, \
-                AsgiServer(Gateway(config, publisher.send), "the gateway", host, port) as server:
+                AsgiServer(Gateway(config, publisher.send), "the gateway", host, port,
+                           dataclasses.replace(LISTENER_LIMITS, max_connections=args.max_connections)) as server:
             print(f"dsh-pipeline gateway: {server.url} forwards to {config.upstream}; point DEEPSEEK_BASE_URL at it",
                   file=sys.stderr, flush=True)
             serving = True
@@ -127,6 +137,19 @@ def gateway(args: argparse.Namespace) -> int:
 
     with _ops_server(args, health):
         return run_until_signal(main)
+
+
+#: The gateway's credentials file, when ``--credentials-file`` is not given.
+CREDENTIALS_FILE_ENV = "DSH_GATEWAY_CREDENTIALS_FILE"
+
+
+def _credentials_file(given: str | None) -> str:
+    from dsh_core.errors import PipelineError
+    path = given or os.environ.get(CREDENTIALS_FILE_ENV)
+    if not path:
+        raise PipelineError(f"the gateway lets only the fleet's clients through: --credentials-file FILE "
+                            f"(NAME SECRET per line, mode 0600) or ${CREDENTIALS_FILE_ENV}")
+    return path
 
 
 #: Tokens of the read API, comma-separated (or ``--tokens-file``).
@@ -267,3 +290,11 @@ def archive(args: argparse.Namespace) -> int:
     from consumers.archiver import ArchiverConfig, archiver_service
     return _consume(args, lambda kafka, names: archiver_service(
         service_config(args, ArchiverConfig, kafka, names, root=Path(args.root), v4_copies=args.v4_copies)))
+
+
+def _open_files_up_to_the_hard_limit() -> None:
+    """Raise this process's soft limit on open files to its hard limit: a
+    listener keeps at most a quarter of the soft limit's connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard != resource.RLIM_INFINITY:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -1,5 +1,7 @@
-"""Serving an ASGI app (the gateway, the demo's scripted model) with uvicorn
-on a socket bound before the server starts."""
+"""Serving an ASGI app (the gateway, the read API, the operations port, the
+demo's scripted model) with uvicorn on a socket bound before the server
+starts, within limits a slow or crowded client cannot outlast
+(:mod:`producers.http_limits`)."""
 
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ class AsgiServer:
     while in ``async with``; ``url`` once entered. The socket is bound and
     listening on entry, so clients may connect at once; a port that cannot
     be bound is a :class:`PipelineError` naming ``name`` and the port. On
-    exit the app's ``aclose()``, if it has one, is awaited. With ``limits``
-    the connections are held to them (:mod:`producers.http_limits`)."""
+    exit the app's ``aclose()``, if it has one, is awaited. Its connections
+    are held to ``limits`` (:mod:`producers.http_limits`)."""
 
     def __init__(self, app: Any, name: str, host: str = "127.0.0.1", port: int = 0,
-                 limits: ListenerLimits | None = None) -> None:
+                 limits: ListenerLimits = ListenerLimits()) -> None:
         self.app, self.name, self.host, self.port, self.limits = app, name, host, port, limits
         self.url = ""
         self._server: uvicorn.Server | None = None
@@ -48,10 +50,9 @@ class AsgiServer:
         port = self.bound_port = sock.getsockname()[1]
         self.url = f"http://{'[' + self.host + ']' if family == socket.AF_INET6 else self.host}:{port}"
         config = uvicorn.Config(self.app, lifespan="off", log_config=None, access_log=False,
-                                timeout_keep_alive=75, timeout_graceful_shutdown=5, backlog=1024)
-        if self.limits is not None:  # (no WebSocket upgrade: a connection handed over would leave the limits)
-            config.http, config.ws = limited_protocol(self.limits), "none"
-            config.timeout_keep_alive = self.limits.idle_seconds
+                                # no WebSocket upgrade: a connection handed over would leave the limits
+                                http=limited_protocol(self.limits), ws="none",
+                                timeout_keep_alive=self.limits.idle_seconds, timeout_graceful_shutdown=5, backlog=1024)
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         return self

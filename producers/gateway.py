@@ -1,19 +1,26 @@
 """The attesting model gateway: a reverse proxy for the model APIs dsh speaks.
 
-dsh agents reach it by pointing ``DEEPSEEK_BASE_URL`` at it. Each request
-is forwarded to the upstream unchanged (a ``rewrite`` hook aside, whose
-changes are attested like any other content) and the response is streamed
-back unchanged, byte for byte and chunk by chunk. Authentication headers
-pass through and are never logged, stored or published.
+dsh agents reach it by pointing ``DEEPSEEK_BASE_URL`` at it. A request is
+let through only from a client of the fleet, on a path that is a model API
+request or a ``GET``, within the body, time and per-session rate limits
+(:mod:`producers.gateway_admission`); anything else is answered by the
+gateway itself (401, 400/404, 413, 408, 429, 503) and reaches no upstream.
+A request let through is forwarded unchanged (but for the fleet credential,
+taken out, and a ``rewrite`` hook, whose changes are attested like any
+other content) and the response is streamed back unchanged, byte for byte
+and chunk by chunk. Credentials and API keys are never logged, stored or
+published.
 
-For every request on a model API path (``…/chat/completions``, ``…/messages``)
+For every model API request (``POST …/chat/completions``, ``…/messages``)
 that names its session (``x-deepseek-harness-session-id``) it publishes a
 wire attestation on the session's key once the exchange is over
-(:func:`dsh_kafka.records.wire_attestation_record`): which gateway and
-arrival, the wire, its classification (an agent step, a session title, a
-compaction summary), the upstream status and how the exchange ended, and
-the digest and parts of the request's ``dsh-request/1`` form
-(:mod:`dsh_core.wire_request`). The auditor matches it to the request
+(:func:`dsh_kafka.records.wire_attestation_record`): which gateway, client
+and arrival, the wire, its classification (an agent step, a session title,
+a compaction summary), the upstream status and how the exchange ended
+(``refused`` when the upstream answered 401 or 403: the model saw
+nothing), and the digest and parts of the request's ``dsh-request/1`` form
+(:mod:`dsh_core.wire_request`), read off the event loop
+(:mod:`producers.gateway_attest`). The auditor matches it to the request
 boundary of the log.
 
 The ASGI app is served by uvicorn (:class:`~producers.asgi_server.AsgiServer`);
@@ -23,6 +30,8 @@ aiohttp is the upstream client.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import itertools
 import json
 import logging
@@ -30,16 +39,24 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import aiohttp
 from prometheus_client import Counter, Gauge, Histogram
 
-from dsh_core.jsonvalue import encode_json
-from dsh_core.wire_request import ALGORITHM, Wire, classify, normalize, request_parts, wire_digest
-from dsh_kafka.records import SessionRecord, wire_attestation_record
+from dsh_core.wire_request import Wire
+from dsh_kafka.config import Secret
 
-__all__ = ["Gateway", "GatewayConfig", "SESSION_HEADER", "wire_of"]
+from .gateway_admission import BodyMemory, Credentials, Refusal, SessionRates, classify_path, session_id_of
+from .gateway_attest import REQUESTS, Attest, Attesting, Exchange
+from .http_limits import ListenerLimits
+
+__all__ = ["Gateway", "GatewayConfig", "LISTENER_LIMITS", "SESSION_HEADER"]
+
+#: The gateway's listener: a request head within 10 s; the body within
+#: ``GatewayConfig.body_timeout`` (answered 408 by the gateway itself, well
+#: before this deadline); a model client's keep-alive; room for a fleet.
+LISTENER_LIMITS = ListenerLimits(head_seconds=10.0, request_seconds=3600.0, idle_seconds=75.0, max_connections=1024)
 
 log = logging.getLogger("dsh_pipeline.gateway")
 
@@ -49,66 +66,37 @@ COMPACT_HEADER = "x-deepseek-harness-compact"
 _NOT_FORWARDED = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                             "transfer-encoding", "upgrade", "host", "content-length"})
 _RESPONSE_NOT_FORWARDED = _NOT_FORWARDED - {"content-length"}
-#: Parts are dropped from an attestation larger than this (the digest stays).
-_PARTS_LIMIT = 48 * 1024
-#: Exchanges over, waiting to be attested: a handler whose exchange finds
-#: the queue full waits (its response is complete already).
-_ATTESTING_QUEUE = 1024
+_REFUSED_BY_UPSTREAM = frozenset({401, 403})
+_WRITTEN_AT_ONCE = 1 << 20
 
-REQUESTS = Counter("dsh_gateway_requests_total", "Requests through the gateway, by wire, kind and outcome.",
-                   ["wire", "kind", "outcome"])
 FIRST_BYTE = Histogram("dsh_gateway_upstream_first_byte_seconds", "Upstream time to response headers.",
                        buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 STREAMS = Gauge("dsh_gateway_streams", "Responses being streamed now.")
-ATTESTED = Counter("dsh_gateway_attestations_total", "Wire attestations handed to the publisher, by result.",
-                   ["result"])
+REFUSED = Counter("dsh_gateway_refusals_total", "Requests the gateway answered itself without forwarding, by status.",
+                  ["status"])
+SESSIONS = Gauge("dsh_gateway_sessions_kept", "Session ids whose request rate the gateway keeps.")
+BODY_BYTES = Gauge("dsh_gateway_body_bytes", "Bytes of request bodies the gateway holds.")
 
-Attest = Callable[[SessionRecord], Awaitable[None]]
 Rewrite = Callable[[Wire, dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig:
     upstream: str  # the fleet's model endpoint, as its DEEPSEEK_BASE_URL would be
+    credentials: Credentials  # the fleet's clients (see producers.gateway_admission)
+    upstream_key: Secret | None = None  # when set, clients show their credential in the API key slot
     connect_timeout: float = 10.0
     read_timeout: float = 300.0  # the longest silence of an upstream stream before it counts as stalled
-    max_body_bytes: int = 64 * 1024 * 1024
+    body_timeout: float = 60.0  # a request body arrives within this many seconds, or 408
+    max_body_bytes: int = 32 * 1024 * 1024  # a larger body is refused (413)
+    body_memory_bytes: int = 256 * 1024 * 1024  # bodies held at once; a request beyond is refused (503)
+    parse_limit_bytes: int = 8 * 1024 * 1024  # a larger body is attested by the digest of its bytes, ...
+    attest_queue_bytes: int = 64 * 1024 * 1024  # ... and so is one finding this many waiting to be read
+    attest_workers: int = 2
+    session_rate: float = 10.0  # requests a second per session id, ...
+    session_burst: float = 30.0  # ... this many at once
+    sessions_kept: int = 10_000  # session ids whose rate is kept (least recently seen forgotten)
     instance: str = ""  # names this gateway in its attestations (default host:pid)
-
-
-def wire_of(path: str) -> Wire | None:
-    """The model API a request path belongs to, if any."""
-    path = path.rstrip("/")
-    if path.endswith("/chat/completions"):
-        return "chat-completions"
-    if path.endswith("/messages"):
-        return "messages"
-    return None
-
-
-class _Exchange:
-    """What one request's attestation says."""
-
-    def __init__(self, wire: Wire, session_id: str, arrival: int) -> None:
-        self.wire, self.session_id, self.arrival = wire, session_id, arrival
-        self.kind = "agent"
-        self.status: int | None = None
-        self.outcome = "completed"
-        self.normalized: dict[str, Any] | None = None
-        self.problem: str | None = None
-        self.received = time.time()
-
-    def value(self, instance: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"gateway": instance, "arrival": self.arrival, "wire": self.wire, "kind": self.kind,
-                                "status": self.status, "outcome": self.outcome,
-                                "receivedAt": round(self.received * 1000), "algorithm": ALGORITHM,
-                                "digest": None, "parts": None}
-        if self.normalized is not None:
-            body["digest"] = wire_digest(self.normalized)
-            body["parts"] = request_parts(self.normalized)
-        if self.problem is not None:
-            body["problem"] = self.problem
-        return body
 
 
 class Gateway:
@@ -116,14 +104,15 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig, attest: Attest, rewrite: Rewrite | None = None) -> None:
         self.config = config
-        self.attest = attest
         self.rewrite = rewrite
         self.instance = config.instance or f"{socket.gethostname()}:{os.getpid()}"
         self.upstream = config.upstream.rstrip("/")
-        self._arrivals: dict[str, itertools.count] = {}
+        self._arrivals = itertools.count(1)
+        self._rates = SessionRates(config.session_rate, config.session_burst, config.sessions_kept)
+        self._memory = BodyMemory(config.body_memory_bytes)
+        self._attesting = Attesting(self.instance, attest, config.attest_workers, config.parse_limit_bytes,
+                                    config.attest_queue_bytes, self._give_back)
         self._client: aiohttp.ClientSession | None = None
-        self._finished: asyncio.Queue[tuple[_Exchange, bytes, bool]] | None = None
-        self._attesting: asyncio.Task | None = None
 
     def _upstream_client(self) -> aiohttp.ClientSession:
         """The upstream client, opened at the first request (in the loop that serves the app)."""
@@ -139,50 +128,44 @@ class Gateway:
         """Attest every exchange that is over (the server has stopped, its
         cancelled handlers have queued theirs), then close the upstream
         client."""
-        if self._finished is not None and self._attesting is not None:
-            await self._finished.join()
-            self._attesting.cancel()
+        await self._attesting.aclose()
         if self._client is not None:
             await self._client.close()
-
-    async def _attest_finished(self) -> None:
-        """Read and attest finished exchanges one at a time, letting the
-        loop forward and relay between two: when many streams end together
-        (and their clients' next requests arrive), those requests' first
-        bytes do not wait for every attestation of the round."""
-        assert self._finished is not None
-        while True:
-            exchange, body, compact_header = await self._finished.get()
-            try:
-                self._read(exchange, body, compact_header)
-                REQUESTS.labels(exchange.wire, exchange.kind, exchange.outcome).inc()
-                await self._publish(exchange)
-            except Exception:  # noqa: BLE001 - a fault of ours in one exchange must not stop the others' attestations
-                ATTESTED.labels("failed").inc()
-                log.exception("session %r arrival %d (%s) was not attested", exchange.session_id, exchange.arrival,
-                              exchange.wire)
-            finally:
-                self._finished.task_done()
-            await asyncio.sleep(0)
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":  # served with lifespan="off": nothing else arrives
             return
-        body = await self._body(receive)
-        if body is None:
-            await _error(send, 413, f"request body over {self.config.max_body_bytes} bytes")
-            return
-        headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+        headers = [(key.decode("latin-1").lower(), value.decode("latin-1")) for key, value in scope["headers"]]
         named = dict(headers)
-        wire = wire_of(scope["path"]) if scope["method"] == "POST" else None
-        session_id = named.get(SESSION_HEADER, "")
-        exchange = None
-        if wire is not None and session_id:
-            arrival = next(self._arrivals.setdefault(session_id, itertools.count(1)))
-            exchange = _Exchange(wire, session_id, arrival)
-            if self.rewrite is not None:
-                body = self._rewritten(exchange, body)
-        elif wire is not None:
+        try:
+            client, forwarded = self.config.credentials.authenticate(headers, self.config.upstream_key)
+            wire = classify_path(scope["method"], scope["raw_path"])
+            session_id = session_id_of(_raw_header(scope, SESSION_HEADER)) if wire != "catalog" else ""
+            if session_id and not self._rates.allow(session_id):
+                raise Refusal(429, f"session {session_id!r} sends over {self.config.session_rate:g} requests a "
+                                   f"second")
+            SESSIONS.set(len(self._rates))
+            exchange = Exchange(wire, session_id, next(self._arrivals), client) if session_id and wire != "catalog" \
+                else None
+            body = await self._body(receive, named.get("content-length"), exchange)
+        except Refusal as refusal:
+            REFUSED.labels(str(refusal.status)).inc()
+            await _error(send, refusal.status, refusal.message)
+            return
+        if body is None:  # the client went away while sending it
+            return
+        try:
+            await self._exchange(scope, wire, forwarded, body, receive, send, exchange,
+                                 named.get(COMPACT_HEADER) == "1")
+        finally:
+            if exchange is None:
+                self._give_back(len(body))
+
+    async def _exchange(self, scope: dict[str, Any], wire: str, headers: list[tuple[str, str]], body: bytes,
+                        receive: Callable, send: Callable, exchange: Exchange | None, compact_header: bool) -> None:
+        if exchange is not None and self.rewrite is not None:
+            body = self._rewritten(exchange, body)
+        elif exchange is None and wire != "catalog":
             REQUESTS.labels(wire, "no-session", "forwarded").inc()
             log.warning("a %s request to %s names no session (%s): forwarded, not attested", wire, scope["path"],
                         SESSION_HEADER)
@@ -193,64 +176,88 @@ class Gateway:
             raise
         finally:
             if exchange is not None:  # read once the exchange is over: none of it delays a response
-                await self._attesting_queue().put((exchange, body, named.get(COMPACT_HEADER) == "1"))
+                await self._attesting.finished(exchange, body, compact_header)
 
-    def _attesting_queue(self) -> asyncio.Queue[tuple[_Exchange, bytes, bool]]:
-        """The queue of finished exchanges, and its worker, made at the first (in the loop that serves the app)."""
-        if self._finished is None:
-            self._finished = asyncio.Queue(_ATTESTING_QUEUE)
-            self._attesting = asyncio.create_task(self._attest_finished())
-        return self._finished
+    def _take(self, size: int) -> bool:
+        taken = self._memory.take(size)
+        BODY_BYTES.set(self._memory.held)
+        return taken
 
-    async def _body(self, receive: Callable) -> bytes | None:
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.config.max_body_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
+    def _give_back(self, size: int) -> None:
+        self._memory.give(size)
+        BODY_BYTES.set(self._memory.held)
+
+    async def _body(self, receive: Callable, declared: str | None, exchange: Exchange | None) -> bytes | None:
+        """The request body, within the size, memory and time limits
+        (:class:`Refusal` beyond), digested as it arrives; ``None`` if the
+        client went away. A body of ``declared`` length has its memory
+        counted whole before it is read (so that many large bodies arriving
+        at once do not each get part of the memory and all fail); its bytes
+        stay counted until given back."""
+        limit = self.config.max_body_bytes
+        reserved = int(declared) if declared is not None and declared.isdigit() else 0
+        if reserved > limit:
+            raise Refusal(413, f"request body of {reserved} bytes, over {limit}")
+        if not self._take(reserved):
+            raise self._crowded()
+        chunks, size, digest = [], 0, hashlib.sha256()
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        self._give_back(reserved)
+                        return None
+                    chunk = message.get("body", b"")
+                    if size + len(chunk) > limit:
+                        raise Refusal(413, f"request body over {limit} bytes")
+                    if size + len(chunk) > reserved:  # a body of no declared length: counted as it comes
+                        if not self._take(size + len(chunk) - reserved):
+                            raise self._crowded()
+                        reserved = size + len(chunk)
+                    size += len(chunk)
+                    digest.update(chunk)
+                    chunks.append(chunk)
+                    if not message.get("more_body"):
+                        break
+        except TimeoutError:
+            self._give_back(reserved)
+            raise Refusal(408, f"the request body did not arrive within {self.config.body_timeout:g} s") from None
+        except Refusal:
+            self._give_back(reserved)
+            raise
+        self._give_back(reserved - size)
+        if exchange is not None:
+            exchange.body_bytes, exchange.raw_digest = size, digest.hexdigest()
         return b"".join(chunks)
 
-    def _rewritten(self, exchange: _Exchange, body: bytes) -> bytes:
+    def _crowded(self) -> Refusal:
+        return Refusal(503, f"the gateway holds {self._memory.held} bytes of request bodies, near its limit of "
+                            f"{self._memory.limit}: try again")
+
+    def _rewritten(self, exchange: Exchange, body: bytes) -> bytes:
         """The body as the rewrite hook makes it (a body that is no JSON
         object is forwarded as it came)."""
+        assert self.rewrite is not None
         try:
             parsed = json.loads(body)
         except ValueError:
             return body
         return json.dumps(self.rewrite(exchange.wire, parsed)).encode() if isinstance(parsed, dict) else body
 
-    def _read(self, exchange: _Exchange, body: bytes, compact_header: bool) -> None:
-        """Normalize and classify the forwarded request."""
-        try:
-            parsed = json.loads(body)
-            if not isinstance(parsed, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as error:
-            exchange.problem = f"the request body is not a JSON object: {error}"
-            return
-        try:
-            exchange.normalized = normalize(exchange.wire, parsed)
-        except (AttributeError, KeyError, TypeError, ValueError) as error:  # forwarded all the same: the upstream judges
-            exchange.problem = f"the request body is not a {exchange.wire} request ({type(error).__name__}: {error})"
-            return
-        exchange.kind = classify(exchange.normalized, compact_header)
-
     async def _forward(self, scope: dict[str, Any], headers: list[tuple[str, str]], body: bytes, receive: Callable,
-                       send: Callable, exchange: _Exchange | None) -> None:
+                       send: Callable, exchange: Exchange | None) -> None:
         forwarded = [(k, v) for k, v in headers if k not in _NOT_FORWARDED]
-        if "accept-encoding" not in dict(forwarded):  # no upstream may pick an encoding the client did not ask for
+        if "accept-encoding" not in dict(headers):  # no upstream may pick an encoding the client did not ask for
             forwarded.append(("accept-encoding", "identity"))
-        url = self.upstream + scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
+        query = scope["query_string"].decode("latin-1")
+        # the path as the client spelled it, checked to be normal: the upstream sees the same segments
+        url = self.upstream + scope["raw_path"].decode("ascii") + ("?" + query if query else "")
         started = time.perf_counter()
         try:
-            response = await self._upstream_client().request(scope["method"], url, headers=forwarded, data=body,
+            # a large body is written a chunk at a time, the loop free between two (aiohttp's own advice)
+            data = io.BytesIO(body) if len(body) > _WRITTEN_AT_ONCE else body
+            response = await self._upstream_client().request(scope["method"], url, headers=forwarded, data=data,
                                                              allow_redirects=False)
         except TimeoutError as error:
             _outcome(exchange, "upstream-stalled", error)
@@ -263,6 +270,8 @@ class Gateway:
         FIRST_BYTE.observe(time.perf_counter() - started)
         if exchange is not None:
             exchange.status = response.status
+            if response.status in _REFUSED_BY_UPSTREAM:  # the model saw nothing: the auditor ignores it
+                exchange.outcome = "refused"
         STREAMS.inc()
         try:
             await self._stream(response, receive, send, exchange)
@@ -271,7 +280,7 @@ class Gateway:
             response.release()  # back to the pool when read to its end, else closed
 
     async def _stream(self, response: aiohttp.ClientResponse, receive: Callable, send: Callable,
-                      exchange: _Exchange | None) -> None:
+                      exchange: Exchange | None) -> None:
         """Relay the response in this task (no hand-over before the first
         byte); a watcher cancels it when the client goes away."""
         relaying = asyncio.current_task()
@@ -304,22 +313,13 @@ class Gateway:
         finally:
             watcher.cancel()  # a response complete reads as a disconnect: the watcher must not see it
 
-    async def _publish(self, exchange: _Exchange) -> None:
-        value = exchange.value(self.instance)
-        encoded = encode_json(value)
-        if len(encoded) > _PARTS_LIMIT:
-            value["parts"] = None
-            encoded = encode_json(value)
-        try:
-            await self.attest(wire_attestation_record(exchange.session_id, exchange.arrival, encoded))
-            ATTESTED.labels("sent").inc()
-        except Exception as error:  # noqa: BLE001 - the agent's exchange is over; say what was lost, go on
-            ATTESTED.labels("failed").inc()
-            log.error("the attestation of session %r arrival %d (%s) was not published: %s", exchange.session_id,
-                      exchange.arrival, exchange.wire, error)
+
+def _raw_header(scope: dict[str, Any], name: str) -> bytes:
+    """The bytes of a request header as they came (the last, if repeated)."""
+    return next((value for key, value in reversed(scope["headers"]) if key.lower() == name.encode()), b"")
 
 
-def _outcome(exchange: _Exchange | None, outcome: str, error: BaseException | None) -> None:
+def _outcome(exchange: Exchange | None, outcome: str, error: BaseException | None) -> None:
     if exchange is not None:
         exchange.outcome = outcome
     where = f"session {exchange.session_id!r} arrival {exchange.arrival}" if exchange else "an unattested request"
@@ -327,8 +327,11 @@ def _outcome(exchange: _Exchange | None, outcome: str, error: BaseException | No
 
 
 async def _error(send: Callable, status: int, message: str) -> None:
-    """An error answered by the gateway itself, in the Messages error shape."""
+    """An error answered by the gateway itself, in the Messages error shape;
+    the connection is closed after it (what is left of the request, if
+    anything, is not read)."""
     payload = json.dumps({"type": "error", "error": {"type": "api_error", "message": f"gateway: {message}"}}).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": payload})

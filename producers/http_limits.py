@@ -10,20 +10,23 @@ to everyone (``/healthz`` included) once enough of them are open.
 (the HTTP parsing stays uvicorn's and llhttp's) that adds:
 
 * **a request deadline**: from the moment a connection is ready for a
-  request (accepted, or its last response sent) the whole request, head
-  and body, must arrive within :attr:`ListenerLimits.request_seconds`, or
-  the connection is closed; a slow head, a slow body and a silent client
-  are all cut off (idle keep-alive connections close after uvicorn's
-  ``timeout_keep_alive``, :attr:`ListenerLimits.idle_seconds`);
+  request (accepted, or its last response sent) its head must arrive within
+  :attr:`ListenerLimits.head_seconds` and the whole request, head and body,
+  within :attr:`ListenerLimits.request_seconds`, or the connection is
+  closed; a slow head, a slow body and a silent client are all cut off
+  (idle keep-alive connections close after uvicorn's ``timeout_keep_alive``,
+  :attr:`ListenerLimits.idle_seconds`);
 * **a head bound**: a request head over :attr:`ListenerLimits.max_head_bytes`
-  is answered 431 and the connection closed (llhttp has no limit of its own);
+  is answered 431 and the connection closed (llhttp has no limit of its own;
+  the bound is checked after each read, so at most one read more is parsed);
 * **a connection bound**: at most :attr:`ListenerLimits.max_connections`
   (and at most a quarter of the process's open-file limit: a process has a
   service port and an operations port, and needs the other half for its
   own files and clients) are open; a new connection beyond it closes the
   least recently active one that has no request in progress, so idle and
   half-sent connections cannot keep a real request (a health probe) out.
-  Only when every connection is busy is the new one closed instead.
+  Only when every connection is busy is the new one answered 503 and closed
+  instead.
 
 Memory per server is bounded by the connection bound.
 """
@@ -42,11 +45,14 @@ __all__ = ["ListenerLimits", "limited_protocol"]
 
 _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
               b"content-length: 28\r\nconnection: close\r\n\r\nthe request head is too large")
+_ALL_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 1\r\n"
+             b"content-length: 33\r\nconnection: close\r\n\r\nevery connection is busy: retry")
 
 
 @dataclass(frozen=True)
 class ListenerLimits:
     request_seconds: float = 10.0  # for a whole request to arrive, once the connection is ready for one
+    head_seconds: float | None = None  # for its head to arrive (None: request_seconds)
     idle_seconds: float = 5.0  # an idle keep-alive connection is closed after this
     max_connections: int = 256
     max_head_bytes: int = 64 * 1024
@@ -61,11 +67,13 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
     """A protocol class for one server (``uvicorn.Config(http=...)``): its
     connections are counted together."""
     bound = limits.connection_bound()
+    head_seconds = limits.request_seconds if limits.head_seconds is None else limits.head_seconds
     # every open connection, least recently active first
     open_connections: collections.OrderedDict[HttpToolsProtocol, None] = collections.OrderedDict()
 
     class LimitedProtocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
+        _ready_at = 0.0  # loop time the connection became ready for the request being read
         _head_bytes = 0  # of the request head being read
         _reading_head = True  # the next bytes are a request head's
         _mid_request = False  # a request began and is not all read
@@ -77,6 +85,8 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
             if len(open_connections) > bound:
                 idle = next((c for c in open_connections if c is not self and c._requests == c._responses), self)
                 open_connections.pop(idle)
+                if idle is self:
+                    transport.write(_ALL_BUSY)
                 idle.transport.close()
             self._arm()
 
@@ -88,13 +98,13 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
         def data_received(self, data: bytes) -> None:
             if self in open_connections:
                 open_connections.move_to_end(self)
-            if self._reading_head:
-                self._head_bytes += len(data)
+            reading_head = self._reading_head
+            super().data_received(data)
+            if reading_head and self._reading_head:  # no complete head yet: what came counts against the bound
+                self._head_bytes += len(data)  # (a body sent in the same read as its head does not)
                 if self._head_bytes > limits.max_head_bytes:
                     self.transport.write(_TOO_LARGE)
                     self.transport.close()
-                    return
-            super().data_received(data)
 
         def on_message_begin(self) -> None:
             self._mid_request = True
@@ -103,6 +113,8 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
         def on_headers_complete(self) -> None:
             self._requests += 1
             self._reading_head = False
+            if head_seconds < limits.request_seconds:  # the rest of the request: what is left of its deadline
+                self._arm(self._ready_at + limits.request_seconds - self.loop.time())
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
@@ -116,9 +128,13 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
                 self._arm()
             super().on_response_complete()
 
-        def _arm(self) -> None:
+        def _arm(self, seconds: float | None = None) -> None:
+            """Close the connection unless disarmed within ``seconds`` (by
+            default: a new request's head deadline, from now)."""
             self._disarm()
-            self._deadline = self.loop.call_later(limits.request_seconds, self.transport.close)
+            if seconds is None:
+                self._ready_at, seconds = self.loop.time(), min(head_seconds, limits.request_seconds)
+            self._deadline = self.loop.call_later(seconds, self.transport.close)
 
         def _disarm(self) -> None:
             if self._deadline is not None:

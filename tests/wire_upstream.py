@@ -6,8 +6,9 @@ client receives through the gateway with what the upstream wrote.
 Scenarios: ``sse`` (a Messages event stream in many small writes),
 ``error`` (HTTP 500 with a JSON error), ``stall`` (the first events, then
 silence until the client goes), ``reset`` (the first events, then the
-connection is dropped mid-chunk), ``gzip`` (a gzip-encoded JSON body).
-Every request's headers and body are kept.
+connection is dropped mid-chunk), ``gzip`` (a gzip-encoded JSON body),
+``refuse`` (HTTP 401, as to a wrong API key). Every request's path, headers
+and body are kept (a body over 1 MiB as its size only).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def sse_bytes() -> bytes:
 @dataclass
 class WireUpstream(LocalEndpoint):
     received: list[tuple[dict[str, str], dict[str, Any]]] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while await self._one(reader, writer):  # keep-alive: requests follow on one connection
@@ -50,14 +52,17 @@ class WireUpstream(LocalEndpoint):
             headers[key.strip().lower()] = value.strip()
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
         try:
-            body = json.loads(raw)
+            body = json.loads(raw) if len(raw) <= 1 << 20 else {"bytes": len(raw)}
         except ValueError:
             body = {"unparsed": raw.decode(errors="replace")}
+        self.paths.append(request_line.split(b" ")[1].decode())
         self.received.append((headers, body))
         scenario = body.get("scenario", "sse")
-        if scenario == "error":
-            payload = json.dumps({"type": "error", "error": {"type": "api_error", "message": "upstream says no"}})
-            writer.write(f"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\n"
+        if scenario in ("error", "refuse"):
+            status, message = ("500 Internal Server Error", "upstream says no") if scenario == "error" else (
+                "401 Unauthorized", "invalid API key")
+            payload = json.dumps({"type": "error", "error": {"type": "api_error", "message": message}})
+            writer.write(f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
                          f"content-length: {len(payload)}\r\n\r\n{payload}".encode())
             await writer.drain()
             return True

@@ -2,10 +2,13 @@
 // that on a small machine their own CPU leaves the gateway room to measure.
 //
 //	loadgen upstream PORT INTERVAL_MS     serve a Messages event stream of 24 events
-//	loadgen load URL CONCURRENCY COUNT [anonymous]
+//	loadgen load URL CONCURRENCY COUNT [anonymous|large=MB]
 //	                                       send COUNT streaming requests, CONCURRENCY at a time
 //	                                       (anonymous: without the session header, which a gateway
-//	                                       forwards without attesting)
+//	                                       forwards without attesting; large=MB: meanwhile one
+//	                                       request of MB MiB after another, not measured)
+//
+// Every request shows the benchmark's fleet credential (x-dsh-gateway-credential).
 //
 // load first sends one request on each of its CONCURRENCY connections, not
 // measured: a connection's set-up (TCP, the first request through each
@@ -23,6 +26,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -31,6 +35,24 @@ const events = 24
 
 var body = []byte(`{"model":"deepseek-v4-flash","max_tokens":1024,"stream":true,"system":"Be brief.",` +
 	`"messages":[{"role":"user","content":[{"type":"text","text":"Say something."}]}]}`)
+
+// Credential is the benchmark's fleet credential (benchmarks/gateway.py gives the gateway the same).
+const Credential = "benchmark-fleet-credential"
+
+// largeBody is a valid Messages request of about megabytes MiB: a long history of short turns.
+func largeBody(megabytes int) []byte {
+	var buffer bytes.Buffer
+	buffer.WriteString(`{"model":"deepseek-v4-flash","max_tokens":1024,"stream":true,"system":"Be brief.","messages":[`)
+	for turn := 0; buffer.Len() < megabytes<<20; turn++ {
+		if turn > 0 {
+			buffer.WriteString(",")
+		}
+		fmt.Fprintf(&buffer, `{"role":"user","content":[{"type":"text","text":"Question %d: what comes next?"}]},`+
+			`{"role":"assistant","content":[{"type":"text","text":"Answer %d: the next one, as before."}]}`, turn, turn)
+	}
+	buffer.WriteString(`,{"role":"user","content":[{"type":"text","text":"Say something."}]}]}`)
+	return buffer.Bytes()
+}
 
 func upstream(port string, interval time.Duration) {
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -52,12 +74,13 @@ func upstream(port string, interval time.Duration) {
 	}
 }
 
-func one(client *http.Client, url string, session int, anonymous bool) (float64, float64, error) {
-	request, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+func one(client *http.Client, url string, session string, payload []byte) (float64, float64, error) {
+	request, _ := http.NewRequest("POST", url, bytes.NewReader(payload))
 	request.Header.Set("content-type", "application/json")
-	if !anonymous {
-		request.Header.Set("x-deepseek-harness-session-id", "bench-"+strconv.Itoa(session%500))
+	if session != "" {
+		request.Header.Set("x-deepseek-harness-session-id", session)
 	}
+	request.Header.Set("x-dsh-gateway-credential", Credential)
 	request.Header.Set("authorization", "Bearer benchmark")
 	started := time.Now()
 	response, err := client.Do(request)
@@ -94,7 +117,14 @@ func quantile(values []float64, q float64) float64 {
 	return values[index]
 }
 
-func load(url string, concurrency, count int, anonymous bool) {
+func sessionOf(index int, anonymous bool) string {
+	if anonymous {
+		return ""
+	}
+	return "bench-" + strconv.Itoa(index%500)
+}
+
+func load(url string, concurrency, count int, anonymous bool, largeMB int) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency,
 		DisableCompression: true}}
 	var mutex sync.Mutex
@@ -105,7 +135,7 @@ func load(url string, concurrency, count int, anonymous bool) {
 		warm.Add(1)
 		go func(w int) {
 			defer warm.Done()
-			if _, _, err := one(client, url, w, anonymous); err != nil {
+			if _, _, err := one(client, url, sessionOf(w, anonymous), body); err != nil {
 				mutex.Lock()
 				failure = err
 				mutex.Unlock()
@@ -118,6 +148,28 @@ func load(url string, concurrency, count int, anonymous bool) {
 		next <- i
 	}
 	close(next)
+	done := make(chan struct{})
+	var large sync.WaitGroup
+	if largeMB > 0 { // one large request in flight at a time, beside the measured ones
+		payload, lone := largeBody(largeMB), &http.Client{Transport: &http.Transport{DisableCompression: true}}
+		large.Add(1)
+		go func() {
+			defer large.Done()
+			for index := 0; ; index++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, _, err := one(lone, url, "bench-large-"+strconv.Itoa(index%10), payload); err != nil {
+					mutex.Lock()
+					failure = err
+					mutex.Unlock()
+					return
+				}
+			}
+		}()
+	}
 	started := time.Now()
 	var group sync.WaitGroup
 	for w := 0; w < concurrency; w++ {
@@ -125,7 +177,7 @@ func load(url string, concurrency, count int, anonymous bool) {
 		go func() {
 			defer group.Done()
 			for i := range next {
-				first, last, err := one(client, url, i, anonymous)
+				first, last, err := one(client, url, sessionOf(i, anonymous), body)
 				mutex.Lock()
 				if err != nil {
 					failure = err
@@ -137,11 +189,13 @@ func load(url string, concurrency, count int, anonymous bool) {
 		}()
 	}
 	group.Wait()
+	elapsed := time.Since(started).Seconds()
+	close(done)
+	large.Wait()
 	if failure != nil {
 		fmt.Fprintln(os.Stderr, failure)
 		os.Exit(1)
 	}
-	elapsed := time.Since(started).Seconds()
 	out, _ := json.Marshal(map[string]float64{
 		"rps": float64(len(firsts)) / elapsed, "ttfb_p50": quantile(firsts, 0.5), "ttfb_p99": quantile(firsts, 0.99),
 		"last_p50": quantile(lasts, 0.5), "last_p99": quantile(lasts, 0.99)})
@@ -153,12 +207,23 @@ func main() {
 	case len(os.Args) == 4 && os.Args[1] == "upstream":
 		interval, _ := strconv.Atoi(os.Args[3])
 		upstream(os.Args[2], time.Duration(interval)*time.Millisecond)
-	case (len(os.Args) == 5 || len(os.Args) == 6 && os.Args[5] == "anonymous") && os.Args[1] == "load":
+	case (len(os.Args) == 5 || len(os.Args) == 6) && os.Args[1] == "load":
 		concurrency, _ := strconv.Atoi(os.Args[3])
 		count, _ := strconv.Atoi(os.Args[4])
-		load(os.Args[2], concurrency, count, len(os.Args) == 6)
+		mode, largeMB := "", 0
+		if len(os.Args) == 6 {
+			mode = os.Args[5]
+		}
+		if megabytes, found := strings.CutPrefix(mode, "large="); found {
+			largeMB, _ = strconv.Atoi(megabytes)
+		} else if mode != "" && mode != "anonymous" {
+			fmt.Fprintln(os.Stderr, "loadgen load: the mode is anonymous or large=MB, not "+mode)
+			os.Exit(2)
+		}
+		load(os.Args[2], concurrency, count, mode == "anonymous", largeMB)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: loadgen upstream PORT INTERVAL_MS | loadgen load URL CONCURRENCY COUNT [anonymous]")
+		fmt.Fprintln(os.Stderr, "usage: loadgen upstream PORT INTERVAL_MS | loadgen load URL CONCURRENCY COUNT "+
+			"[anonymous|large=MB]")
 		os.Exit(2)
 	}
 }

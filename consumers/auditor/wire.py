@@ -19,6 +19,15 @@ attestation with the oldest unmatched boundary:
   gateway (``require``), otherwise only counted.
 
 Session titles and compaction summaries are classified, never matched.
+Two kinds of attestation are never a finding of their own:
+
+* a request the upstream refused (``outcome`` ``refused``, HTTP 401/403):
+  the model saw nothing; it still verifies a boundary of equal digest
+  (dsh may log its attempt), otherwise it is counted ``refused``;
+* a request too large for the gateway to read (``algorithm``
+  :data:`~dsh_core.wire_request.RAW_ALGORITHM`: the digest of its bytes,
+  which no log rebuilds): paired like any other, its boundary counts as
+  ``unchecked``, not a mismatch; alone, it is ``unlogged-request`` still.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from dsh_core.errors import ValidationError
 from dsh_core.jsonvalue import thaw
 from dsh_core.request import Boundary
 from dsh_core.v4.wire import messages_body
-from dsh_core.wire_request import differences, normalize, request_parts, wire_digest
+from dsh_core.wire_request import ALGORITHM, RAW_ALGORITHM, differences, normalize, request_parts, wire_digest
 
 from .findings import Report
 
@@ -73,9 +82,10 @@ class _Sent:
     status: int | None
     outcome: str
     timestamp: int
-    digest: str | None
+    digest: str | None  # of the dsh-request/1 form: None for a body the gateway did not read
     parts: dict[str, Any] | None
     problem: str | None
+    algorithm: str = ALGORITHM
 
     def named(self) -> str:
         status = f"HTTP {self.status}" if self.status is not None else "no status"
@@ -127,8 +137,10 @@ class WireMatcher:
         if kind != "agent":
             self.report.wire_verdict(wire, kind, "classified")
             return
+        algorithm = str(body.get("algorithm", ALGORITHM))
         sent = _Sent(str(body.get("gateway")), body.get("arrival"), wire, body.get("status"),
-                     str(body.get("outcome")), timestamp, body.get("digest"), body.get("parts"), body.get("problem"))
+                     str(body.get("outcome")), timestamp, body.get("digest") if algorithm == ALGORITHM else None,
+                     body.get("parts"), body.get("problem"), algorithm)
         for index, logged in enumerate(self.logged):
             if sent.digest is not None and logged.digest == sent.digest:
                 earlier, self.logged = self.logged[:index], self.logged[index + 1:]
@@ -163,24 +175,35 @@ class WireMatcher:
         while ((self.sent and self.sent[0].timestamp + deadline_ms <= clock)
                or (self.logged and self.logged[0].timestamp + deadline_ms <= clock)):
             sent = self.sent[:1]
-            logged = self.logged[:1] if not sent or sent[0].digest not in self.recent else []
+            logged = self.logged[:1] if not sent or self._pairs(sent[0]) else []
             del self.sent[:len(sent)], self.logged[:len(logged)]
             self._settle(sent, logged)
 
     # -------------------------------------------------------------- verdicts
 
+    def _pairs(self, request: _Sent) -> bool:
+        """Whether an attestation left unmatched stands for a boundary of its
+        own: not a request sent again, nor one the upstream refused."""
+        return not (request.digest is not None and request.digest in self.recent) and request.outcome != "refused"
+
     def _settle(self, sent: list[_Sent], logged: list[Logged]) -> None:
         unmatched = []
         for request in sent:
-            if request.digest is not None and request.digest in self.recent:
-                self.report.wire_verdict(request.wire, "agent", "verified")  # sent again; the log holds it
-            else:
+            if self._pairs(request):
                 unmatched.append(request)
+            else:  # sent again (the log holds it), or refused (the model saw nothing)
+                self.report.wire_verdict(request.wire, "agent", "refused" if request.outcome == "refused"
+                                         else "verified")
         for request, boundary in zip(unmatched, logged):
-            self._mismatch(request, boundary)
+            if request.algorithm == RAW_ALGORITHM:
+                self.report.wire_verdict(request.wire, "agent", "unchecked")
+            else:
+                self._mismatch(request, boundary)
         for request in unmatched[len(logged):]:
             self.report.wire_verdict(request.wire, "agent", "unlogged")
-            why = f": {request.problem}" if request.problem else ""
+            why = (f": {request.problem}" if request.problem else
+                   " (too large for the gateway to read: its content was not compared)"
+                   if request.algorithm == RAW_ALGORITHM else "")
             self.report.finding("unlogged-request", None, f"{request.named()} matches no request boundary of the "
                                 f"log{why}: the model saw a request the log cannot rebuild")
         for boundary in logged[len(unmatched):]:

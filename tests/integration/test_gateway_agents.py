@@ -21,6 +21,7 @@ from dsh_kafka.config import Secret
 from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
 from producers.asgi_server import AsgiServer
 from producers.gateway import SESSION_HEADER, Gateway, GatewayConfig
+from producers.gateway_admission import Credentials
 from producers.publisher import Publisher
 from tests.integration.test_projector import run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
@@ -34,7 +35,8 @@ HONEST = {"plain": 1, "tools": 1, "parallel": 1, "retry": 1, "max-tokens": 1, "t
           "chain": 1}
 #: script -> what the tampering hook does to one of its session's requests
 TAMPERED = {"tools": "system", "parallel": "extra-message", "chain": "tool-result"}
-API_KEY = "sk-agents-5e1f0c3b9d"  # reaches the model, and no Kafka record
+API_KEY = "sk-agents-5e1f0c3b9d"  # the gateway's: reaches the model, and no Kafka record
+FLEET = "fleet-agents-3b8e1d0c7f"  # the agents': reaches the gateway only
 
 
 def _tag(body: dict[str, Any]) -> str:
@@ -62,17 +64,20 @@ async def _fleet(kafka, names, tmp_path, model_url: str, scenarios: dict[str, in
     a session that gets a request sent around its log between its turns."""
     executable, cordis = find_runtime()
     async with Publisher(kafka, names) as publisher, \
-            AsgiServer(Gateway(GatewayConfig(upstream=model_url), publisher.send, rewrite), "the gateway") as gateway:
+            AsgiServer(Gateway(GatewayConfig(upstream=model_url, credentials=Credentials({"fleet": Secret(FLEET)}),
+                                             upstream_key=Secret(API_KEY)), publisher.send, rewrite),
+                       "the gateway") as gateway:
         async def agent(name: str, turns: int) -> None:
             config = RuntimeConfig(executable=executable, cordis_config=cordis, workspace=tmp_path / f"ws-{name}",
                                    session_root=tmp_path / "sessions", home=tmp_path / f"home-{name}-{instance}",
-                                   model_url=gateway.url, api_key=Secret(API_KEY))
+                                   model_url=gateway.url, api_key=Secret(FLEET))
             async with WorkerBridge(config, publisher) as bridge:
                 session_id = f"{instance}-{name}"
                 for turn in range(turns):
                     if turn == 1 and name == stray:
                         async with httpx.AsyncClient(timeout=30) as client:
-                            await client.post(f"{gateway.url}/chat/completions", headers={SESSION_HEADER: session_id},
+                            await client.post(f"{gateway.url}/chat/completions",
+                                              headers={SESSION_HEADER: session_id, "authorization": f"Bearer {FLEET}"},
                                               json={"model": "deepseek-v4-flash", "stream": True, "messages": [
                                                   {"role": "user", "content": "[script:plain#stray] Off the record."}]})
                     await bridge.prompt(session_id, f"[script:{name}#{instance}] turn {turn + 1}: go")
@@ -101,7 +106,9 @@ def test_every_request_of_honest_agents_is_verified_against_its_log(kafka, topic
     records = asyncio.run(consume_all(kafka, names.events, 100_000, timeout=3))
     attested = [r for r in records if dict(r.headers)["dsh-kind"] == b"wire-attestation"]
     assert len(attested) == served
-    assert not [r for r in records if API_KEY.encode() in r.value + b"".join(v for _, v in r.headers)]
+    assert {json.loads(r.value)["client"] for r in attested} == {"fleet"}
+    assert not [r for r in records for secret in (API_KEY, FLEET)
+                if secret.encode() in r.value + b"".join(v for _, v in r.headers)]
 
 
 def test_tampered_and_unlogged_requests_are_named(kafka, topics, group_id, tmp_path):
@@ -120,7 +127,7 @@ def test_tampered_and_unlogged_requests_are_named(kafka, topics, group_id, tmp_p
         "1 message(s) sent after the log's 1, the first (user) at index 1")
     assert findings[("chain", "request-mismatch")]["detail"].endswith("message 2 (tool) differs in text")
     assert (findings[("chain", "request-mismatch")]["turn"], findings[("chain", "request-mismatch")]["step"]) == (1, 2)
-    assert "request 2 through gateway" in findings[("two-turns", "unlogged-request")]["detail"]
+    assert "through gateway" in findings[("two-turns", "unlogged-request")]["detail"]
     verdicts = wire_verdicts() - before
     assert verdicts == collections.Counter({("chat-completions", "agent", "verified"): served - 4,
                                             ("chat-completions", "agent", "mismatch"): 3,

@@ -18,18 +18,23 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from dsh_core.wire_request import normalize, wire_digest
+from dsh_kafka.config import Secret
 from producers.asgi_server import AsgiServer
 from producers.gateway import Gateway, GatewayConfig
+from producers.gateway_admission import CREDENTIAL_HEADER, Credentials
 from tests.waiting import until
 from tests.wire_upstream import WireUpstream, sse_bytes
 
 SECRET = "sk-test-4c1d2e9f0a7b"
+FLEET = "fleet-7d0c4f1e2b9a6358"
+CREDENTIALS = Credentials({"agents": Secret(FLEET)})
 BODY = {"model": "deepseek-v4-flash", "max_tokens": 64, "stream": True, "system": "Be brief.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]}
 
 
 def _headers(session: str) -> dict[str, str]:
-    return {"x-deepseek-harness-session-id": session, "authorization": f"Bearer {SECRET}", "x-api-key": SECRET}
+    return {"x-deepseek-harness-session-id": session, "authorization": f"Bearer {SECRET}", "x-api-key": SECRET,
+            CREDENTIAL_HEADER: FLEET}
 
 
 async def _gateway(upstream: str, **config):
@@ -38,7 +43,8 @@ async def _gateway(upstream: str, **config):
     async def attest(record) -> None:
         records.append(record)
 
-    server = AsgiServer(Gateway(GatewayConfig(upstream=upstream, **config), attest), "the gateway")
+    server = AsgiServer(Gateway(GatewayConfig(upstream=upstream, credentials=CREDENTIALS, **config), attest),
+                        "the gateway")
     return server, records
 
 
@@ -69,10 +75,8 @@ def test_responses_arrive_as_the_upstream_wrote_them_under_many_streams():
     attested = _attested(records)
     assert {(a["status"], a["outcome"]) for a in attested} == {(200, "completed"), (500, "completed")}
     assert all(a["digest"] == wire_digest(normalize("messages", BODY)) and a["kind"] == "agent" for a in attested)
-    by_session = {}
-    for record in records:
-        by_session.setdefault(record.session_id, []).append(record.seq)
-    assert all(sorted(arrivals) == list(range(1, len(arrivals) + 1)) for arrivals in by_session.values())
+    assert sorted(record.seq for record in records) == list(range(1, 61))  # the gateway's arrivals, each once
+    assert {a["client"] for a in attested} == {"agents"}
 
 
 def test_a_client_that_goes_away_and_a_stalled_or_reset_upstream_leave_the_gateway_serving():
@@ -156,29 +160,33 @@ def test_secrets_reach_the_upstream_and_no_record_log_line_or_metric(caplog):
                                       headers=_headers("secret-" + case))
                 except httpx.HTTPError:
                     pass
-            await client.post(f"{server.url}/v1/messages", json=BODY, headers={"authorization": f"Bearer {SECRET}"})
+            await client.post(f"{server.url}/v1/messages", json=BODY, headers={"authorization": f"Bearer {SECRET}",
+                                                                                CREDENTIAL_HEADER: FLEET})
             await until(lambda: len(records) == 3, 10, "three attestations")
         return records
 
     with WireUpstream() as upstream:
         records = asyncio.run(scenario(upstream))
         assert all(headers["authorization"] == f"Bearer {SECRET}" and headers["x-api-key"] == SECRET
-                   for headers, _ in upstream.received[:3])
+                   and CREDENTIAL_HEADER not in headers for headers, _ in upstream.received[:3])
     everything = b"".join(r.key + r.value + b"".join(k.encode() + v for k, v in r.headers) for r in records)
-    assert SECRET.encode() not in everything
-    assert caplog.records and SECRET not in caplog.text
-    assert SECRET.encode() not in generate_latest(REGISTRY)
+    for secret in (SECRET, FLEET):
+        assert secret.encode() not in everything
+        assert caplog.records and secret not in caplog.text
+        assert secret.encode() not in generate_latest(REGISTRY)
+
+
+def _read_or_fail(wire, body, compact_header):
+    """The gateway's reading of a request, failing on one (run in its worker processes)."""
+    from producers.gateway_attest import read_request
+    if json.loads(body).get("system") == "fail here":
+        raise RuntimeError("a fault of the gateway's own")
+    return read_request(wire, body, compact_header)
 
 
 def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_spares_the_rest(monkeypatch, caplog):
-    from producers import gateway as gateway_module
-    normalize_exactly = gateway_module.normalize
-
-    def normalize_or_fail(wire, request):
-        if request.get("system") == "fail here":
-            raise RecursionError("a fault of the gateway's own")
-        return normalize_exactly(wire, request)
-    monkeypatch.setattr(gateway_module, "normalize", normalize_or_fail)
+    from producers import gateway_attest
+    monkeypatch.setattr(gateway_attest, "read_request", _read_or_fail)
 
     async def scenario(upstream: WireUpstream):
         records, publishing = [], asyncio.Event()
@@ -187,7 +195,7 @@ def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_s
             await publishing.wait()
             records.append(record)
 
-        gateway = Gateway(GatewayConfig(upstream=upstream.url), attest)
+        gateway = Gateway(GatewayConfig(upstream=upstream.url, credentials=CREDENTIALS), attest)
         closing = gateway.aclose
 
         async def aclose() -> None:  # the server has stopped: Kafka takes records again

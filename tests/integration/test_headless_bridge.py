@@ -33,6 +33,7 @@ from dsh_kafka.config import Secret
 from dsh_pipeline.dsh_runtimes import runtime_executable
 from producers.asgi_server import AsgiServer
 from producers.gateway import Gateway, GatewayConfig
+from producers.gateway_admission import Credentials
 from producers.headless import HeadlessBridge, HeadlessConfig
 from producers.publisher import Publisher
 from tests.conftest import ROOT, canonical
@@ -44,6 +45,9 @@ from tests.unit.test_fold_snapshot_v4 import stored_lines
 
 pytestmark = [pytest.mark.kafka, pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
                                                     reason="the dsh runtime wheel is linux x86_64 only")]
+
+
+FLEET = "fleet-headless-6a2f9c1e"  # the agents' credential: the gateway sends the model its own key
 
 
 def _scenarios():
@@ -77,9 +81,11 @@ def test_headless_agents_are_published_live_as_dsh_wrote_them(kafka, topics, gro
 
     async def run(model: ScriptedMessages) -> tuple[list, list, int]:
         async with Publisher(kafka, names) as publisher, \
-                AsgiServer(Gateway(GatewayConfig(upstream=model.url), publisher.send), "the gateway") as gateway:
+                AsgiServer(Gateway(GatewayConfig(upstream=model.url, credentials=Credentials({"agents": Secret(FLEET)}),
+                                                 upstream_key=Secret("scripted-key")), publisher.send),
+                           "the gateway") as gateway:
             config = HeadlessConfig(executable=runtime_executable("0.2.1rc2"), workspace=tmp_path / "work",
-                                    home=home, model_url=gateway.url, api_key=Secret("scripted-key"))
+                                    home=home, model_url=gateway.url, api_key=Secret(FLEET))
             watched = _Watched(publisher)
             async with HeadlessBridge(config, watched) as bridge:
                 watched.bridge = bridge

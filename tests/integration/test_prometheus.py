@@ -99,7 +99,8 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
                 "project": ["project", "--store", str(tmp_path / "views.sqlite")],
                 "audit": ["audit", "--state", str(tmp_path / "audit.sqlite")],
                 "archive": ["archive", "--root", str(tmp_path / "archive")],
-                "gateway": ["gateway", "--listen", f"127.0.0.1:{ports[6]}", "--upstream", upstream.url]}
+                "gateway": ["gateway", "--listen", f"127.0.0.1:{ports[6]}", "--upstream", upstream.url,
+                            "--credentials-file", str(_credentials(tmp_path))]}
     def start(name: str, argv: list[str]) -> subprocess.Popen:
         with open(tmp_path / f"{name}.log", "wb") as log:
             return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
@@ -148,12 +149,23 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
         upstream.__exit__(None, None, None)
 
 
+FLEET = "fleet-scraped-4e7a1c90b3"
+
+
+def _credentials(folder: Path) -> Path:
+    path = folder / "gateway-credentials"
+    path.touch(0o600)
+    path.write_text(f"prometheus-test {FLEET}\n")
+    return path
+
+
 def _through_gateway(port: int, system: str, deadline: float) -> None:
     """One Messages request through the gateway, once it listens."""
     body = json.dumps({"model": "m", "system": system, "messages": [{"role": "user", "content": "hi"}]}).encode()
     while True:
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/messages", data=body, headers={
-            "content-type": "application/json", "x-deepseek-harness-session-id": "scraped-session"})
+            "content-type": "application/json", "x-deepseek-harness-session-id": "scraped-session",
+            "x-dsh-gateway-credential": FLEET})
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 response.read()

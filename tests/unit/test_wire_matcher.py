@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from consumers.auditor.findings import Report
 from consumers.auditor.wire import Logged, WireMatcher
-from dsh_core.wire_request import normalize, request_parts, wire_digest
+from dsh_core.wire_request import RAW_ALGORITHM, normalize, request_parts, wire_digest
 
 
 def _request(text: str, system: str = "Be brief.") -> dict:
@@ -84,3 +84,34 @@ def test_state_survives_a_round_trip():
     restored = WireMatcher.from_json(matcher.to_json(), report, False)
     restored.settle_due(10**9, 0)
     assert [f.rule for f in report.findings] == ["request-mismatch"]
+
+
+def test_a_request_the_upstream_refused_is_counted_never_a_finding():
+    matcher, report = _matcher(require=True)
+    one, forged = _request("one"), _request("someone else's words")
+    matcher.attestation(_sent(1, forged, outcome="refused") | {"status": 401}, 0)  # the model saw nothing
+    matcher.attestation(_sent(2, one, outcome="refused") | {"status": 403}, 0)
+    matcher.boundary(_logged(5, one))  # dsh logged the refused attempt: it verifies still
+    matcher.attestation(_sent(3, forged, outcome="refused") | {"status": 401}, 0)
+    matcher.settle_due(10**9, 0)
+    assert report.findings == []
+    assert sorted(v for _, _, v in report.wire_verdicts) == ["refused", "refused", "verified"]
+
+
+def test_a_request_too_large_to_read_pairs_with_its_boundary_unchecked_and_alone_is_unlogged():
+    matcher, report = _matcher(require=True)
+    raw = {"gateway": "g1", "wire": "messages", "kind": "agent", "status": 200, "outcome": "completed",
+           "algorithm": RAW_ALGORITHM, "digest": "ab" * 32, "parts": None, "bytes": 9 << 20}
+    one, two = _request("one"), _request("two")
+    matcher.attestation(raw | {"arrival": 1}, 0)
+    matcher.attestation(_sent(2, two), 0)
+    matcher.boundary(_logged(5, one))  # the large one's
+    matcher.boundary(_logged(9, two))  # an anchor: settles the pair before it
+    assert report.findings == []
+    matcher.attestation(raw | {"arrival": 3}, 0)
+    matcher.settle_due(10**9, 0)
+    [finding] = report.findings
+    assert finding.rule == "unlogged-request"
+    assert finding.detail.endswith("(too large for the gateway to read: its content was not compared): the model saw "
+                                   "a request the log cannot rebuild")
+    assert [v for _, _, v in report.wire_verdicts] == ["unchecked", "verified", "unlogged"]

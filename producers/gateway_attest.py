@@ -1,0 +1,207 @@
+"""Attesting the gateway's finished exchanges without delaying anyone's bytes.
+
+Reading a request (parse, normalize, classify, digest) costs time that
+grows with its size, so it never runs on the event loop: each finished
+exchange's body goes to a process pool (a thread would hold the GIL), and
+each session's attestations are published in the order its exchanges
+finished (the auditor matches a session's requests in order). A body over
+the parse limit, or finding the pool's backlog full, is not read at all: its
+attestation carries the SHA-256 of its bytes, taken as they passed
+(:data:`~dsh_core.wire_request.RAW_ALGORITHM`), and says why it was not
+read (``unread``).
+
+The bodies waiting here are counted in the gateway's body memory
+(:class:`~producers.gateway_admission.BodyMemory`) until read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import multiprocessing
+import os
+import select
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Awaitable, Callable
+
+from prometheus_client import Counter
+
+from dsh_core.jsonvalue import encode_json
+from dsh_core.wire_request import ALGORITHM, RAW_ALGORITHM, Wire, classify, normalize, request_parts, wire_digest
+from dsh_kafka.records import SessionRecord, wire_attestation_record
+
+__all__ = ["Attesting", "Exchange", "read_request"]
+
+log = logging.getLogger("dsh_pipeline.gateway")
+
+#: Parts are dropped from an attestation whose parts are larger than this (the digest stays).
+_PARTS_LIMIT = 48 * 1024
+#: Attestations not handed over yet: a handler whose exchange finds as many
+#: waits (its response is complete already).
+_PENDING = 4096
+_NICER = 10
+
+REQUESTS = Counter("dsh_gateway_requests_total", "Requests through the gateway, by wire, kind and outcome.",
+                   ["wire", "kind", "outcome"])
+ATTESTED = Counter("dsh_gateway_attestations_total", "Wire attestations handed to the publisher, by result.",
+                   ["result"])
+UNREAD = Counter("dsh_gateway_unread_requests_total", "Requests attested by their bytes' digest, unread, by why.",
+                 ["why"])
+
+Attest = Callable[[SessionRecord], Awaitable[None]]
+
+
+class Exchange:
+    """What one request's attestation says."""
+
+    def __init__(self, wire: Wire, session_id: str, arrival: int, client: str) -> None:
+        self.wire, self.session_id, self.arrival, self.client = wire, session_id, arrival, client
+        self.status: int | None = None
+        self.outcome = "completed"
+        self.received = time.time()
+        self.body_bytes = 0
+        self.raw_digest = ""  # hex SHA-256 of the body as it passed
+
+    def value(self, instance: str, read: dict[str, Any]) -> dict[str, Any]:
+        return {"gateway": instance, "client": self.client, "arrival": self.arrival, "wire": self.wire,
+                "status": self.status, "outcome": self.outcome, "receivedAt": round(self.received * 1000), **read}
+
+
+def read_request(wire: Wire, body: bytes, compact_header: bool) -> dict[str, Any]:
+    """The attestation's reading of a request body: ``kind``, ``algorithm``,
+    ``digest`` and ``parts`` (``problem`` instead of a digest when the body
+    is no request of ``wire``). Runs in a pool worker."""
+    unread = {"kind": "agent", "algorithm": ALGORITHM, "digest": None, "parts": None}
+    try:
+        parsed = json.loads(body)
+        if not isinstance(parsed, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, RecursionError) as error:
+        return unread | {"problem": f"the request body is not a JSON object: {error}"}
+    try:
+        normalized = normalize(wire, parsed)
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as error:  # the upstream judged it
+        return unread | {"problem": f"the request body is not a {wire} request ({type(error).__name__}: {error})"}
+    parts = request_parts(normalized)
+    return {"kind": classify(normalized, compact_header), "algorithm": ALGORITHM, "digest": wire_digest(normalized),
+            "parts": parts if len(encode_json(parts)) <= _PARTS_LIMIT else None}
+
+
+def _raw_reading(exchange: Exchange, compact_header: bool, why: str) -> dict[str, Any]:
+    """The reading of a body not read: its bytes' digest."""
+    return {"kind": "compaction" if compact_header else "agent", "algorithm": RAW_ALGORITHM,
+            "digest": exchange.raw_digest, "parts": None, "bytes": exchange.body_bytes, "unread": why}
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    context = multiprocessing.get_context("forkserver")  # not fork: the gateway runs threads (the Kafka client's)
+    context.set_forkserver_preload([__name__])
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_start, initargs=(os.getpid(),))
+
+
+def _worker_start(gateway: int) -> None:
+    """A worker runs at a lower CPU priority than the gateway (on a busy host
+    relaying comes first, and reading falls behind instead: past the backlog
+    limit a request is attested unread), and ends with it (a gateway killed
+    outright leaves no worker waiting on its queue)."""
+    os.nice(_NICER)
+    watched = os.pidfd_open(gateway)
+    threading.Thread(target=_end_with, args=(watched,), name="gateway-watch", daemon=True).start()
+
+
+def _end_with(watched: int) -> None:
+    select.select([watched], [], [])  # readable once the process is gone
+    os._exit(0)
+
+
+class Attesting:
+    """Reads finished exchanges in a pool of ``workers`` processes and hands
+    their attestations to ``attest``, each session's in the order its
+    exchanges finished (one session's large request holds back no other's).
+    At most ``queue_bytes`` of bodies wait for a worker: a body past that, or
+    past ``parse_limit``, is attested unread, by its bytes' digest.
+    ``release`` is called with a body's size once it is read (or not to be
+    read)."""
+
+    def __init__(self, instance: str, attest: Attest, workers: int, parse_limit: int, queue_bytes: int,
+                 release: Callable[[int], None]) -> None:
+        self.instance, self.attest, self.workers = instance, attest, workers
+        self.parse_limit, self.queue_bytes, self.release = parse_limit, queue_bytes, release
+        self._pool = _pool(workers)
+        self._pool.submit(int).result()  # the workers are up before the first exchange needs one
+        self._queued = 0  # bytes of bodies submitted to the pool and not read yet
+        self._pending = asyncio.Semaphore(_PENDING)
+        self._latest: dict[str, asyncio.Task] = {}  # each session's last attestation not yet handed over
+        self._attesting: set[asyncio.Task] = set()
+
+    async def finished(self, exchange: Exchange, body: bytes, compact_header: bool) -> None:
+        """Attest an exchange that is over: its body is read at once in the
+        pool; its attestation is handed over after its session's earlier ones."""
+        await self._pending.acquire()  # many attestations not handed over yet (a slow Kafka): wait for room
+        reading = self._reading(exchange, body, compact_header)
+        task = asyncio.create_task(self._attest(exchange, reading, self._latest.get(exchange.session_id)))
+        self._latest[exchange.session_id] = task
+        self._attesting.add(task)
+        task.add_done_callback(lambda _: self._over(exchange.session_id, task))
+
+    def _over(self, session_id: str, task: asyncio.Task) -> None:
+        self._attesting.discard(task)
+        if self._latest.get(session_id) is task:
+            del self._latest[session_id]
+        self._pending.release()
+
+    def _reading(self, exchange: Exchange, body: bytes, compact_header: bool) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        size = exchange.body_bytes
+        if size > self.parse_limit or self._queued + size > self.queue_bytes:
+            why = "over the parse limit" if size > self.parse_limit else "the attesting backlog was full"
+            UNREAD.labels(why).inc()
+            self.release(size)
+            unread: asyncio.Future = loop.create_future()
+            unread.set_result(_raw_reading(exchange, compact_header, why))
+            return unread
+        try:
+            reading = loop.run_in_executor(self._pool, read_request, exchange.wire, body, compact_header)
+        except BrokenProcessPool:  # a worker died (killed, out of memory): a new pool for this and later ones
+            log.error("the gateway's attesting workers died; starting new ones")
+            self._pool.shutdown(wait=False)
+            self._pool = _pool(self.workers)
+            reading = loop.run_in_executor(self._pool, read_request, exchange.wire, body, compact_header)
+        self._queued += size
+
+        def read(_: asyncio.Future) -> None:
+            self._queued -= size
+            self.release(size)
+        reading.add_done_callback(read)
+        return reading
+
+    async def _attest(self, exchange: Exchange, reading: asyncio.Future, earlier: asyncio.Task | None) -> None:
+        if earlier is not None:
+            await asyncio.wait([earlier])  # the session's earlier attestation first, whatever became of it
+        try:
+            read = await reading
+            REQUESTS.labels(exchange.wire, read["kind"], exchange.outcome).inc()
+            await self._publish(exchange, exchange.value(self.instance, read))
+        except Exception:  # noqa: BLE001 - a fault of ours in one exchange must not stop the others' attestations
+            ATTESTED.labels("failed").inc()
+            log.exception("session %r arrival %d (%s) was not attested", exchange.session_id, exchange.arrival,
+                          exchange.wire)
+
+    async def _publish(self, exchange: Exchange, value: dict[str, Any]) -> None:
+        try:
+            await self.attest(wire_attestation_record(exchange.session_id, exchange.arrival, encode_json(value)))
+            ATTESTED.labels("sent").inc()
+        except Exception as error:  # noqa: BLE001 - the agent's exchange is over; say what was lost, go on
+            ATTESTED.labels("failed").inc()
+            log.error("the attestation of session %r arrival %d (%s) was not published: %s", exchange.session_id,
+                      exchange.arrival, exchange.wire, error)
+
+    async def aclose(self) -> None:
+        """Attest every exchange that is over, then stop the workers."""
+        while self._attesting:
+            await asyncio.wait(set(self._attesting))
+        self._pool.shutdown(wait=False, cancel_futures=True)
