@@ -36,6 +36,8 @@ def _commands() -> list[tuple[str, list[str]]]:
     for page, first, block in _blocks("sh"):
         for offset, line in enumerate(block.splitlines()):
             for part in re.split(r"&&|;|\|", line.split(" #", 1)[0]):
+                if "dsh-pipeline" not in part:
+                    continue
                 words = shlex.split(part.strip().replace('"$', '"'), comments=True)
                 if words and words[0].endswith("dsh-pipeline"):
                     commands.append((f"{page.relative_to(ROOT)}:{first + offset}", words[1:]))
