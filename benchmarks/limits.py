@@ -192,7 +192,8 @@ from producers.shipper import Shipper, ShipperConfig
 async def main(root, state):
     async def discard(record): pass
     async def flush(): pass
-    shipper = Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, lambda line: None)
+    shipper = Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, lambda line: None,
+                      say=lambda line: None)
     await shipper.ship_once()
     started = time.perf_counter()
     await shipper.ship_once()

@@ -105,7 +105,7 @@ def _backfill_root(root: Path, min_events: int) -> int:
 async def _backfill(kafka: KafkaConfig, names: TopicNames, root: Path, state: Path) -> float:
     async with Publisher(kafka, names) as publisher:
         shipper = Shipper(ShipperConfig(root=root, state_dir=state, once=True), publisher.send, publisher.flush,
-                          report=lambda line: None)
+                          report=print, say=lambda line: None)
         start = time.perf_counter()
         await shipper.run(asyncio.Event())
         return time.perf_counter() - start

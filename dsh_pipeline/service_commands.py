@@ -53,7 +53,7 @@ def ship(args: argparse.Namespace) -> int:
         async with Publisher(kafka, names) as publisher:
             shipping = True
             try:
-                shipper = Shipper(config, publisher.send, publisher.flush, report)
+                shipper = Shipper(config, publisher.send, publisher.flush, report, say=report)
                 await shipper.run(stop)
             finally:
                 shipping = False

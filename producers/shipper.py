@@ -130,15 +130,16 @@ _SLICE_SECONDS = 0.05
 
 class Shipper:
     """Ships a sessions root through ``send`` (e.g. :meth:`Publisher.send`);
-    ``report`` gets each refusal (said once per process) and summary line."""
+    ``report`` gets each refusal (said once per process), ``say`` each
+    summary line."""
 
     def __init__(self, config: ShipperConfig, send: Callable[[SessionRecord], Any], flush: Callable[[], Any],
-                 report: Callable[[str], None]) -> None:
+                 report: Callable[[str], None], *, say: Callable[[str], None]) -> None:
         check_root(config.root)
         self.config = config
         self._send = send
         self._flush = flush
-        self._report = report
+        self._report, self._say = report, say
         self.checkpoints = Checkpoints(config.state_dir / "shipper-checkpoints.json")
         self._reported: set[str] = set()
         self._folders: dict[str, tuple[int, FolderLog]] = {}  # what each session folder held, by its mtime
@@ -226,7 +227,7 @@ class Shipper:
             if self.config.once or stop.is_set():
                 break
             if time.monotonic() - said >= self.config.summary_seconds:
-                self._report(f"following {self.config.root}: {period}")
+                self._say(f"following {self.config.root}: {period}")
                 period, said = PassSummary(), time.monotonic()
             try:
                 await asyncio.wait_for(stop.wait(), self.config.poll_seconds)
@@ -234,6 +235,6 @@ class Shipper:
                 pass
         found = "" if period.sessions else f" (no session logs found: {LAYOUT})"
         if not stop.is_set():
-            self._report(f"pass done: {period}{found}")
+            self._say(f"pass done: {period}{found}")
         else:
-            self._report(f"stopped: {period}{found}; the checkpoint holds every record sent")
+            self._say(f"stopped: {period}{found}; the checkpoint holds every record sent")

@@ -53,7 +53,7 @@ def test_real_corpus_projects_to_expected_messages(kafka, topics, group_id, tmp_
     async def run() -> list:
         async with Publisher(kafka, names) as publisher:
             await Shipper(ShipperConfig(root, tmp_path / "state", once=True), publisher.send, publisher.flush,
-                          report=pytest.fail).run(asyncio.Event())
+                          report=pytest.fail, say=print).run(asyncio.Event())
         ends = await end_offsets(kafka, names.events)
         projecting = projector(kafka, names, group_id("projector"), tmp_path / "views.sqlite")
         auditing = auditor(kafka, names, group_id("auditor"))

@@ -68,7 +68,7 @@ def test_v0_v3_and_v4_sessions_share_a_topic_end_to_end(kafka, topics, group_id,
     async def run() -> tuple[list, list]:
         async with Publisher(kafka, names) as publisher:
             await Shipper(ShipperConfig(root, tmp_path / "state", once=True), publisher.send, publisher.flush,
-                          report=pytest.fail).run(asyncio.Event())
+                          report=pytest.fail, say=print).run(asyncio.Event())
         ends = await end_offsets(kafka, names.events)
         services = [projector(kafka, names, group_id("projector"), tmp_path / "views.sqlite", hot_sessions=3),
                     auditor(kafka, names, group_id("auditor"), hot_sessions=3),

@@ -103,7 +103,7 @@ def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, 
     async def ship() -> int:
         async with Publisher(kafka, shipped_names) as publisher:
             shipper = Shipper(ShipperConfig(root=root, state_dir=tmp_path / "state", once=True), publisher.send,
-                              publisher.flush, report=lambda line: pytest.fail(line))
+                              publisher.flush, report=lambda line: pytest.fail(line), say=print)
             return await shipper.ship_once()
 
     sent = asyncio.run(ship())
@@ -123,7 +123,7 @@ def _the_shipper_completes_what_the_bridges_published(kafka, names, root, files,
     async def scenario() -> list:
         async with Publisher(kafka, names) as publisher:
             shipper = Shipper(ShipperConfig(root=root, state_dir=tmp_path / "same-topic", once=True), publisher.send,
-                              publisher.flush, report=lambda line: pytest.fail(line))
+                              publisher.flush, report=lambda line: pytest.fail(line), say=print)
             await shipper.ship_once()
         ends = await end_offsets(kafka, names.events)
         services = [projector(kafka, names, "bridged-p", tmp_path / "views.sqlite"),

@@ -51,7 +51,7 @@ def _collecting_shipper(root: Path, state: Path) -> tuple[Shipper, list, list[st
     async def flush() -> None:
         pass
 
-    return Shipper(ShipperConfig(root, state, once=True), send, flush, reports.append), sent, reports
+    return Shipper(ShipperConfig(root, state, once=True), send, flush, reports.append, say=reports.append), sent, reports
 
 
 def test_hostile_entries_are_reported_and_the_honest_session_ships(tmp_path):
@@ -143,7 +143,7 @@ from producers.shipper import Shipper, ShipperConfig
 async def ship(root, state):
     async def discard(record): pass
     async def flush(): pass
-    await Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, print).ship_once()
+    await Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, print, say=print).ship_once()
 
 if sys.argv[1] == "ship":
     asyncio.run(ship(*sys.argv[2:]))
