@@ -1,4 +1,4 @@
-"""The record envelope of ``dsh.session-events`` (DESIGN.md "Topics and records").
+"""The record envelope of ``dsh.session-events`` (docs/reference/topics.md).
 
 Key: the session id (UTF-8). Value: self-describing JSON; for ``record``
 the exact JSONL line of one dsh storage record (an event or a packed chunk

@@ -1,4 +1,4 @@
-"""The pipeline's topics (DESIGN.md "Topics and records"): names and specs."""
+"""The pipeline's topics (docs/reference/topics.md): names and specs."""
 
 from __future__ import annotations
 

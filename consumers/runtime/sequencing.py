@@ -1,6 +1,6 @@
 """Per-session record order, shared by every consumer service.
 
-``seq`` is the idempotency key (DESIGN.md principle 3): a record below the
+``seq`` is the idempotency key (docs/concepts/delivery.md): a record below the
 session's next seq is a duplicate; one above it, or any record before the
 session can take records at all (no header yet), is held until the gap
 below it fills; the next one is applied, and so are the held records it

@@ -104,7 +104,7 @@ def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, 
         async with Publisher(kafka, shipped_names) as publisher:
             shipper = Shipper(ShipperConfig(root=root, state_dir=tmp_path / "state", once=True), publisher.send,
                               publisher.flush, report=lambda line: pytest.fail(line), say=print)
-            return await shipper.ship_once()
+            return (await shipper.ship_once()).records
 
     sent = asyncio.run(ship())
     shipped = _events_of(asyncio.run(consume_all(kafka, shipped_names.events, sent, timeout=30)))
@@ -113,7 +113,7 @@ def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, 
 
 
 def _the_shipper_completes_what_the_bridges_published(kafka, names, root, files, tmp_path) -> None:
-    """DESIGN.md's deployment: bridges publish live, the shipper ships the same
+    """The deployment where bridges publish live and the shipper ships the same
     session files to the same topic (completing what a bridge missed). The
     services take the shipper's records, packed otherwise than the bridges'
     one-event records, as duplicates: no dead letter, views and archives

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import urllib.parse
 
 import msgspec
 import psycopg
@@ -434,7 +435,7 @@ def test_rows_a_store_refuses_for_their_content_refuse_their_session_alone(store
 def _database(postgres_dsn, options: str) -> str:
     """A fresh database created with ``options``."""
     location = create_database(postgres_dsn, "test")
-    name = location.rsplit("/", 1)[1]
+    name = urllib.parse.urlsplit(location).path.lstrip("/")  # (the DSN's query names its password file)
     with psycopg.connect(postgres_dsn, autocommit=True) as connection:
         connection.execute(f"DROP DATABASE {name}")
         connection.execute(f"CREATE DATABASE {name} TEMPLATE template0 {options}")

@@ -1,4 +1,4 @@
-"""The direction of imports (DESIGN.md "Layout"): the domain knows nothing
+"""The direction of imports (docs/concepts/architecture.md): the domain knows nothing
 of Kafka, the Kafka edge nothing of the services, the services nothing of
 the command line. Read from the source, so a lazy import counts too."""
 

@@ -64,6 +64,9 @@ def test_a_client_line_repeated_within_the_interval_is_shown_once_then_counted()
 
 
 def test_json_logs_are_json_only_with_fields(capsys):
+    # logging captures warnings once per process; pytest gives each test a warnings catcher of its own, so an
+    # earlier test's capture would leave this one's warning with pytest: start the capture afresh
+    logging.captureWarnings(False)
     configure_logging("INFO", "json", "project")
     try:
         logging.getLogger("dsh.projector").warning(
