@@ -10,7 +10,6 @@ import dataclasses
 import logging
 import os
 import resource
-import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -160,20 +159,11 @@ def api_tokens(tokens_file: str | None) -> frozenset[str]:
     """The read API's bearer tokens: one per line of ``tokens_file`` (``#``
     starts a comment), and those of ``$DSH_API_TOKENS``; none is an error,
     and so is a file its group or others may read or change."""
-    from dsh_core.errors import ExposedSecretError, PipelineError
+    from dsh_core.errors import PipelineError
+    from producers.gateway_admission import read_secret_file
     tokens = {token.strip() for token in os.environ.get(TOKENS_ENV, "").split(",") if token.strip()}
-    if tokens_file:
-        try:
-            with open(tokens_file, encoding="utf-8") as file:
-                mode = os.fstat(file.fileno()).st_mode  # of the file read, not of what the path names later
-                if mode & 0o077:
-                    raise ExposedSecretError(
-                        f"--tokens-file {tokens_file}: its group or others may read or change it (mode "
-                        f"{stat.S_IMODE(mode):04o}), and a token opens every transcript; run `chmod 600 "
-                        f"{tokens_file}`")
-                lines = file.read().splitlines()
-        except (OSError, UnicodeError) as error:
-            raise PipelineError(f"--tokens-file {tokens_file}: cannot read it: {error}") from None
+    if tokens_file:  # a token opens every transcript
+        lines = read_secret_file(tokens_file, "--tokens-file").splitlines()
         tokens |= {line.split("#", 1)[0].strip() for line in lines} - {""}
     if not tokens:
         raise PipelineError(f"the read API needs a token: --tokens-file FILE (one per line) or ${TOKENS_ENV}")

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Callable, Literal, Mapping
 from urllib.parse import unquote
 
-from dsh_core.errors import PipelineError
+from dsh_core.errors import ExposedSecretError, PipelineError
 from dsh_core.wire_request import Wire
 from dsh_kafka.config import Secret
 
@@ -65,14 +65,15 @@ class Refusal(Exception):
 
 
 def read_secret_file(path: str | Path, what: str) -> str:
-    """The text of a secret file that only its owner may read or write
-    (:class:`PipelineError` naming ``what`` and the path otherwise)."""
+    """The text of a secret file that only its owner may read or write:
+    :class:`ExposedSecretError` when its group or others may, a
+    :class:`PipelineError` naming ``what`` and the path when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as file:
-            mode = os.fstat(file.fileno()).st_mode
+            mode = os.fstat(file.fileno()).st_mode  # of the file read, not of what the path names later
             if mode & (stat.S_IRWXG | stat.S_IRWXO):
-                raise PipelineError(f"{what} {path}: others may read or change it (mode {stat.S_IMODE(mode):04o}): "
-                                    f"chmod 600 it")
+                raise ExposedSecretError(f"{what} {path}: its group or others may read or change it (mode "
+                                         f"{stat.S_IMODE(mode):04o}): run `chmod 600 {path}`")
             return file.read()
     except (OSError, UnicodeError) as error:
         raise PipelineError(f"{what} {path}: cannot read it: {getattr(error, 'strerror', None) or error}") from None

@@ -28,7 +28,7 @@ def test_each_line_names_a_client_and_its_secret(tmp_path):
 
 
 @pytest.mark.parametrize("text, mode, message", [
-    ("ci 0123456789abcdef\n", 0o640, "others may read or change it (mode 0640): chmod 600 it"),
+    ("ci 0123456789abcdef\n", 0o640, "others may read or change it (mode 0640): run `chmod 600 "),
     ("ci 0123456789abcdef\n", 0o604, "others may read or change it (mode 0604)"),
     ("ci 0123456789abcdef extra\n", 0o600, "line 1: is not NAME SECRET"),
     ("ci 0123456789abcdef\nci fedcba9876543210\n", 0o600, "line 2: repeats a name"),
