@@ -53,14 +53,15 @@ def ship(args: argparse.Namespace) -> int:
             shipping = True
             try:
                 shipper = Shipper(config, publisher.send, publisher.flush, report, say=report)
-                await shipper.run(stop)
+                summary = await shipper.run(stop)
             finally:
                 shipping = False
         if not config.once:
             return EXIT_OK  # following ends when it is stopped: refusals were said, and counted in the metrics
         if stop.is_set():
             return EXIT_INTERRUPTED
-        return EXIT_REFUSED if shipper.refused or refused_layouts else EXIT_OK
+        # a log refused by an earlier pass is still not shipped
+        return EXIT_REFUSED if summary.refused or summary.skipped or refused_layouts else EXIT_OK
 
     with _ops_server(args, health):
         return run_until_signal(main)

@@ -143,7 +143,6 @@ class Shipper:
         self.checkpoints = Checkpoints(config.state_dir / "shipper-checkpoints.json")
         self._reported: set[str] = set()
         self._folders: dict[str, tuple[int, FolderLog]] = {}  # what each session folder held, by its mtime
-        self.refused = 0  # refusals since the start
         self._slice_ends = 0.0
 
     async def ship_once(self, stop: asyncio.Event | None = None) -> PassSummary:
@@ -209,7 +208,6 @@ class Shipper:
         """Count a refused file or entry; say it once per process (by
         ``key``, else by its message)."""
         summary.refused += 1
-        self.refused += 1
         key = key or error.message
         if key not in self._reported:
             self._reported.add(key)
@@ -217,10 +215,10 @@ class Shipper:
             hint = f" (lay logs out with `{LAYOUT_COMMAND}`)" if isinstance(error, LayoutError) else ""
             self._report(f"refused {type(error).__name__}: {error.message}{hint}")
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event) -> PassSummary:
         """Follow the root until ``stop`` is set (``once``: one pass), with
         a summary line after a single pass, every ``summary_seconds`` while
-        following, and when stopped."""
+        following, and when stopped; returns what was said last."""
         period, said = PassSummary(), time.monotonic()
         while True:
             period.add(await self.ship_once(stop))
@@ -238,3 +236,4 @@ class Shipper:
             self._say(f"pass done: {period}{found}")
         else:
             self._say(f"stopped: {period}{found}; the checkpoint holds every record sent")
+        return period

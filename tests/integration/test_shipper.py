@@ -200,7 +200,10 @@ def test_torn_tail_waits_and_bad_file_is_reported(kafka, topics, tmp_path):
     assert [r.kind for r in records if r.session_id == torn_id] == ["header", "record", "record", "record"]
     with open(torn, "ab") as stream:  # the writer completes the record
         stream.write(lines[4][20:] + b"\n")
-    subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, timeout=120)
+    again = subprocess.run(_ship_command(kafka, names, root, state, "--once"), capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 1, "a log refused by the pass before is still not shipped"
+    assert f"refused earlier, not shipped: session {bad_id!r}: expected seq 2, got 999" in again.stderr
     more = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, 4 + 3 + 1, timeout=30,
                                                                     settle=1))]
     assert [r.value for r in more if r.session_id == torn_id][-1] == lines[4]
