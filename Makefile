@@ -52,14 +52,17 @@ reference:
 	  fi; \
 	else echo "node/npm not found: differential tests against the reference will be skipped"; fi
 
-# Prometheus and promtool, Debian's package, for the real-Prometheus test
-# (which says why it is skipped where they cannot be installed).
+# Prometheus, promtool and Alertmanager, Debian's packages, for the
+# real-Prometheus and alert-routing tests (which say why they are skipped
+# where these cannot be installed).
 prometheus:
-	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then \
+	@if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1 \
+	    || ! command -v prometheus-alertmanager >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) \
-	      >/dev/null 2>&1 || echo "apt-get could not install prometheus: the real-Prometheus test will be skipped"; \
-	  else echo "prometheus is not installed and apt-get needs root here: the real-Prometheus test will be skipped"; fi; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      prometheus prometheus-alertmanager) >/dev/null 2>&1 \
+	      || echo "apt-get could not install prometheus: the real-Prometheus tests will be skipped"; \
+	  else echo "prometheus is not installed and apt-get needs root here: the real-Prometheus tests will be skipped"; fi; \
 	fi
 
 # PostgreSQL's server, Debian's package, for the PostgreSQL tests (which say

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -22,60 +20,44 @@ import pytest
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER
 from dsh_pipeline.local_kafka import free_ports
-from tests.conftest import ROOT, corpus_logs, expected_of
+from tests.conftest import corpus_logs, expected_of
 from tests.layout_helpers import place
+from tests.prometheus_servers import DEPLOY, PROMETHEUS, PROMTOOL, api, prometheus_config, ready, require
 from tests.wire_upstream import WireUpstream
 
 pytestmark = pytest.mark.kafka
 
-DEPLOY = ROOT / "deploy"
-PROMETHEUS, PROMTOOL = shutil.which("prometheus"), shutil.which("promtool")
 #: Dashboard queries a run without publisher failures leaves empty (the series appears with the first error).
 EMPTY_WITHOUT_FAILURES = {"sum by (error) (increase(dsh_publisher_errors_total[1m]))"}
 
 
 @pytest.fixture(scope="module")
 def tools() -> tuple[str, str]:
-    if not (PROMETHEUS and PROMTOOL):
-        pytest.skip("prometheus and promtool are not installed: `make test` installs Debian's prometheus package "
-                    "(apt-get, as root); it could not on this machine")
+    require(PROMETHEUS, PROMTOOL)
     return PROMETHEUS, PROMTOOL
-
-
-def _config(folder: Path, targets: list[str]) -> Path:
-    """deploy/prometheus.yml with the repository's rules, these targets and a 1 s rhythm."""
-    text = (DEPLOY / "prometheus.yml").read_text()
-    for old, new in (("/etc/prometheus/rules.yml", str(DEPLOY / "prometheus-rules.yml")),
-                     ('["shipper:9100", "projector:9100", "auditor:9100", "archiver:9100", "gateway:9100"]',
-                      json.dumps(targets)),
-                     ("scrape_interval: 5s", "scrape_interval: 1s"), ("evaluation_interval: 15s", "evaluation_interval: 1s")):
-        assert old in text, f"deploy/prometheus.yml no longer holds {old!r}"
-        text = text.replace(old, new)
-    path = folder / "prometheus.yml"
-    path.write_text(text)
-    return path
 
 
 def test_promtool_accepts_the_configuration_and_the_rules(tools, tmp_path):
     _, promtool = tools
     rules = subprocess.run([promtool, "check", "rules", str(DEPLOY / "prometheus-rules.yml")], capture_output=True,
                            text=True, check=False)
-    assert rules.returncode == 0 and "SUCCESS: 6 rules found" in rules.stdout, rules.stdout + rules.stderr
-    config = subprocess.run([promtool, "check", "config", str(_config(tmp_path, ["127.0.0.1:9100"]))],
+    assert rules.returncode == 0 and "SUCCESS: 8 rules found" in rules.stdout, rules.stdout + rules.stderr
+    config = subprocess.run([promtool, "check", "config", str(prometheus_config(tmp_path, ["127.0.0.1:9100"]))],
                             capture_output=True, text=True, check=False)
     assert config.returncode == 0, config.stdout + config.stderr
+
+
+def test_the_rules_fire_on_the_series_they_are_meant_for_and_only_then(tools):
+    _, promtool = tools
+    tested = subprocess.run([promtool, "test", "rules", str(DEPLOY / "prometheus-rules.test.yml")],
+                            capture_output=True, text=True, check=False)
+    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
 
 def _dashboard_queries() -> list[str]:
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "dsh-pipeline.json").read_text())
     return [target["expr"].replace("$__rate_interval", "1m").replace("$__range", "5m")
             for panel in dashboard["panels"] for target in panel.get("targets", [])]
-
-
-def _api(port: int, path: str, **query: str) -> dict:
-    url = f"http://127.0.0.1:{port}/api/v1/{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
 
 
 def _headers(seq: int) -> list[tuple[str, bytes]]:
@@ -108,14 +90,14 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
     processes = [start(name, [sys.executable, "-m", "dsh_pipeline.cli", *args, *common, "--metrics-port", str(port)])
                  for (name, args), port in zip(commands.items(), ports)]
     targets = [f"127.0.0.1:{port}" for port in ports[:5]]
-    processes.append(start("prometheus", [prometheus, f"--config.file={_config(tmp_path, targets)}",
+    processes.append(start("prometheus", [prometheus, f"--config.file={prometheus_config(tmp_path, targets)}",
                                           f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                           f"--web.listen-address=127.0.0.1:{ports[5]}"]))
     try:
         deadline = time.monotonic() + 180
         dead_letters, scraped_at_send = 0, -1
         queries = _dashboard_queries()
-        while not _ready(ports[5]):
+        while not ready(ports[5]):
             assert time.monotonic() < deadline and processes[-1].poll() is None, \
                 (tmp_path / "prometheus.log").read_text()[-1500:]
             time.sleep(0.2)  # wait-ok: Prometheus starting, with a deadline
@@ -128,14 +110,14 @@ def test_prometheus_scrapes_every_service_and_an_alert_fires(tools, kafka, topic
         while True:
             assert time.monotonic() < deadline, (f"not every query has series, or no alert fired: "
                                                  f"{[q for q in queries if not _series(ports[5], q)]} "
-                                                 f"{_api(ports[5], 'alerts')['data']['alerts']}")
+                                                 f"{api(ports[5], 'alerts')['data']['alerts']}")
             assert all(process.poll() is None for process in processes), "a process of the run stopped"
             scraped = _scraped_dead_letters(ports[5])
             if _up(ports[5]) == 5 and dead_letters < 2 and scraped > scraped_at_send:
                 dead_letters += 1  # one after another is seen: increase() needs the counter seen before it grows
                 scraped_at_send = scraped
                 asyncio.run(_dead_letter(kafka, names.events, dead_letters))
-            firing = [alert["labels"]["alertname"] for alert in _api(ports[5], "alerts")["data"]["alerts"]
+            firing = [alert["labels"]["alertname"] for alert in api(ports[5], "alerts")["data"]["alerts"]
                       if alert["state"] == "firing"]
             empty = [q for q in queries if q not in EMPTY_WITHOUT_FAILURES and not _series(ports[5], q)]
             if "DshRecordsDeadLettered" in firing and not empty:
@@ -175,16 +157,8 @@ def _through_gateway(port: int, system: str, deadline: float) -> None:
             time.sleep(0.2)  # wait-ok: the gateway starting, with a deadline
 
 
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=5) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def _series(port: int, query: str) -> list:
-    answer = _api(port, "query", query=query)
+    answer = api(port, "query", query=query)
     assert answer["status"] == "success", (query, answer)
     return answer["data"]["result"]
 
