@@ -3,9 +3,10 @@ services' record paths, and the inputs it found, kept as regression cases.
 
 The unit tier runs a few thousand inputs of a fixed seed (``DSH_FUZZ_SEED``
 changes it); the ``slow`` tier runs ``DSH_FUZZ_INPUTS`` (default 1,000,000)
-of a random seed, every input through the services too::
+of a random seed, every input through the services too, on
+``DSH_FUZZ_WORKERS`` processes (default: one per core)::
 
-    DSH_FUZZ_INPUTS=20000 .venv/bin/python -m pytest -m slow tests/unit/test_fuzz.py
+    DSH_FUZZ_INPUTS=20000 .venv/bin/python -m pytest -m slow -s tests/unit/test_fuzz.py
 
 A failure names the seed and the input; ``python -m tests.fuzzing SEED
 INDEX FILE`` writes that input, to keep under ``tests/fuzz_corpus``.
@@ -50,7 +51,14 @@ def test_fuzz_a_few_thousand_inputs():
 def test_fuzz_a_million_inputs():
     seed = int(os.environ.get("DSH_FUZZ_SEED", random.randrange(2**32)))
     inputs = int(os.environ.get("DSH_FUZZ_INPUTS", "1000000"))
+    workers = int(os.environ.get("DSH_FUZZ_WORKERS", os.cpu_count() or 1))
     started = time.perf_counter()
-    Fuzzer(seed).run(0, inputs)
+
+    def progress(done: int) -> None:
+        elapsed = time.perf_counter() - started
+        print(f"fuzz seed {seed}: {done} of {inputs} inputs checked in {elapsed:.0f} s ({done / elapsed:.1f}/s)",
+              flush=True)
+
+    Fuzzer(seed).run(0, inputs, workers, progress)
     elapsed = time.perf_counter() - started
     print(f"fuzz seed {seed}: {inputs} inputs in {elapsed:.0f} s ({inputs / elapsed:.1f}/s), no crash")
