@@ -1,6 +1,9 @@
 """The transcript viewer: server-rendered pages (Jinja2, autoescaped) over
 the same reader as the API. ``/`` lists sessions with the API's
-filters; ``/sessions/{id}`` shows one conversation, a page of messages at a
+filters; ``/findings`` and ``/dead-letters`` list the auditor's findings and
+the services' dead letters, newest first, with theirs (a letter's page,
+``/dead-letters/{id}``, shows what it kept of its record);
+``/sessions/{id}`` shows one conversation, a page of messages at a
 time (:mod:`.paging`): the request header
 (system prompt, tools, model settings) and where in the conversation each
 change of it was logged, every derived message (reasoning
@@ -27,11 +30,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import FastAPI, HTTPException, Path as PathParameter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from consumers.projector.reader import STATUSES, SessionFilter
+from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
 from dsh_pipeline.transcript import format_time
 
 from .app import client_address, throttled
@@ -43,6 +46,9 @@ __all__ = ["add_pages", "visible"]
 _TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 _FILTERS = ("status", "provider", "model", "cwd", "has_findings", "q")
 _FORM_BYTES = 8192  # the largest form read (sign-in, sign-out)
+_ROWS_PER_PAGE = 50  # sessions, findings or dead letters a list shows at a time
+_SEVERITIES = ("error", "warning")
+_SERVICES = ("projector", "auditor", "archiver")
 _MESSAGES_PER_PAGE = 100
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 #: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
@@ -124,17 +130,51 @@ def add_pages(app: FastAPI) -> None:
     def session_list(request: Request) -> Response:
         if (session := signed_in(request)) is None:
             return to_login(request)
-        given = {name: request.query_params.get(name) or None for name in _FILTERS}
+        given = _given(request, _FILTERS)
         statuses = tuple(s for s in request.query_params.getlist("status") if s in STATUSES) or None
         findings = {"yes": True, "no": False}.get(given["has_findings"] or "")
         where = SessionFilter(status=statuses, provider=given["provider"], model=given["model"], cwd=given["cwd"],
                               has_findings=findings, text=given["q"])
-        page = app.state.read("sessions", where, request.query_params.get("cursor") or None, 50)
+        return listing(request, "sessions", where, "sessions.html", session, given=given, statuses=STATUSES,
+                       chosen=set(statuses or ()))
+
+    @app.get("/findings", response_class=HTMLResponse, include_in_schema=False)
+    def finding_list(request: Request) -> Response:
+        if (session := signed_in(request)) is None:
+            return to_login(request)
+        given = _given(request, ("rule", "severity", "session"))
+        where = FindingFilter(rule=given["rule"], severity=_one_of(given["severity"], _SEVERITIES),
+                              session_id=given["session"])
+        return listing(request, "findings", where, "findings.html", session, given=given, severities=_SEVERITIES)
+
+    @app.get("/dead-letters", response_class=HTMLResponse, include_in_schema=False)
+    def letter_list(request: Request) -> Response:
+        if (session := signed_in(request)) is None:
+            return to_login(request)
+        given = _given(request, ("service", "reason", "session"))
+        where = DeadLetterFilter(service=_one_of(given["service"], _SERVICES), reason=given["reason"],
+                                 session_id=given["session"])
+        return listing(request, "dead_letters", where, "dead_letters.html", session, given=given, services=_SERVICES)
+
+    @app.get("/dead-letters/{letter_id}", response_class=HTMLResponse, include_in_schema=False)
+    def letter_page(request: Request, letter_id: int = PathParameter(ge=0, le=2 ** 63 - 1)) -> Response:
+        if (session := signed_in(request)) is None:
+            return to_login(request)
+        letter = app.state.read("dead_letter", letter_id)
+        if letter is None:
+            return _TEMPLATES.TemplateResponse(request, "missing.html", {"what": f"dead letter {letter_id}",
+                                                                         "signed_in": session}, status_code=404)
+        return _TEMPLATES.TemplateResponse(request, "dead_letter.html", {"letter": letter, "signed_in": session})
+
+    def listing(request: Request, method: str, where: Any, template: str, session: SignIn,
+                **context: Any) -> Response:
+        """A page of the reader's ``method`` rows, with the link to the next
+        page keeping the filters given."""
+        page = app.state.read(method, where, request.query_params.get("cursor") or None, _ROWS_PER_PAGE)
         kept = [(name, value) for name, value in request.query_params.multi_items() if name != "cursor" and value]
-        more = "/?" + urlencode(kept + [("cursor", page["next"])]) if page["next"] else None
-        return _TEMPLATES.TemplateResponse(request, "sessions.html", {
-            "sessions": page["items"], "next": more, "given": given, "statuses": STATUSES,
-            "chosen": set(statuses or ()), "signed_in": session})
+        more = f"{request.url.path}?" + urlencode(kept + [("cursor", page["next"])]) if page["next"] else None
+        return _TEMPLATES.TemplateResponse(request, template, {
+            "items": page["items"], "next": more, "signed_in": session, **context})
 
     @app.get("/sessions/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
     def conversation(request: Request, session_id: str,
@@ -143,7 +183,7 @@ def add_pages(app: FastAPI) -> None:
             return to_login(request)
         session = app.state.read("session", session_id)
         if session is None:
-            return _TEMPLATES.TemplateResponse(request, "missing.html", {"session_id": session_id,
+            return _TEMPLATES.TemplateResponse(request, "missing.html", {"what": f"session {session_id}",
                                                                          "signed_in": signed}, status_code=404)
         page = session_page(session, after, min(_MESSAGES_PER_PAGE, app.state.max_page))
         entries, unplaced = conversation_entries(page)
@@ -151,6 +191,15 @@ def add_pages(app: FastAPI) -> None:
         return _TEMPLATES.TemplateResponse(request, "session.html", {
             "session": page, "entries": entries, "unplaced": unplaced, "turn_usage": turn_usage(page),
             "next": more, "signed_in": signed})
+
+
+def _given(request: Request, names: tuple[str, ...]) -> dict[str, str | None]:
+    """The filters of a list page the query gives (an empty one is none)."""
+    return {name: request.query_params.get(name) or None for name in names}
+
+
+def _one_of(value: str | None, allowed: tuple[str, ...]) -> str | None:
+    return value if value in allowed else None
 
 
 def local_path(target: str | None) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from consumers.projector.store import ViewStore
 from consumers.projector.store_reader import StoreReader
 from dsh_pipeline.cli import main
 from dsh_pipeline.ops_server import OpsServer
@@ -115,6 +116,63 @@ def test_the_viewer_lists_filters_and_shows_a_conversation(fleet_store, viewport
         except BaseException:
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / f"viewer-{viewport}-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+
+def test_the_findings_and_dead_letter_pages_filter_and_lead_to_their_session(fleet_store, tmp_path):
+    store, ids = fleet_store
+    copy = tmp_path / "views.sqlite"
+    copy.write_bytes(Path(store).read_bytes())
+    views = ViewStore(copy)
+    try:
+        with views.database.transaction() as db:
+            for offset, (service, reason) in enumerate((("projector", "invalid-log"), ("auditor", "corrupt-storage"))):
+                db.execute("INSERT INTO dead_letters (topic, partition, \"offset\", service, reason, detail, "
+                           "source_topic, source_partition, source_offset, session_id, seq, at, size, head) VALUES "
+                           "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           ("dsh.dead-letter", 0, offset, service, reason, f"{reason} at seq 4",
+                            "dsh.session-events", 1, 40 + offset, ids[2], 4, 70 + offset, 9, b'{"seq":4}'))
+    finally:
+        views.close()
+    with _Served(copy) as served, playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport=VIEWPORTS["laptop"])
+        console = []
+        page.on("console", lambda message: console.append(message.text))
+        try:
+            page.goto(f"{served.url}/dead-letters?service=auditor")
+            page.fill("#token", TOKEN)
+            page.click("button[type=submit]")
+            page.wait_for_selector("#dead-letters")
+            rows = page.locator("tr.letter-row")
+            assert rows.evaluate_all("rows => rows.map(r => r.dataset.reason)") == ["corrupt-storage"]
+            page.select_option("select[name=service]", "")
+            page.click("#filters button[type=submit]")
+            page.wait_for_url("**/dead-letters?service=&**")
+            assert sorted(rows.evaluate_all("rows => rows.map(r => r.dataset.reason)")) == \
+                ["corrupt-storage", "invalid-log"]
+            page.click("tr.letter-row[data-reason=invalid-log] a.letter-link")
+            page.wait_for_selector("#letter")
+            assert page.inner_text("#letter-head") == '{"seq":4}'
+            assert page.inner_text("#letter-error") == "invalid-log at seq 4"
+
+            page.click("nav.sections >> text=Findings")
+            page.wait_for_selector("#findings")
+            page.fill("input[name=rule]", "request-mismatch")
+            page.click("#filters button[type=submit]")
+            page.wait_for_url("**rule=request-mismatch**")
+            findings = page.locator("tr.finding-row")
+            assert findings.evaluate_all("rows => rows.map(r => r.dataset.session)") == [ids[1]]
+            findings.locator("a").click()
+            page.wait_for_selector("#conversation")
+            assert page.url == f"{served.url}/sessions/{ids[1]}"
+            violations = [text for text in console if "Content Security Policy" in text or "Refused to" in text]
+            assert violations == [], violations
+        except BaseException:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "viewer-lists-failure.png"), full_page=True)
             raise
         finally:
             browser.close()

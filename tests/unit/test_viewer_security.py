@@ -22,7 +22,8 @@ from dsh_pipeline.web.paging import PAGE_BYTES
 from tests.fake_reader import FakeReader
 from tests.unit.test_read_api import TOKEN, _session, client_of, reader, sign_in, signed_in  # noqa: F401 (fixtures)
 
-PAGES = ("/", "/sessions/s-001", "/api/v1/sessions", "/api/v1/openapi.json", "/api/v1/summary")
+PAGES = ("/", "/sessions/s-001", "/findings", "/dead-letters", "/dead-letters/4", "/api/v1/sessions",
+         "/api/v1/openapi.json", "/api/v1/summary")
 
 
 @pytest.mark.parametrize("path", ["/api/v1/openapi.json", "/api/v1/docs", "/api/v1/redoc", "/docs"])
@@ -46,7 +47,7 @@ def test_every_answer_carries_the_security_headers(client_of, path):
 
 def test_nothing_a_page_loads_comes_from_another_origin(client_of):
     browser = signed_in(client_of)
-    for path in ("/login", "/", "/sessions/s-rich"):
+    for path in ("/login", "/", "/sessions/s-rich", "/findings", "/dead-letters", "/dead-letters/4"):
         text = browser.get(path).text
         assert "<script" not in text and " style=" not in text and "http://" not in text and "https://" not in text
 
