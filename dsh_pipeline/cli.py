@@ -369,6 +369,9 @@ def build_parser() -> _Cli:
                        help="its bearer tokens, one per line (also $DSH_API_TOKENS, comma-separated)")
     serve.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                        help="a web origin allowed to call the API from a browser (repeatable; default: none)")
+    serve.add_argument("--prices", metavar="FILE",
+                       help="the price table (TOML, US dollars per million tokens by model) usage is priced with "
+                            "(default: the packaged DeepSeek prices; the summary names when they were taken)")
     _add_ops_options(serve)
     serve.set_defaults(run=service_commands.serve)
 

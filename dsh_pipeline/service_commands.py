@@ -173,12 +173,14 @@ def api_tokens(tokens_file: str | None) -> frozenset[str]:
 
 def serve(args: argparse.Namespace) -> int:
     from consumers.projector.store_reader import StoreReader
+    from dsh_pipeline.prices import load_prices
     from dsh_pipeline.runtime import run_until_signal
     from dsh_pipeline.web import read_api
     from dsh_pipeline.web.app import API_LIMITS
     from producers.asgi_server import AsgiServer
 
     tokens = api_tokens(args.tokens_file)
+    prices = load_prices(args.prices)
     reader = StoreReader(args.store)
     host, port = args.listen
     serving = False
@@ -188,7 +190,7 @@ def serve(args: argparse.Namespace) -> int:
 
     async def main(stop: asyncio.Event) -> int:
         nonlocal serving
-        app = read_api(reader, tokens, cors_origins=tuple(args.cors_origin or ()))
+        app = read_api(reader, tokens, cors_origins=tuple(args.cors_origin or ()), prices=prices)
         async with AsgiServer(app, "the read API", host, port, API_LIMITS) as server:
             print(f"dsh-pipeline serve: {server.url} (API under /api/v1, viewer at /) reads {reader.where}",
                   file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ import json
 from typing import Any, Callable, Iterable
 
 from consumers.projector.reader import DeadLetterFilter, FindingFilter, SessionFilter
-from consumers.projector.store import message_texts
+from consumers.projector.store import TOKEN_COLUMNS, message_texts
 
 __all__ = ["SUMMARY_FIELDS", "FakeReader"]
 
@@ -71,17 +71,17 @@ class FakeReader:
 
     def summary(self) -> dict[str, Any]:
         statuses = collections.Counter(session["status"] for session in self._sessions.values())
-        tokens: dict[tuple[int, str, str], list[int]] = collections.defaultdict(lambda: [0, 0])
+        tokens: dict[tuple[int, str, str], dict[str, int]] = collections.defaultdict(
+            lambda: dict.fromkeys(TOKEN_COLUMNS, 0))
         for session in self._sessions.values():
             if session["lastActivity"] is None:
                 continue
             for model in session["models"]:
                 totals = tokens[(session["lastActivity"] // _HOUR_MS * _HOUR_MS, model["provider"], model["model"])]
-                totals[0] += model["inputTokens"]
-                totals[1] += model["outputTokens"]
+                for column in TOKEN_COLUMNS:
+                    totals[column] += model.get(column, 0)
         return {"sessionsByStatus": dict(sorted(statuses.items())),
-                "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model, "inputTokens": sums[0],
-                                          "outputTokens": sums[1]}
+                "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model, **sums}
                                          for (hour, provider, model), sums in sorted(tokens.items())]}
 
 

@@ -225,13 +225,14 @@ class StoreReader:
         statuses = {status: count for status, count in self._rows(
             "SELECT status, COUNT(*) FROM sessions GROUP BY status ORDER BY status")}
         hours = self._rows(
-            "SELECT (s.last_activity / 3600000) * 3600000 AS hour, u.provider, u.model, SUM(u.inputTokens), "
-            "SUM(u.outputTokens) FROM usage u JOIN sessions s ON s.session_id = u.session_id "
+            "SELECT (s.last_activity / 3600000) * 3600000 AS hour, u.provider, u.model, "
+            + ", ".join(f"SUM(u.{column})" for column in TOKEN_COLUMNS)
+            + " FROM usage u JOIN sessions s ON s.session_id = u.session_id "
             "WHERE s.last_activity IS NOT NULL GROUP BY hour, u.provider, u.model ORDER BY hour, u.provider, u.model")
         return {"sessionsByStatus": statuses,
                 "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model,
-                                          "inputTokens": int(tokens_in), "outputTokens": int(tokens_out)}
-                                         for hour, provider, model, tokens_in, tokens_out in hours]}
+                                          **{column: int(total or 0) for column, total in zip(TOKEN_COLUMNS, totals)}}
+                                         for hour, provider, model, *totals in hours]}
 
 
 def _message_seqs(surface: list[tuple[int, str, Any]]) -> dict[str, int]:

@@ -37,6 +37,7 @@ from pathlib import Path as FilePath
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dsh_core.errors import StateStoreError
+from dsh_pipeline.prices import PriceTable, load_prices
 from producers.http_limits import ListenerLimits
 from .browser_sessions import SESSION_COOKIE, BrowserSessions
 from .paging import CURSOR, session_page
@@ -78,30 +79,49 @@ class _Json(JSONResponse):
 
 
 class _Guarded:
-    """The reader, one call at a time."""
+    """The reader, one call at a time, its usage rows priced."""
 
-    def __init__(self, reader: ViewReader) -> None:
-        self.reader, self.lock = reader, threading.Lock()
+    def __init__(self, reader: ViewReader, prices: PriceTable) -> None:
+        self.reader, self.prices, self.lock = reader, prices, threading.Lock()
 
     def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
         with self.lock:
             try:
-                return getattr(self.reader, method)(*args, **kwargs)
+                answer = getattr(self.reader, method)(*args, **kwargs)
             except StateStoreError as error:  # the store is down: the API is not
                 raise HTTPException(503, error.message) from None
             except ValueError as error:  # a cursor the store never gave
                 raise HTTPException(422, f"query parameter 'cursor': {error}") from None
+        return self._priced(method, answer)
+
+    def _priced(self, method: str, answer: Any) -> Any:
+        """Each usage row of a sessions page, a session or the summary with
+        its cost in US dollars (``costUsd``: null for a model without a price)."""
+        def priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [row | {"costUsd": self.prices.cost(row.get("provider"), row.get("model"), row)} for row in rows]
+
+        if method == "sessions":
+            return answer | {"items": [item | {"models": priced(item.get("models") or [])}
+                                       for item in answer["items"]]}
+        if method == "session" and answer is not None:
+            return answer | {"models": priced(answer.get("models") or [])}
+        if method == "summary":
+            return answer | {"tokensByModelPerHour": priced(answer["tokensByModelPerHour"]),
+                             "prices": {"taken": self.prices.taken.isoformat(), "source": self.prices.source}}
+        return answer
 
 
 def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[str, ...] = (),
-             max_page: int = 200, browsers: BrowserSessions | None = None) -> FastAPI:
+             max_page: int = 200, browsers: BrowserSessions | None = None,
+             prices: PriceTable | None = None) -> FastAPI:
     """The API and the viewer over ``reader``; ``browsers`` keeps the
-    signed-in browsers and the sign-in throttle (a new one by default)."""
+    signed-in browsers and the sign-in throttle (a new one by default);
+    ``prices`` prices usage (the packaged table by default)."""
     if not tokens or not all(tokens):
         raise ValueError("the read API needs at least one non-empty token")
     app = FastAPI(title="dsh-pipeline read API", version="1", openapi_url=None, docs_url=None, redoc_url=None,
                   default_response_class=_Json)
-    read = _Guarded(reader)
+    read = _Guarded(reader, prices or load_prices())
     secrets = [token.encode() for token in tokens]
     browsers = browsers or BrowserSessions()
 
@@ -192,7 +212,8 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
     def openapi() -> dict[str, Any]:
         return app.openapi()
 
-    @app.get("/api/v1/summary", dependencies=guard, summary="sessions by status, tokens by model per hour")
+    @app.get("/api/v1/summary", dependencies=guard,
+             summary="sessions by status, tokens and their cost by model per hour, and where the prices come from")
     def summary() -> dict[str, Any]:
         return read("summary")
 

@@ -69,6 +69,27 @@ _TEMPLATES.env.filters["time"] = format_time
 _TEMPLATES.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
 
 
+def usd(cost: float | None) -> str:
+    """A cost in US dollars as a page shows it; ``no price`` for none."""
+    if cost is None:
+        return "no price"
+    return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}" if cost >= 0.0001 else "<$0.0001" if cost else "$0"
+
+
+def session_cost(models: list[dict[str, Any]]) -> float | None:
+    """What a session's usage rows cost, if every one of them has a price."""
+    costs = [model.get("costUsd") for model in models]
+    return None if not costs or None in costs else sum(costs)
+
+
+def session_tokens(models: list[dict[str, Any]]) -> int:
+    return sum(value for model in models for column in _TOKEN_COLUMNS
+               if isinstance(value := model.get(column), int) and not isinstance(value, bool))
+
+
+_TEMPLATES.env.filters.update(usd=usd, cost=session_cost, tokens=lambda models: f"{session_tokens(models):,}")
+
+
 def path_segment(text: str) -> str:
     """``text`` as one segment of a URL's path (``/`` encoded too)."""
     return quote(text.encode("utf-8", "surrogatepass"), safe="")

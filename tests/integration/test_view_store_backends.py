@@ -14,7 +14,7 @@ import pytest
 
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from consumers.projector.reader import SessionFilter
-from consumers.projector.store import LAYOUT, SessionChange, view_head
+from consumers.projector.store import LAYOUT, TOKEN_COLUMNS, SessionChange, view_head
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import Database, store_digests
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
@@ -220,7 +220,14 @@ def test_the_reader_lists_filters_and_pages_thesimulated_fleet(store_location):
         assert ids[1] in [i["sessionId"] for i in found]
         assert reader.sessions(SessionFilter(text="no such text 100%"))["items"] == []
         assert reader.resolve(ids[1][:-3]) == [ids[1]] and reader.resolve("nothing-") == []
-        assert reader.summary()["sessionsByStatus"] == {"held": 1, "idle": len(ids) - 1}
+        summary = reader.summary()
+        assert summary["sessionsByStatus"] == {"held": 1, "idle": len(ids) - 1}
+        hours = summary["tokensByModelPerHour"]
+        assert hours and all(isinstance(row[column], int) for row in hours for column in TOKEN_COLUMNS)
+        listed = reader.sessions(SessionFilter(), limit=200)["items"]
+        assert {column: sum(row[column] for row in hours) for column in TOKEN_COLUMNS} == \
+            {column: sum(model.get(column) or 0 for item in listed for model in item["models"])
+             for column in TOKEN_COLUMNS}
         with pytest.raises(ValueError, match="cursor 'bogus' is not one this store gave"):
             reader.sessions(SessionFilter(), "bogus")
         import base64

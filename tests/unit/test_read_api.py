@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
+from dsh_pipeline.prices import load_prices
 from dsh_pipeline.web import read_api
 from dsh_pipeline.web.app import MAX_QUERY_BYTES
 from dsh_pipeline.web.browser_sessions import SESSION_COOKIE
@@ -141,6 +142,14 @@ def client_of(reader):
         client.close()
 
 
+PRICES = load_prices()
+
+
+def _priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Usage rows as the API answers them: each with its cost by the packaged prices."""
+    return [row | {"costUsd": PRICES.cost(row["provider"], row["model"], row)} for row in rows]
+
+
 def _all_pages(client: _Client, path: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """Every item of a listing, page by page, and how many pages it took."""
     items, cursor, pages = [], None, 0
@@ -205,7 +214,7 @@ def test_the_session_listing_pages_to_the_end_of_what_the_reader_holds(client_of
     expected = reader.sessions(where, limit=10_000)["items"]
     assert 0 < len(expected) < SESSIONS, "a filter that selects nothing or everything tests nothing"
     listed, pages = _all_pages(client_of(), "/api/v1/sessions", params)
-    assert listed == expected
+    assert listed == [item | {"models": _priced(item["models"])} for item in expected]
     assert pages == max(1, -(-len(expected) // MAX_PAGE))
 
 
@@ -219,7 +228,9 @@ def test_the_unfiltered_listing_is_the_whole_fleet_most_recently_active_first(cl
 
 def test_a_session_is_the_readers_and_a_missing_one_is_a_404_naming_it(client_of, reader):
     client = client_of()
-    assert client.get("/api/v1/sessions/s-rich").json() == {**reader.session("s-rich"), "next": None}
+    session = reader.session("s-rich")
+    assert client.get("/api/v1/sessions/s-rich").json() == {**session, "models": _priced(session["models"]),
+                                                             "next": None}
     missing = client.get("/api/v1/sessions/no such <session>")
     assert missing.status_code == 404 and missing.json() == {"error": "no session 'no such <session>' in the view store"}
 
@@ -272,7 +283,9 @@ def test_a_dead_letter_by_id_and_a_missing_one_is_a_404_naming_it(client_of, rea
 
 def test_the_summary_is_the_readers(client_of, reader):
     summary = client_of().get("/api/v1/summary").json()
-    assert summary == reader.summary()
+    expected = reader.summary()
+    assert summary == {**expected, "tokensByModelPerHour": _priced(expected["tokensByModelPerHour"]),
+                       "prices": {"taken": PRICES.taken.isoformat(), "source": PRICES.source}}
     assert sum(summary["sessionsByStatus"].values()) == SESSIONS + 1
 
 
