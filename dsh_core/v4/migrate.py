@@ -94,18 +94,19 @@ def migrate(source: str | os.PathLike[str]) -> Path:
     if source.is_dir():
         logs = [log for log in source.iterdir() if generation_of(log) is not None]
         source = max(logs, key=generation_of) if logs else source / "session.jsonl.zstd"
+    data = v4_file(migrated_log(source))  # a refusal raises before anything is written
     target = source.parent / V4_NAME
     staged = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    with open(staged, "wb") as out:
-        out.write(v4_file(migrated_log(source)))
-        out.flush()
-        os.fsync(out.fileno())
     try:
+        with open(staged, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         os.link(staged, target)  # publish without replacing what is there
     except FileExistsError:
         raise PipelineError(f"{target}: already exists; migrate never replaces a log") from None
     finally:
-        staged.unlink()
+        staged.unlink(missing_ok=True)
     return target
 
 
