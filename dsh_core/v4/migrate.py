@@ -31,14 +31,11 @@ __all__ = ["V4_NAME", "children_of", "migrate", "migrated_log", "v4_file"]
 #: The file dsh 0.2.1 writes a migrated log to, beside its source.
 V4_NAME = "session.v4.jsonl.zstd"
 
-_KEY_ORDER = ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
-
-
 def _line(event: dict[str, Any]) -> bytes:
-    out = {key: event[key] for key in _KEY_ORDER if key in event}
-    if "sourceEventSeqs" in out:
-        out["sourceEventSeqs"] = encode_seq_ranges(list(out["sourceEventSeqs"]))
-    return encode_json(out)
+    """One event as dsh writes a migrated one: its own key order, ``sourceEventSeqs`` range-encoded in place."""
+    if "sourceEventSeqs" in event:
+        event = {**event, "sourceEventSeqs": encode_seq_ranges(list(event["sourceEventSeqs"]))}
+    return encode_json(event)
 
 
 def migrated_log(source: str | os.PathLike[str], candidates: Iterable[Path] | None = None) -> MigratedLog:
