@@ -44,7 +44,8 @@ from .session_header import SessionHeader
 from .storage.repair import OpenTurnSnapshot, OpenTurnTracker
 from .v4 import snapshot as v4_snapshot
 
-__all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4Snapshot", "V4_SNAPSHOT_LAYOUT", "snapshot_fold", "restore_fold"]
+__all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4Snapshot", "V4_SNAPSHOT_LAYOUT", "is_pickled", "snapshot_fold",
+           "restore_fold"]
 
 T = TypeVar("T")
 
@@ -113,6 +114,12 @@ def restore_fold(blob: bytes, where: str, observer: FoldObserver | None,
     return _surface_complete(fold, where)
 
 
+def is_pickled(blob: bytes) -> bool:
+    """Whether ``blob`` is a v3/v4 snapshot an earlier build pickled (layout
+    1 or 2): a store's migration restores it and saves it again."""
+    return blob.startswith(tuple(V4_SNAPSHOT_MAGIC % layout for layout in _PICKLED_LAYOUTS))
+
+
 def _surface_complete(fold: SessionFold, where: str) -> SessionFold:
     """``fold``, whose every surface node has its event (the rows a
     snapshot without them was handed back)."""
@@ -148,7 +155,7 @@ def _snapshot_v4(fold: SessionFold, with_surface_events: bool) -> bytes:
 def _restore_v4(blob: bytes, where: str, observer: FoldObserver | None,
                 surface_events: list[tuple[int, str, Any]] | None) -> SessionFold:
     first, _, body = blob.partition(b"\n")
-    if first + b"\n" in [V4_SNAPSHOT_MAGIC % layout for layout in _PICKLED_LAYOUTS]:
+    if is_pickled(blob):
         return restore_pickled(body, where, observer, surface_events)
     if first + b"\n" != V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT:
         raise FormatUnsupportedError(

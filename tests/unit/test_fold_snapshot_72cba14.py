@@ -6,6 +6,7 @@ saves. ``tests/fixtures/snapshots-72cba14/README.md`` says how they were made.""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -37,29 +38,43 @@ def _analysis(analysis: LogAnalysis) -> tuple:
     return analysis.turns, analysis.request_count, dict(analysis.usage), analysis.snapshot()
 
 
+def old_snapshot(name: str) -> tuple[bytes, list[bytes], int, Any]:
+    """The 72cba14 snapshot ``name`` (``tools-v4-projector``, ...): its bytes,
+    its log's lines, the line it stopped before, and a fold that never
+    stopped, folded up to there (by the role's observer)."""
+    [path] = (FIXTURES / "snapshots-72cba14").glob(f"{name}.*.snapshot.zst")
+    stop = int(path.name.split(".")[1])
+    lines = stored_lines(FIXTURES / LOGS[name.rsplit("-", 1)[0]])
+    fold = open_fold(lines[0], "session", observer(name))
+    for line in lines[1:stop]:
+        fold.apply(line)
+    return zstandard.ZstdDecompressor().decompress(path.read_bytes()), lines, stop, fold
+
+
+def observer(name: str) -> Any:
+    return LogAnalysis(keep_requests=False) if name.endswith("-projector") else Audit()
+
+
+def surface_rows(fold) -> list[tuple[int, str, Any]]:
+    """The fold's current surface events, as the projector's surface table holds them."""
+    return [(seq, *row) for seq, row in fold.state.surface_events().items()]
+
+
 @pytest.mark.parametrize("path", SNAPSHOTS, ids=lambda path: path.name.split(".")[0])
 def test_a_72cba14_snapshot_restores_goes_on_identically_and_is_rewritten(path: Path):
-    name, stop, _ = path.name.split(".", 2)
-    stop, projector = int(stop), name.endswith("-projector")
-    blob = zstandard.ZstdDecompressor().decompress(path.read_bytes())
+    name = path.name.split(".")[0]
+    projector = name.endswith("-projector")
+    blob, lines, stop, never_stopped = old_snapshot(name)
     assert blob.startswith(V4_SNAPSHOT_MAGIC % 2)
-    lines = stored_lines(FIXTURES / LOGS[name.rsplit("-", 1)[0]])
-
-    def observer():
-        return LogAnalysis(keep_requests=False) if projector else Audit()
-
-    never_stopped = open_fold(lines[0], "session", observer())
-    for line in lines[1:stop]:
-        never_stopped.apply(line)
-    rows = [(seq, *row) for seq, row in never_stopped.state.surface_events().items()]  # the projector's surface table
-    restored = restore_fold(blob, "session", observer(), rows if projector else None)
+    rows = surface_rows(never_stopped) if projector else None
+    restored = restore_fold(blob, "session", observer(name), rows)
 
     assert _outcome(restored) == _outcome(never_stopped)
     rewritten = snapshot_fold(restored, with_surface_events=not projector)
     assert rewritten.startswith(V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT) and b"dsh_core" not in rewritten
     assert rewritten == snapshot_fold(never_stopped, with_surface_events=not projector)
 
-    again = restore_fold(rewritten, "session", observer(), rows if projector else None)
+    again = restore_fold(rewritten, "session", observer(name), rows)
     for fold in (restored, again, never_stopped):
         for line in lines[stop:]:
             fold.apply(line)
