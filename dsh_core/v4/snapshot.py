@@ -24,7 +24,7 @@ from msgspec import UNSET, UnsetType
 
 from ..errors import (CorruptionError, DecodeError, DshError, FormatUnsupportedError, IdentityError, SurfaceError,
                       ValidationError)
-from ..jsonvalue import encode_json, freeze
+from ..jsonvalue import dump_json, freeze
 from ..session_header import SessionHeader
 from .admission import AdmissionError
 from .images import ImageOffloadError
@@ -257,7 +257,7 @@ def _exception(saved: Error | None) -> Any:
 def _tools_by_seq(saved: Tools) -> ToolsBySeq:
     tools = ToolsBySeq()
     for toolset in saved.toolsets:
-        tools._distinct[encode_json(toolset)] = toolset
+        tools._distinct[dump_json(toolset)] = toolset
     for seq, index in saved.by_seq:
         tools._by_seq[seq] = saved.toolsets[index]
     return tools
