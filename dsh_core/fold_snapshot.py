@@ -164,8 +164,8 @@ def _restore_v4(blob: bytes, where: str, observer: FoldObserver | None,
     saved = _read_json(body, where, _decode_v4, V4Snapshot)
     try:
         fold = v4_snapshot.restore(saved.fold, where, observer, surface_events)
-    except v4_snapshot.UnknownErrorName as exc:
-        raise FormatUnsupportedError(f"{where}: fold snapshot of layout {V4_SNAPSHOT_LAYOUT}: {exc}") from None
+    except (DecodeError, FormatUnsupportedError) as exc:
+        raise type(exc)(f"{where}: fold snapshot of layout {V4_SNAPSHOT_LAYOUT}: {exc.message}") from None
     if isinstance(observer, LogAnalysis) and saved.analysis is not None:
         observer.restore(saved.analysis)
     return fold

@@ -241,16 +241,12 @@ def save(fold: V4Fold | V3Fold, with_surface_events: bool = True) -> FoldState:
 # ------------------------------------------------------------------ restoring
 
 
-class UnknownErrorName(ValueError):
-    """A kept error whose name :data:`ERRORS` does not know."""
-
-
 def _exception(saved: Error | None) -> Any:
     if saved is None:
         return None
     cls = ERRORS.get(saved.kind)
-    if cls is None:
-        raise UnknownErrorName(f"it keeps an error of unknown kind {saved.kind!r}")
+    if cls is None:  # a later build's, or a renamed class whose old name was not kept
+        raise FormatUnsupportedError(f"it keeps an error of unknown kind {saved.kind!r}")
     return cls(saved.message)
 
 
@@ -259,6 +255,8 @@ def _tools_by_seq(saved: Tools) -> ToolsBySeq:
     for toolset in saved.toolsets:
         tools._distinct[dump_json(toolset)] = toolset
     for seq, index in saved.by_seq:
+        if not 0 <= index < len(saved.toolsets):
+            raise DecodeError(f"the request/header at seq {seq} names toolset {index} of {len(saved.toolsets)}")
         tools._by_seq[seq] = saved.toolsets[index]
     return tools
 
@@ -316,7 +314,9 @@ def restore(saved: FoldState, where: str, observer: Any,
             surface_events: list[tuple[int, str, Any]] | None = None) -> V4Fold | V3Fold:
     """The fold :func:`save` saved, named ``where`` and watched by
     ``observer``; ``surface_events`` gives the ``(seq, type, data)`` rows a
-    state saved without them left out. Raises :class:`UnknownErrorName`."""
+    state saved without them left out. Raises :class:`FormatUnsupportedError`
+    for an error name :data:`ERRORS` lacks and :class:`DecodeError` for a
+    state that contradicts itself (the caller names where)."""
     if isinstance(saved, V4FoldState):
         return _fold(saved, where, observer, surface_events)
     fold = V3Fold(where, observer, folder=saved.v4.folder)

@@ -171,6 +171,15 @@ def test_a_malformed_snapshot_is_named_with_its_session():
     with pytest.raises(FormatUnsupportedError, match=r"^session 's': fold snapshot of layout 3: it keeps an error of "
                                                      r"unknown kind 'Renamed'$"):
         restore_fold(blob.replace(b'["FormatUnsupportedError",', b'["Renamed",', 1), "session 's'", None)
+    fold = open_fold(lines[0], "session")
+    for line in lines[1:]:
+        fold.apply(line)
+    blob = snapshot_fold(fold)
+    toolset = blob.index(b'"by_seq":[[') + len(b'"by_seq":[[')
+    bad = blob[:toolset] + blob[toolset:].replace(b",0]", b",7]", 1)
+    with pytest.raises(DecodeError, match=r"^session 's': fold snapshot of layout 3: the request/header at seq \d+ "
+                                          r"names toolset 7 of 1$"):
+        restore_fold(bad, "session 's'", None)
 
 
 def test_the_snapshot_names_no_module_or_class(monkeypatch):
