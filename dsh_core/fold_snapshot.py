@@ -12,25 +12,24 @@ The blob is JSON written by :func:`~dsh_core.jsonvalue.dump_json`, since
 payloads are frozen JSON values msgspec alone cannot always write (a lone
 surrogate), and read with ``JSON.parse`` semantics (:func:`decode_json`).
 
-A v3/v4 fold (:mod:`dsh_core.v4`) holds the lifecycle state of dsh's
-relationship checks, many small structures that only the fold reads; its
-snapshot is :data:`V4_SNAPSHOT_MAGIC` and the fold pickled, the observer
-(and, on request, the current surface events) left out by reference. The
-blob is the consumer's own state store's, never input from outside, and it
-is read by an unpickler that builds nothing but this package's classes and
-plain containers.
+A v3/v4 fold's snapshot is :data:`V4_SNAPSHOT_MAGIC` and a :class:`V4Snapshot`
+as JSON: the fold's state as the versioned Structs of
+:mod:`dsh_core.v4.snapshot` (tagged with the format; no module or class
+names), the observer (and, on request, the current surface events) left
+out and an analysis saved as a v0 fold's is. Layouts 1 and 2, which earlier
+builds pickled, are still read (:mod:`dsh_core.pickled_snapshot`) and the
+next save writes the current layout.
 
 Evolution: a new layout gets a new :data:`FOLD_SNAPSHOT_VERSION` (v0) or
-:data:`V4_SNAPSHOT_LAYOUT` (v3/v4; ``tests/unit/test_fold_snapshot_v4.py``
-pins the attributes it saves); a blob of any other version is refused with
-:class:`FormatUnsupportedError`, never read by guesswork.
+:data:`V4_SNAPSHOT_LAYOUT` (v3/v4); within a layout only msgspec's
+compatible changes (a new field with a default); a blob of any other
+version is refused with :class:`FormatUnsupportedError`, never read by
+guesswork.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import msgspec
 
@@ -38,20 +37,25 @@ from .analysis import AnalysisSnapshot, LogAnalysis
 from .errors import CorruptionError, DecodeError, FormatUnsupportedError
 from .fold import FoldObserver, StagedFold
 from .folds import SessionFold
-from .jsonvalue import STORED_DEPTH, decode_json, dump_json, float_hook, freeze
+from .jsonvalue import STORED_DEPTH, decode_json, dump_json, float_hook
+from .pickled_snapshot import restore_pickled
 from .session import SessionState, SessionStateSnapshot
 from .session_header import SessionHeader
 from .storage.repair import OpenTurnSnapshot, OpenTurnTracker
+from .v4 import snapshot as v4_snapshot
 
-__all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4_SNAPSHOT_LAYOUT", "snapshot_fold", "restore_fold"]
+__all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4Snapshot", "V4_SNAPSHOT_LAYOUT", "is_pickled", "snapshot_fold",
+           "restore_fold"]
+
+T = TypeVar("T")
 
 #: The one v0 snapshot layout this build writes and reads.
 FOLD_SNAPSHOT_VERSION = 1
-#: The v3/v4 snapshot layout this build writes (2: a v4 state keeps the
-#: messages image offloads projected) ...
-V4_SNAPSHOT_LAYOUT = 2
-#: ... and those it reads (1: without projected messages, as no log with an offload was read then) ...
-_READ_V4_LAYOUTS = (1, 2)
+#: The v3/v4 snapshot layout this build writes (3: JSON of msgspec Structs) ...
+V4_SNAPSHOT_LAYOUT = 3
+#: ... and the pickled ones it still reads once (2: a v4 state keeps the messages image offloads projected;
+#: 1: without them, as no log with an offload was read then) ...
+_PICKLED_LAYOUTS = (1, 2)
 #: ... behind this first line.
 V4_SNAPSHOT_MAGIC = b"dsh-pipeline v4 fold snapshot, layout %d\n"
 
@@ -110,6 +114,12 @@ def restore_fold(blob: bytes, where: str, observer: FoldObserver | None,
     return _surface_complete(fold, where)
 
 
+def is_pickled(blob: bytes) -> bool:
+    """Whether ``blob`` is a v3/v4 snapshot an earlier build pickled (layout
+    1 or 2): a store's migration restores it and saves it again."""
+    return blob.startswith(tuple(V4_SNAPSHOT_MAGIC % layout for layout in _PICKLED_LAYOUTS))
+
+
 def _surface_complete(fold: SessionFold, where: str) -> SessionFold:
     """``fold``, whose every surface node has its event (the rows a
     snapshot without them was handed back)."""
@@ -124,81 +134,65 @@ def _surface_complete(fold: SessionFold, where: str) -> SessionFold:
 
 # ------------------------------------------------------------------ v3 / v4
 
-_OBSERVER, _SURFACE_EVENTS = "observer", "surface-events"
-#: What a v3/v4 snapshot may build besides this package's classes.
-_BUILTINS = frozenset({("builtins", "set"), ("builtins", "frozenset"), ("msgspec._core", "UNSET")})
+
+class V4Snapshot(msgspec.Struct, frozen=True):
+    """A v3/v4 fold, as :func:`snapshot_fold` writes it after its layout line."""
+
+    fold: v4_snapshot.FoldState
+    analysis: AnalysisSnapshot | None = None
+
+
+_decode_v4 = msgspec.json.Decoder(V4Snapshot, float_hook=float_hook).decode
 
 
 def _snapshot_v4(fold: SessionFold, with_surface_events: bool) -> bytes:
-    observer = fold.observer
-    left_out = None if with_surface_events else fold.state._events
-
-    class Pickler(pickle.Pickler):
-        def persistent_id(self, obj: Any) -> str | None:
-            if obj is observer and observer is not None:
-                return _OBSERVER
-            if obj is left_out and left_out is not None:
-                return _SURFACE_EVENTS
-            return None
-
-    out = io.BytesIO()
-    out.write(V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT)
-    Pickler(out, protocol=5).dump(fold)
-    analysis = observer if isinstance(observer, LogAnalysis) else None
-    return out.getvalue() + (dump_json(analysis.snapshot()) if analysis is not None else b"")
+    analysis = fold.observer if isinstance(fold.observer, LogAnalysis) else None
+    saved = V4Snapshot(v4_snapshot.save(fold, with_surface_events),
+                       analysis.snapshot() if analysis is not None else None)
+    return V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT + dump_json(saved)
 
 
 def _restore_v4(blob: bytes, where: str, observer: FoldObserver | None,
                 surface_events: list[tuple[int, str, Any]] | None) -> SessionFold:
     first, _, body = blob.partition(b"\n")
-    if first + b"\n" not in [V4_SNAPSHOT_MAGIC % layout for layout in _READ_V4_LAYOUTS]:
-        raise FormatUnsupportedError(f"{where}: fold snapshot is {first.decode('ascii', 'replace')!r}, but this "
-                                     f"build reads only layouts {', '.join(map(str, _READ_V4_LAYOUTS))}")
-    stream = io.BytesIO(body)
-
-    class Unpickler(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            if module.startswith("dsh_core.") or (module, name) in _BUILTINS:
-                return super().find_class(module, name)
-            raise pickle.UnpicklingError(f"{module}.{name} is not part of a fold")
-
-        def persistent_load(self, pid: Any) -> Any:
-            if pid == _OBSERVER:
-                return observer
-            if pid == _SURFACE_EVENTS:
-                return {seq: (kind, freeze(data)) for seq, kind, data in surface_events or ()}
-            raise pickle.UnpicklingError(f"unknown reference {pid!r}")
-
+    if is_pickled(blob):
+        return restore_pickled(body, where, observer, surface_events)
+    if first + b"\n" != V4_SNAPSHOT_MAGIC % V4_SNAPSHOT_LAYOUT:
+        raise FormatUnsupportedError(
+            f"{where}: fold snapshot is {first.decode('ascii', 'replace')!r}, but this build reads only layouts "
+            f"{', '.join(map(str, [*_PICKLED_LAYOUTS, V4_SNAPSHOT_LAYOUT]))}")
+    saved = _read_json(body, where, _decode_v4, V4Snapshot)
     try:
-        fold = Unpickler(stream).load()
-    except Exception as exc:  # noqa: BLE001 - any failure means: not a snapshot this build reads
-        raise DecodeError(f"{where}: not a fold snapshot: {type(exc).__name__}: {exc}") from None
-    rest = stream.read()
-    if isinstance(observer, LogAnalysis) and rest:
-        try:
-            observer.restore(msgspec.convert(decode_json(rest), AnalysisSnapshot))
-        except (DecodeError, msgspec.ValidationError) as exc:
-            raise DecodeError(f"{where}: not a fold snapshot: its analysis: {exc}") from None
+        fold = v4_snapshot.restore(saved.fold, where, observer, surface_events)
+    except (DecodeError, FormatUnsupportedError) as exc:
+        raise type(exc)(f"{where}: fold snapshot of layout {V4_SNAPSHOT_LAYOUT}: {exc.message}") from None
+    if isinstance(observer, LogAnalysis) and saved.analysis is not None:
+        observer.restore(saved.analysis)
     return fold
 
 
-def _read(blob: bytes, where: str) -> FoldSnapshot:
+def _read_json(blob: bytes, where: str, decode: Callable[[bytes], T], kind: type[T]) -> T:
+    """``blob`` as a ``kind``; payloads only :func:`decode_json` reads (lone
+    surrogate escapes) take the slower way. Raises :class:`DecodeError`."""
     try:
-        saved = _decode(blob)
+        return decode(blob)
     except msgspec.DecodeError:
-        # Another version or no snapshot at all, or payloads only
-        # decode_json reads (lone surrogate escapes): decode, then check.
         try:
             value = decode_json(blob, STORED_DEPTH)
         except DecodeError as exc:
             raise DecodeError(f"{where}: not a fold snapshot: {exc.message}") from None
-        version = value.get("version") if isinstance(value, dict) else None
-        if type(version) is int:
-            _check_version(version, where)
+        if kind is FoldSnapshot:  # another version is refused as such, not as a shape
+            version = value.get("version") if isinstance(value, dict) else None
+            if type(version) is int:
+                _check_version(version, where)
         try:
-            saved = msgspec.convert(value, FoldSnapshot)
+            return msgspec.convert(value, kind)
         except msgspec.ValidationError as exc:
             raise DecodeError(f"{where}: not a fold snapshot: {exc}") from None
+
+
+def _read(blob: bytes, where: str) -> FoldSnapshot:
+    saved = _read_json(blob, where, _decode, FoldSnapshot)
     _check_version(saved.version, where)
     return saved
 

@@ -10,10 +10,12 @@ is refused: its offsets mean nothing here.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import Counter
 
 from dsh_core.errors import StateStoreError
+from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, replace_held,
                                 store_digests)
@@ -24,7 +26,7 @@ __all__ = ["AuditStore"]
 
 STORE_WRITES = Counter("dsh_audit_state_writes_total", "Session states written to the auditor's state store.")
 
-_KIND, _LAYOUT = "auditor-state", 4
+_KIND, _LAYOUT = "auditor-state", 5
 _SCHEMA = (
     "CREATE TABLE owner (singleton INTEGER PRIMARY KEY CHECK (singleton = 0), group_id TEXT NOT NULL, "
     "topic TEXT NOT NULL)",
@@ -37,11 +39,22 @@ _SCHEMA = (
 )
 
 
+def _layout_4_to_5(db: Any) -> None:
+    """Layout 4 held v3/v4 fold snapshots pickled (naming the modules of
+    their classes): each is restored once and saved again as fold snapshot
+    layout 3, which names none (the observer is the auditor's own, not saved)."""
+    for (session_id,) in db.execute("SELECT session_id FROM sessions WHERE fold IS NOT NULL").fetchall():
+        blob = bytes(db.execute("SELECT fold FROM sessions WHERE session_id = ?", (session_id,)).fetchone()[0])
+        if is_pickled(blob):
+            fold = restore_fold(blob, f"session {session_id!r}", None)
+            db.execute("UPDATE sessions SET fold = ? WHERE session_id = ?", (snapshot_fold(fold), session_id))
+
+
 class AuditStore:
     """``path`` ``None`` keeps the state in memory."""
 
     def __init__(self, path: Path | None, group: str, topic: str) -> None:
-        self.database = Database(path, _KIND, _LAYOUT, _SCHEMA)
+        self.database = Database(path, _KIND, _LAYOUT, _SCHEMA, {4: _layout_4_to_5})
         self.db = self.database.connection
         try:
             self._claim(group, topic)

@@ -31,7 +31,7 @@ import psycopg
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DeletedSessionError, FencedError, UnstorableError
 from dsh_core.folds import SessionFold
-from dsh_core.fold_snapshot import restore_fold
+from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 from dsh_core.jsonvalue import decode_json, dump_json
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
@@ -41,7 +41,7 @@ from ..runtime.sequencing import AppliedDigest, HeldChanges
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
-_KIND, LAYOUT = "view-store", 6
+_KIND, LAYOUT = "view-store", 7
 #: The sessions deleted (delete-session): their rows are gone and none is written again.
 _DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEGER NOT NULL)"
 #: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
@@ -194,6 +194,21 @@ def store_usage(db: Any, sessions: Iterable[tuple[str, Iterable[dict[str, Any]]]
 
 _HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
 
+def _layout_6_to_7(db: Any) -> None:
+    """Layout 6 held v3/v4 fold snapshots pickled (naming the modules of
+    their classes): each is restored once and saved again as fold snapshot
+    layout 3, which names none."""
+    for (session_id,) in db.execute("SELECT session_id FROM sessions WHERE snapshot IS NOT NULL").fetchall():
+        blob = bytes(db.execute("SELECT snapshot FROM sessions WHERE session_id = ?", (session_id,)).fetchone()[0])
+        if not is_pickled(blob):
+            continue
+        rows = [(seq, kind, decode_json(data)) for seq, kind, data in db.execute(
+            "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
+        fold = restore_fold(blob, f"session {session_id!r}", LogAnalysis(keep_requests=False), rows)
+        db.execute("UPDATE sessions SET snapshot = ? WHERE session_id = ?",
+                   (snapshot_fold(fold, with_surface_events=False), session_id))
+
+
 #: ``(status, fold snapshot, error, held rows)`` of a stored session.
 SavedSession = tuple[str, bytes | None, str | None, list[tuple[int, bytes, int]]]
 
@@ -211,7 +226,7 @@ class ViewStore:
 
     def __init__(self, location: Path | str) -> None:
         """``location``: a SQLite file's path, or a ``postgresql://`` URI."""
-        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6}
+        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6, 6: _layout_6_to_7}
         self.database = (PostgresDatabase(location, _KIND, LAYOUT, _SCHEMA, migrations)
                          if is_postgres_location(location) else Database(Path(location), _KIND, LAYOUT, _SCHEMA,
                                                                          migrations))

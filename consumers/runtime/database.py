@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from dsh_core.errors import StateStoreError
+from dsh_core.errors import DshError, StateStoreError
 
 from .sequencing import AppliedDigest, HeldChanges, HeldRow
 from .stored_text import read_row, stored_parameters
@@ -60,7 +60,11 @@ def claim_layout(db: Any, where: str, kind: str, layout: int, schema: Sequence[s
     found_kind, version = found
     if found_kind == kind and version < layout and all(step in migrations for step in range(version, layout)):
         for step in range(version, layout):
-            migrations[step](db)
+            try:
+                migrations[step](db)
+            except DshError as error:  # stored state the migration cannot read
+                raise StateStoreError(f"{where}: migrating the {kind!r} store from layout {step} to {step + 1}: "
+                                      f"{error.message}; {_REBUILD}") from None
         db.execute("UPDATE dsh_layout SET version = ?", (layout,))
         return
     if (found_kind, version) != (kind, layout):

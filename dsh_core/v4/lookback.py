@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonvalue import encode_json
+from ..jsonvalue import dump_json
 from .relationships import NO_SOURCE, RelationshipError, _array, _earlier, _record
 
 __all__ = ["NO_SOURCE", "ToolsBySeq", "check_title_sources"]
@@ -32,7 +32,7 @@ class ToolsBySeq:
         self._distinct: dict[bytes, Any] = {}
 
     def add(self, seq: int, tools: Any) -> None:
-        self._by_seq[seq] = self._distinct.setdefault(encode_json(tools), tools)
+        self._by_seq[seq] = self._distinct.setdefault(dump_json(tools), tools)
 
     def get(self, seq: int) -> Any:
         return self._by_seq.get(seq)

@@ -31,14 +31,11 @@ __all__ = ["V4_NAME", "children_of", "migrate", "migrated_log", "v4_file"]
 #: The file dsh 0.2.1 writes a migrated log to, beside its source.
 V4_NAME = "session.v4.jsonl.zstd"
 
-_KEY_ORDER = ("type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable")
-
-
 def _line(event: dict[str, Any]) -> bytes:
-    out = {key: event[key] for key in _KEY_ORDER if key in event}
-    if "sourceEventSeqs" in out:
-        out["sourceEventSeqs"] = encode_seq_ranges(list(out["sourceEventSeqs"]))
-    return encode_json(out)
+    """One event as dsh writes a migrated one: its own key order, ``sourceEventSeqs`` range-encoded in place."""
+    if "sourceEventSeqs" in event:
+        event = {**event, "sourceEventSeqs": encode_seq_ranges(list(event["sourceEventSeqs"]))}
+    return encode_json(event)
 
 
 def migrated_log(source: str | os.PathLike[str], candidates: Iterable[Path] | None = None) -> MigratedLog:
@@ -94,18 +91,19 @@ def migrate(source: str | os.PathLike[str]) -> Path:
     if source.is_dir():
         logs = [log for log in source.iterdir() if generation_of(log) is not None]
         source = max(logs, key=generation_of) if logs else source / "session.jsonl.zstd"
+    data = v4_file(migrated_log(source))  # a refusal raises before anything is written
     target = source.parent / V4_NAME
     staged = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    with open(staged, "wb") as out:
-        out.write(v4_file(migrated_log(source)))
-        out.flush()
-        os.fsync(out.fileno())
     try:
+        with open(staged, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
         os.link(staged, target)  # publish without replacing what is there
     except FileExistsError:
         raise PipelineError(f"{target}: already exists; migrate never replaces a log") from None
     finally:
-        staged.unlink()
+        staged.unlink(missing_ok=True)
     return target
 
 

@@ -18,15 +18,12 @@ __all__ = ["RelationshipError", "check_event"]  # and the small checks .lifecycl
 
 
 class _Marker:
-    """A named stand-in value, itself again when a fold is saved and restored."""
+    """A named stand-in value (a fold snapshot saves what it means, never the marker)."""
 
     __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    def __reduce__(self) -> str:
-        return self.name
 
     def __repr__(self) -> str:
         return self.name

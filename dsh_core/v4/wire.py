@@ -62,7 +62,7 @@ def _replay_blocks(message: dict[str, Any], model: Any) -> list[dict[str, Any]] 
         return None
     blocks = state.get("blocks")
     content = message["content"]
-    if not isinstance(blocks, list) or len(blocks) != len(content):
+    if not isinstance(blocks, (list, tuple)) or len(blocks) != len(content):
         return None
     out = []
     for block, own in zip(blocks, content):

@@ -20,7 +20,9 @@ import pytest
 
 from dsh_core.inspect import inspect_path
 from dsh_core.storage.reader import read_events
+from dsh_core.v4.migrate import migrated_log, v4_file
 from tests.conftest import canonical
+from tests.differential.test_v0_migration import dsh_lines, event_lines
 from tests.oracle import encode_segment, place_log, run_oracle
 from tests.oracle.image_logs import IMAGE_MUTATIONS, image, image_log
 from tests.oracle.mutations import MUTATIONS, Log, plain_log, read_log, tools_log, write_mutations
@@ -128,6 +130,8 @@ def test_v3_logs_and_their_mutations_read_as_dsh_migrates_them(oracle, tmp_path)
         elif (ours["eventCount"], ours["surfaceNodes"], canonical(ours["derivedMessages"])) != (
                 len(reading["events"]), reading["surface"]["nodes"], canonical(reading["messages"])):
             disagreements.append((path.parent.name, "derived", None))
+        elif event_lines(v4_file(migrated_log(path))) != dsh_lines(reading["events"]):
+            disagreements.append((path.parent.name, "migrated file", None))
     assert disagreements == []
 
 

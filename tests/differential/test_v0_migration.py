@@ -5,13 +5,15 @@ conformance corpus that the 0.1.x reference accepts, the logs dsh 0.1.0rc7,
 side by side in one sessions root (so parents and their subagent children
 meet, as dsh's catalog migration needs).
 dsh's verdict and category must be ours, a refusal must give dsh's reason,
-and an accepted log must migrate to exactly dsh's events, key order included.
+and an accepted log must migrate to exactly dsh's events, key order included,
+written as the very lines dsh writes.
 The same holds for those logs with one event's payload mutated
 (:mod:`tests.differential.v0_mutations`), which dsh's v0 inventory checks.
 """
 
 from __future__ import annotations
 
+import io
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,8 +22,10 @@ import pytest
 
 from dsh_core.errors import DshError
 from dsh_core.inspect import inspect_path
-from dsh_core.jsonvalue import thaw
-from dsh_core.v4.migrate import migrated_log
+from dsh_core.jsonvalue import encode_json, thaw
+from dsh_core.storage.framing import frame_pieces, iter_frames
+from dsh_core.v4.migrate import migrated_log, v4_file
+from dsh_core.v4.rows import encode_seq_ranges
 from tests.conftest import ROOT, corpus_logs, expected_of
 from tests.differential.test_simulated_logs import _write
 from tests.differential.v0_mutations import write_mutations
@@ -51,6 +55,20 @@ def readings(oracle: Path, tmp_path_factory: pytest.TempPathFactory) -> list[tup
     paths |= {session_id: path for session_id, (path, _) in _write(root, 0).items()}
     theirs = run_oracle(root)
     return [(session_id, path, theirs[session_id]) for session_id, path in sorted(paths.items())]
+
+
+def event_lines(file: bytes) -> list[bytes]:
+    """The event lines of a v4 file's bytes (after its header line)."""
+    stream = io.BytesIO(file)
+    text = b"".join(piece for frame in iter_frames(stream, "v4 file") for piece in frame_pieces(stream, frame, "v4 file"))
+    return text.split(b"\n")[1:-1]
+
+
+def dsh_lines(events: list[dict]) -> list[bytes]:
+    """The lines dsh writes for its migrated events: each in its own key order,
+    ``sourceEventSeqs`` range-encoded in place (its ``encodeSourceEventRanges``)."""
+    return [encode_json({**event, "sourceEventSeqs": encode_seq_ranges(event["sourceEventSeqs"])}
+                        if "sourceEventSeqs" in event else event) for event in events]
 
 
 def _ours(path: Path):
@@ -144,6 +162,7 @@ def test_accepted_logs_migrate_to_exactly_dsh_s_events(readings):
         events = [thaw(event) for event in ours.events]
         assert events == theirs["events"], session_id
         assert [list(event) for event in events] == [list(event) for event in theirs["events"]], session_id
+        assert event_lines(v4_file(ours)) == dsh_lines(theirs["events"]), session_id
         assert ours.header.to_dict() | {"version": 4} == theirs["header"], session_id
         compared += 1
     assert compared >= 85

@@ -18,13 +18,16 @@ from consumers.projector.store import LAYOUT, TOKEN_COLUMNS, SessionChange, view
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import Database, store_digests
 from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
+from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import FencedError, StateStoreError
+from dsh_core.fold_snapshot import snapshot_fold
 from dsh_pipeline.local_postgres import create_database
 from dsh_core.jsonvalue import dump_json, encode_json, thaw
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests import postgres_fixture
 from tests.policy_driver import KAFKA, NAMES, fetched, run_batch
+from tests.unit.test_fold_snapshot_72cba14 import old_snapshot, surface_rows
 from tests.view_store_helpers import simulated_fleet, stored_fleet
 
 postgres_dsn, store_location = postgres_fixture.postgres_dsn, postgres_fixture.store_location
@@ -340,6 +343,27 @@ def test_a_layout_5_store_notes_the_records_it_redrove(store_location):
         assert store.redriven([("dsh.session-events", 2, 7), ("dsh.dead-letter", 0, 9)]) == {
             ("dsh.session-events", 2, 7)}
         assert store.deleted(["s-1"]) == set()
+    finally:
+        store.close()
+
+
+def test_a_layout_6_store_saves_its_pickled_fold_snapshots_again_as_layout_3(store_location):
+    blob, _, _, never_stopped = old_snapshot("tools-v4-projector")
+    view = {"sessionId": "s-1", "status": "open", "header": None, "nextSeq": never_stopped.count, "turns": [],
+            "usage": []}
+    store = ViewStore(store_location)
+    try:
+        store.write([SessionChange("s-1", 0, view, blob, None, (), surface_rows(never_stopped), None, {})],
+                    store.claim([0]))
+        with store.database.transaction() as db:  # the store as 72cba14 left it
+            db.execute("UPDATE dsh_layout SET version = 6")
+    finally:
+        store.close()
+    store = ViewStore(store_location)
+    try:
+        expected = snapshot_fold(never_stopped, with_surface_events=False)
+        assert [bytes(snapshot) for (snapshot,) in store.db.execute("SELECT snapshot FROM sessions")] == [expected]
+        assert snapshot_fold(store.fold("s-1", LogAnalysis(keep_requests=False)), with_surface_events=False) == expected
     finally:
         store.close()
 

@@ -1,4 +1,5 @@
-"""The auditor's state file belongs to one group on one topic."""
+"""The auditor's state file belongs to one group on one topic; an earlier layout is migrated, its fold snapshots
+saved again in the current layout."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 
 from consumers.auditor import AuditStore, SavedSession
 from dsh_core.errors import StateStoreError
+from dsh_core.fold_snapshot import V4_SNAPSHOT_MAGIC, snapshot_fold
+from tests.unit.test_fold_snapshot_72cba14 import old_snapshot
 
 
 def test_a_state_file_keeps_its_owner_and_refuses_others(tmp_path):
@@ -38,5 +41,37 @@ def test_a_state_file_of_another_layout_is_refused(tmp_path):
     db.commit()
     db.close()
     with pytest.raises(StateStoreError, match=r"old.sqlite: no layout record, so not the 'auditor-state' store in "
-                                              r"layout 4 this service writes; give the service a path of its own"):
+                                              r"layout 5 this service writes; give the service a path of its own"):
         AuditStore(path, "dsh-auditor", "dsh.session-events")
+
+
+def _layout_4_file(path, fold: bytes) -> None:
+    """A state file as 72cba14 left it: layout 4, with a fold snapshot it wrote."""
+    store = AuditStore(path, "dsh-auditor", "dsh.session-events")
+    store.write({"s1": SavedSession(0, fold, b"{}", [], {}, {}), "s2": SavedSession(0, None, b"{}", [], {}, {})}, {})
+    with store.database.transaction() as db:
+        db.execute("UPDATE dsh_layout SET version = 4")
+    store.close()
+
+
+def test_a_layout_4_state_file_saves_its_pickled_fold_snapshots_again_as_layout_3(tmp_path):
+    blob, _, _, never_stopped = old_snapshot("parallel-v4-auditor")
+    _layout_4_file(tmp_path / "auditor.sqlite", blob)
+    store = AuditStore(tmp_path / "auditor.sqlite", "dsh-auditor", "dsh.session-events")
+    try:
+        assert store.load("s1").fold == snapshot_fold(never_stopped)
+        assert store.load("s2").fold is None
+    finally:
+        store.close()
+
+
+def test_a_fold_snapshot_the_migration_cannot_read_stops_it_naming_the_session(tmp_path):
+    path = tmp_path / "auditor.sqlite"
+    _layout_4_file(path, V4_SNAPSHOT_MAGIC % 2 + b"\x80\x05not a pickle")
+    with pytest.raises(StateStoreError, match=r"auditor.sqlite: migrating the 'auditor-state' store from layout 4 to 5: "
+                                              r"session 's1': not a fold snapshot: UnpicklingError: .*; give the "
+                                              r"service a path of its own"):
+        AuditStore(path, "dsh-auditor", "dsh.session-events")
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT version FROM dsh_layout").fetchone() == (4,)  # nothing migrated
+    db.close()

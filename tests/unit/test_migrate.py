@@ -65,4 +65,5 @@ def test_what_cannot_be_migrated_is_named(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "migrate takes a v0 or v3 log in dsh's layout" in err and "FormatUnsupportedError" in err
     assert "CorruptionError" in err and str(broken) in err
-    assert not (broken.parent / "session.v4.jsonl.zstd").exists()
+    assert [path.name for path in broken.parent.iterdir()] == ["session.v3.jsonl.zstd"]  # no staged *.tmp left
+    assert not list(tmp_path.glob("*.tmp"))
