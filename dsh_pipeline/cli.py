@@ -14,6 +14,7 @@ from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.v4.migrate import migrate
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import producer_commands, service_commands
+from dsh_pipeline.export_command import add_export_command
 from dsh_pipeline.reader_commands import add_reader_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
 from dsh_pipeline.exit_codes import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE,
@@ -414,6 +415,7 @@ def build_parser() -> _Cli:
     acls.set_defaults(run=_acls)
 
     add_reader_commands(commands, _add_kafka_options)
+    add_export_command(commands)
 
     from dsh_kafka.config import ProducerSettings
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")

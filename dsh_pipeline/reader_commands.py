@@ -17,31 +17,25 @@ from dsh_pipeline import store_commands
 from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from dsh_pipeline.transcript import format_time, visible
 
-__all__ = ["add_reader_commands", "reader_of", "resolve_session"]
+__all__ = ["STORE_HELP", "add_reader_commands", "add_session_filters", "reader_of", "resolve_session",
+           "session_filter"]
 
 #: How often ``findings --follow`` asks the store.
 _FOLLOW_SECONDS = 1.0
-_STORE_HELP = "the view store: a SQLite file or a postgresql:// URI (default: views.sqlite)"
+STORE_HELP = "the view store: a SQLite file or a postgresql:// URI (default: views.sqlite)"
 
 
 def add_reader_commands(commands: Any, add_kafka_options: Callable[[argparse.ArgumentParser], None]) -> None:
     """The view store's subcommands on ``commands`` (argparse subparsers)."""
-    from consumers.projector.reader import STATUSES
     from dsh_pipeline.store_commands import duration_ms
     sessions = commands.add_parser("sessions", help="list the sessions in the view store, most recently active first")
-    sessions.add_argument("--status", action="append", choices=STATUSES, help="only this status (repeatable)")
-    for flag, meaning in (("--provider", "used this provider"), ("--model", "used this model"),
-                          ("--cwd", "its working directory starts with this"),
-                          ("--text", "a current message contains this (case-insensitive)")):
-        sessions.add_argument(flag, help=meaning)
-    sessions.add_argument("--findings", dest="has_findings", action=argparse.BooleanOptionalAction,
-                          help="only sessions the audit found something in (--no-findings: nothing)")
+    add_session_filters(sessions)
     _page_options(sessions)
     sessions.set_defaults(run=_sessions)
 
     view = commands.add_parser("view", help="print a session's conversation from the view store")
     view.add_argument("session_id", help="the session's id, or a prefix of it that names one session")
-    view.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    view.add_argument("--store", default="views.sqlite", help=STORE_HELP)
     view.add_argument("--json", action="store_true", help="the derived messages as JSON (identical to dsh's)")
     view.set_defaults(run=_view)
 
@@ -75,13 +69,32 @@ def add_reader_commands(commands: Any, add_kafka_options: Callable[[argparse.Arg
     delete.add_argument("--inactive-for", type=duration_ms, metavar="AGE",
                         help="and every session with no activity for AGE (30d, 12h, 90m): the retention setting")
     delete.add_argument("--archive", help="the archiver's --root: remove the sessions' archive folders too")
-    delete.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    delete.add_argument("--store", default="views.sqlite", help=STORE_HELP)
     add_kafka_options(delete)  # the deletion goes on the events topic: the services forget the sessions there
     delete.set_defaults(run=store_commands.delete_sessions)
 
 
+def add_session_filters(parser: argparse.ArgumentParser) -> None:
+    """The options that select sessions (:func:`session_filter` reads them)."""
+    from consumers.projector.reader import STATUSES
+    parser.add_argument("--status", action="append", choices=STATUSES, help="only this status (repeatable)")
+    for flag, meaning in (("--provider", "used this provider"), ("--model", "used this model"),
+                          ("--cwd", "its working directory starts with this"),
+                          ("--text", "a current message contains this (case-insensitive)")):
+        parser.add_argument(flag, help=meaning)
+    parser.add_argument("--findings", dest="has_findings", action=argparse.BooleanOptionalAction,
+                        help="only sessions the audit found something in (--no-findings: nothing)")
+
+
+def session_filter(args: argparse.Namespace) -> Any:
+    """The :class:`~consumers.projector.reader.SessionFilter` of :func:`add_session_filters`' options."""
+    from consumers.projector.reader import SessionFilter
+    return SessionFilter(status=tuple(args.status) if args.status else None, provider=args.provider,
+                         model=args.model, cwd=args.cwd, has_findings=args.has_findings, text=args.text)
+
+
 def _page_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", default="views.sqlite", help=_STORE_HELP)
+    parser.add_argument("--store", default="views.sqlite", help=STORE_HELP)
     parser.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
 
@@ -111,11 +124,8 @@ def resolve_session(reader: Any, given: str) -> str:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    from consumers.projector.reader import SessionFilter
-    where = SessionFilter(status=tuple(args.status) if args.status else None, provider=args.provider,
-                          model=args.model, cwd=args.cwd, has_findings=args.has_findings, text=args.text)
     with reader_of(args.store) as reader:
-        items = reader.sessions(where, limit=args.limit)["items"]
+        items = reader.sessions(session_filter(args), limit=args.limit)["items"]
     if args.json:
         for item in items:
             sys.stdout.buffer.write(encode_json(item) + b"\n")

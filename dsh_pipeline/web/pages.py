@@ -79,7 +79,7 @@ def usd(cost: float | None) -> str:
 def session_cost(models: list[dict[str, Any]]) -> float | None:
     """What a session's usage rows cost, if every one of them has a price."""
     costs = [model.get("costUsd") for model in models]
-    return None if not costs or None in costs else sum(costs)
+    return None if None in costs else sum(costs)
 
 
 def session_tokens(models: list[dict[str, Any]]) -> int:
