@@ -362,9 +362,10 @@ def test_a_layout_5_store_notes_the_records_it_redrove(store_location):
 
 
 def _renamed(records, session_id: str):
-    """A simulated session's records as those of ``session_id``."""
+    """A simulated session's records as those of ``session_id`` (untagged:
+    the renamed header is not the one their writer was taken from)."""
     old, new = json.dumps(records[0].session_id).encode(), encode_json(session_id)
-    return [msgspec.structs.replace(record, session_id=session_id, value=record.value.replace(old, new))
+    return [msgspec.structs.replace(record, session_id=session_id, value=record.value.replace(old, new), writer="")
             for record in records]
 
 
