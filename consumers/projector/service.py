@@ -6,9 +6,9 @@ sequencing: duplicates (the bytes applied before at their seq) are counted
 and skipped, other bytes at an applied seq are a conflicting writer's and
 dead-lettered, and so is every record of another writer than the session's
 header's (``dsh-writer``): the session is then ``conflicted`` (its first
-writer's records are still applied); a record above the next seq holds the session (status
-``held``; its later records are kept) until the missing one arrives and
-the session heals. A record the fold refuses marks the session refused and
+writer's records are still applied). A record above the next seq holds the
+session (status ``held``; its later records are kept) until the missing one
+arrives and the session heals. A record the fold refuses marks the session refused and
 is dead-lettered with its category.
 
 One store transaction per batch writes every changed session (view, fold
