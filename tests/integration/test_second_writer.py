@@ -125,8 +125,11 @@ def test_the_same_log_from_a_bridge_and_the_shipper_is_one_writer(kafka, topics,
                 await publisher.publish_event(truth.session_id, event)
             await publisher.flush()
             await _ship(publisher, root, tmp_path / "state")
-        return await _consume(kafka, names, group_id, tmp_path)
+        published = await consume_all(kafka, names.events, 10_000, timeout=3)
+        return published, *await _consume(kafka, names, group_id, tmp_path)
 
-    dead, found = asyncio.run(scenario())
+    published, dead, found = asyncio.run(scenario())
+    writers = collections.Counter(dict(r.headers).get("dsh-writer") for r in published)
+    assert list(writers) == [first[0].writer.encode()] and writers.total() > len(first), writers  # both, one writer
     assert (dead, found) == ([], [])
     assert _view(tmp_path, truth.session_id) == ("idle", truth.next_seq, truth.messages_digest)

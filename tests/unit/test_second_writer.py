@@ -2,18 +2,24 @@
 own header's writer) is kept out of everything: each of its records is
 dead-lettered ``conflicting-writer`` by the three services, the auditor
 reports it once, the view is the first writer's and says ``conflicted``,
-the archive file is the first writer's log, and a restart keeps it so."""
+the archive file is the first writer's log, and a restart keeps it so.
+Every record a tail of a log reads carries its header's writer."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig, ViewStore
+from dsh_core.folds import read_header
 from dsh_core.storage.layout import find_session_files
-from dsh_kafka.records import KIND_HEADER, KIND_RECORD
+from dsh_kafka.records import KIND_HEADER, KIND_RECORD, writer_of
+from producers.session_tail import Position, SessionTail
 from producers.simulator import SimulatorConfig, simulate_session
+from tests.layout_helpers import place
 from tests.policy_driver import KAFKA, NAMES, fetched, run_batch
 from tests.writers import second_writer
 
@@ -67,3 +73,16 @@ def test_every_record_of_a_second_writer_is_kept_out_and_the_first_writers_flow(
             b"conflicting-writer"] * 2, policy.name
         assert outputs.on(NAMES.findings) == []
     assert archived.read_bytes() == expected.read_bytes()
+
+
+def test_a_tail_tags_each_record_with_its_headers_writer_also_resuming_a_checkpoint_from_before_writers(tmp_path):
+    _, records = _records(seed=63)
+    lines = [r for r in records if r.kind in (KIND_HEADER, KIND_RECORD)]
+    path = place(tmp_path, b"".join(r.value + b"\n" for r in lines), "none")
+    writer = lines[0].writer
+    tail = SessionTail(path, Position())
+    first = list(itertools.islice(tail, 5))
+    assert {r.writer for r in first} == {writer} and writer == writer_of(read_header(lines[0].value, "header"))
+    before_writers = dataclasses.replace(tail.position, writer="")  # as a checkpoint written before writers holds it
+    rest = list(SessionTail(path, before_writers))
+    assert rest and [(r.seq, r.writer) for r in rest] == [(r.seq, writer) for r in lines[len(lines) - len(rest):]]
