@@ -22,7 +22,7 @@
     │   ├── LegacyShapeError      malformed legacy v0 shape (v0 §8.10)
     │   ├── SessionHeaderError    session header fields (v0 §8.2) at restore
     │   ├── IdentityError         a record's value names another session than its key (identity)
-    │   │   └── ConflictingWriterError  a seq seen before with other bytes: two writers (conflicting-writer)
+    │   │   └── ConflictingWriterError  a second writer of a session (conflicting-writer)
     │   └── ForkError             fork boundary rules (v0 §7.2)
     └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
         ├── DeliveryError         a record was not acknowledged by the cluster
@@ -190,16 +190,17 @@ class IdentityError(ValidationError):
 
 
 class ConflictingWriterError(IdentityError):
-    """Raised for a record whose seq a session already applied or holds with
-    other bytes: a second writer of the session, never a duplicate."""
+    """Raised for a record of a second writer of a session: one tagged with
+    another writer than the session's header, a second header differing from
+    the first, or other bytes at a seq the session already applied or holds
+    (never a duplicate). ``what`` says which."""
 
     category: Category = "conflicting-writer"
 
-    def __init__(self, session_id: str, seq: int, first: str, then: str) -> None:
+    def __init__(self, session_id: str, seq: int, what: str) -> None:
         self.session_id = session_id
         self.seq = seq
-        super().__init__(f"session {session_id!r} seq {seq}: a record of sha256 {then}, where one of sha256 {first} "
-                         "came first; two writers share this session id")
+        super().__init__(f"session {session_id!r} seq {seq}: {what}; two writers share this session id")
 
 
 class ForkError(ValidationError):

@@ -4,7 +4,11 @@ Key: the session id (UTF-8). Value: self-describing JSON; for ``record``
 the exact JSONL line of one dsh storage record (an event or a packed chunk
 row), for ``header`` the session header line, for ``attestation`` a request
 attestation. Headers: ``dsh-kind``, ``dsh-seq`` (first seq carried),
-``dsh-count`` (events carried), ``dsh-format`` (session format version).
+``dsh-count`` (events carried), ``dsh-format`` (session format version),
+and on header and event records ``dsh-writer``: the writer of the session,
+the digest of its header (:func:`writer_of`), the same for every producer
+of one log whatever its framing. A record of a session whose header has
+another writer is a second writer's (:func:`check_writer`).
 A ``deletion`` record (value ``{"deletedAt": ms}``, seq and count 0) is
 the fence ``delete-session`` puts after every record of a session: each
 service forgets the session there and takes none of its later records.
@@ -12,12 +16,15 @@ service forgets the session there and takes none of its later records.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence
 
 import msgspec
 
-from dsh_core.errors import DecodeError, DshError, IdentityError, SessionHeaderError, SessionIdError
+from dsh_core.errors import (ConflictingWriterError, DecodeError, DshError, IdentityError, SessionHeaderError,
+                             SessionIdError)
 from dsh_core.events import ROW_TAGS, Event, is_row
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.request import DIGEST_ALGORITHM
@@ -30,8 +37,8 @@ from .topics import MAX_MESSAGE_BYTES
 __all__ = ["KIND_HEADER", "KIND_RECORD", "KIND_ATTESTATION", "KIND_WIRE", "KIND_DELETION", "SessionRecord",
            "KafkaRecord", "deletion_record",
            "Attestation", "record_from_line", "records_for_batch", "header_record", "attestation_record",
-           "wire_attestation_record", "check_envelope",
-           "check_format", "check_identity", "check_same_header", "decode_kafka_record", "where_of"]
+           "wire_attestation_record", "check_envelope", "check_format", "check_identity", "check_same_header",
+           "check_writer", "decode_kafka_record", "where_of", "writer_of"]
 
 KIND_HEADER = "header"
 KIND_RECORD = "record"
@@ -73,6 +80,7 @@ class SessionRecord(msgspec.Struct, frozen=True):
     count: int
     value: bytes
     format_version: int = FORMAT_VERSION
+    writer: str = ""  # the session's writer (writer_of its header); "" where not known (older producers)
 
     @property
     def key(self) -> bytes:
@@ -80,8 +88,9 @@ class SessionRecord(msgspec.Struct, frozen=True):
 
     @property
     def headers(self) -> list[tuple[str, bytes]]:
-        return [("dsh-kind", self.kind.encode()), ("dsh-seq", str(self.seq).encode()),
-                ("dsh-count", str(self.count).encode()), ("dsh-format", str(self.format_version).encode())]
+        headers = [("dsh-kind", self.kind.encode()), ("dsh-seq", str(self.seq).encode()),
+                   ("dsh-count", str(self.count).encode()), ("dsh-format", str(self.format_version).encode())]
+        return headers + [("dsh-writer", self.writer.encode())] if self.writer else headers
 
     @property
     def size(self) -> int:
@@ -104,18 +113,38 @@ class Attestation:
                             "algorithm": self.algorithm, "digest": self.digest})
 
 
-def record_from_line(session_id: str, line: bytes, format_version: int = FORMAT_VERSION) -> SessionRecord:
+def writer_of(header: SessionHeader) -> str:
+    """The writer of a session: the sha256 of its header as dsh writes it
+    (:meth:`SessionHeader.to_line`), 32 hex digits. Every producer of one log
+    (shipper, bridges, publisher) gives its records the same writer; a log
+    of another header, under the same session id, is another writer's."""
+    try:
+        return _known_writer(header)
+    except TypeError:  # a field of a type dsh never writes (a list for a text), so not hashable: not remembered
+        return _writer(header)
+
+
+def _writer(header: SessionHeader) -> str:
+    return hashlib.sha256(header.to_line()).hexdigest()[:32]
+
+
+#: Consumers ask for the writer of a session's header with each of its records.
+_known_writer = functools.lru_cache(maxsize=4096)(_writer)
+
+
+def record_from_line(session_id: str, line: bytes, format_version: int = FORMAT_VERSION,
+                     writer: str = "") -> SessionRecord:
     """The record of one stored JSONL line of a session of ``format_version``,
     its bytes unchanged. Raises :class:`DecodeError` for a line that is no
     storage record."""
     value = decode_json(line)
     if is_row(value):
         row = decode_row(value)
-        return SessionRecord(session_id, KIND_RECORD, row.seq0, row.count, line, format_version)
+        return SessionRecord(session_id, KIND_RECORD, row.seq0, row.count, line, format_version, writer)
     seq = value.get("seq") if isinstance(value, dict) else None
     if type(seq) is not int or seq < 0:
         raise DecodeError(f"session {session_id!r}: a storage record needs a non-negative integer seq, got {seq!r}")
-    return SessionRecord(session_id, KIND_RECORD, seq, 1, line, format_version)
+    return SessionRecord(session_id, KIND_RECORD, seq, 1, line, format_version, writer)
 
 
 def check_envelope(record: SessionRecord) -> None:
@@ -127,21 +156,23 @@ def check_envelope(record: SessionRecord) -> None:
                           f"its value holds seq {stored.seq} count {stored.count}")
 
 
-def records_for_batch(session_id: str, events: Iterable[Event | dict[str, Any]], pack: bool = True) -> list[SessionRecord]:
+def records_for_batch(session_id: str, events: Iterable[Event | dict[str, Any]], pack: bool = True,
+                      writer: str = "") -> list[SessionRecord]:
     """Records of one append batch: delta runs packed as dsh stores them."""
     dicts = [e.to_dict() if isinstance(e, Event) else e for e in events]
     out = []
     for record in (pack_chunk_runs(dicts) if pack else dicts):
         if record["type"] in ROW_TAGS:
             members = record["data"]["texts" if "texts" in record["data"] else "args"]
-            out.append(SessionRecord(session_id, KIND_RECORD, record["seq0"], len(members), encode_json(record)))
+            out.append(SessionRecord(session_id, KIND_RECORD, record["seq0"], len(members), encode_json(record),
+                                     writer=writer))
         else:
-            out.append(SessionRecord(session_id, KIND_RECORD, record["seq"], 1, encode_json(record)))
+            out.append(SessionRecord(session_id, KIND_RECORD, record["seq"], 1, encode_json(record), writer=writer))
     return out
 
 
 def header_record(header: SessionHeader) -> SessionRecord:
-    return SessionRecord(header.id, KIND_HEADER, 0, 0, header.to_line(), header.version)
+    return SessionRecord(header.id, KIND_HEADER, 0, 0, header.to_line(), header.version, writer_of(header))
 
 
 def attestation_record(session_id: str, attestation: Attestation) -> SessionRecord:
@@ -169,8 +200,9 @@ def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
         if (kind in _KINDS and record.key and b"\x00" not in record.key and record.value is not None
                 and 0 <= seq <= MAX_SAFE_INTEGER
                 and 0 <= count <= MAX_SAFE_INTEGER and len(record.value) <= MAX_MESSAGE_BYTES):
+            writer = headers.get("dsh-writer")  # absent from older producers' records
             return SessionRecord(record.key.decode("utf-8"), kind, seq, count, record.value,
-                                 int(headers["dsh-format"]))
+                                 int(headers["dsh-format"]), writer.decode("utf-8", "replace") if writer else "")
     except (KeyError, ValueError, TypeError, AttributeError):
         pass
     raise _envelope_error(record)
@@ -217,15 +249,26 @@ def _envelope_error(record: KafkaRecord) -> DecodeError:
 def check_same_header(record: SessionRecord, header: SessionHeader) -> None:
     """A header record for a session that already has ``header`` is a copy
     of it; a different one (two writers, or two sessions of one id) is
-    refused with :class:`IdentityError`."""
+    refused with :class:`ConflictingWriterError`."""
     try:
         again = read_header(record.value, f"session {record.session_id!r} header")
     except DshError as error:
         raise IdentityError(f"session {record.session_id!r}: a second header that is not one ({error.message})") \
             from None
     if again.to_dict() != header.to_dict():
-        raise IdentityError(f"session {record.session_id!r}: a second header differing from the first "
-                            f"({_differences(header, again)}); two writers share this session id")
+        raise ConflictingWriterError(record.session_id, record.seq, "a second header differing from the first "
+                                     f"({_differences(header, again)})")
+
+
+def check_writer(record: SessionRecord, header: SessionHeader | None) -> None:
+    """A record tagged with another writer than that of the session's
+    header (``header``: the first the session took) is a second writer's:
+    refused with :class:`ConflictingWriterError`. Untagged records (older
+    producers) and records before any header are not checked here; their
+    seqs' digests still are (:mod:`consumers.runtime.sequencing`)."""
+    if record.writer and header is not None and record.writer != writer_of(header):
+        raise ConflictingWriterError(record.session_id, record.seq, f"a {record.kind} of writer {record.writer[:64]!r}, "
+                                     f"where writer {writer_of(header)!r} wrote the session's header first")
 
 
 def _differences(first: SessionHeader, second: SessionHeader) -> str:

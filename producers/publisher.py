@@ -84,6 +84,7 @@ class Publisher:
         self._unsettled_bytes = 0
         self._pending: list[tuple[asyncio.Future, SessionRecord]] = []
         self._failures: list[BaseException] = []
+        self._writers: dict[str, str] = {}  # session id -> the writer of the header published for it
         self._state = _State.NEW
 
     async def __aenter__(self) -> "Publisher":
@@ -197,12 +198,15 @@ class Publisher:
     # ------------------------------------------------------- record kinds
 
     async def publish_header(self, header: SessionHeader) -> None:
-        await self.send(header_record(header))
+        """The session's header; its later records carry its writer."""
+        record = header_record(header)
+        self._writers[header.id] = record.writer
+        await self.send(record)
 
     async def publish_batch(self, session_id: str, events: Iterable[Event | dict[str, Any]]) -> None:
         """One append batch, delta runs packed into rows as dsh stores them.
         Every record is checked against the size limit before any is sent."""
-        records = records_for_batch(session_id, events)
+        records = records_for_batch(session_id, events, writer=self._writers.get(session_id, ""))
         for record in records:
             if len(record.value) + _ENVELOPE_ALLOWANCE > self.settings.max_record_bytes and (
                 record.size > self.settings.max_record_bytes):

@@ -29,7 +29,8 @@ from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import READ_SIZE, Frame, frame_pieces, iter_frames
 from dsh_core.storage.layout import LAYOUT, compression_of, encode_segment, generation_of
 from dsh_core.storage.lines import LineSplitter
-from dsh_kafka.records import SessionRecord, header_record, record_from_line
+from dsh_core.storage.reader import header_line_of
+from dsh_kafka.records import SessionRecord, header_record, record_from_line, writer_of
 from dsh_kafka.topics import MAX_MESSAGE_BYTES
 
 __all__ = ["Position", "SessionTail"]
@@ -48,6 +49,7 @@ class Position:
     next_seq: int = 0
     session_id: str | None = None
     version: int = 0  # the header's format version
+    writer: str = ""  # the header's writer (dsh_kafka.records.writer_of); "" in checkpoints from before writers
     failed: str | None = None
 
 
@@ -68,6 +70,8 @@ class SessionTail:
         self.position = replace(start)
 
     def __iter__(self) -> Iterator[SessionRecord]:
+        if self.position.session_id is not None and not self.position.writer:  # read past its header before writers
+            self.position.writer = writer_of(read_header(header_line_of(self.path), self.where))
         with open(self.path, "rb") as stream:
             if compression_of(self.path) == "zstd":
                 yield from self._zstd(stream)
@@ -131,10 +135,11 @@ class SessionTail:
         work.lines += 1
         if work.session_id is None:
             header = self._header(line)
-            work.session_id, work.version = header.id, header.version
-            return header_record(header)
+            record = header_record(header)
+            work.session_id, work.version, work.writer = header.id, header.version, record.writer
+            return record
         try:
-            record = record_from_line(work.session_id, line, work.version)
+            record = record_from_line(work.session_id, line, work.version, work.writer)
         except DecodeError as error:
             raise CorruptionError(f"{self.where}: line {work.lines}: {error.message} (after seq {work.next_seq - 1})") from None
         if record.seq != work.next_seq:

@@ -31,7 +31,7 @@ from msgspec import UNSET
 from dsh_core.folds import open_fold
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
-from dsh_kafka.records import SessionRecord, record_from_line, records_for_batch
+from dsh_kafka.records import SessionRecord, record_from_line, records_for_batch, writer_of
 from dsh_core.jsonvalue import encode_json
 
 __all__ = ["FORMATS", "Block", "SimulatedLog", "V0Log", "V4Log", "open_log"]
@@ -141,7 +141,7 @@ class V0Log:
 
     def take_records(self) -> list[SessionRecord]:
         """The records of what was appended since the last call (one append batch)."""
-        records = records_for_batch(self.session_id, self._pending)
+        records = records_for_batch(self.session_id, self._pending, writer=writer_of(self.header))
         self._pending = []
         return records
 
@@ -259,7 +259,8 @@ class V4Log:
         return seq
 
     def take_records(self) -> list[SessionRecord]:
-        records = [record_from_line(self.session_id, line, self.version) for line in self._pending_lines]
+        writer = writer_of(self.header)
+        records = [record_from_line(self.session_id, line, self.version, writer) for line in self._pending_lines]
         self._pending_lines = []
         return records
 

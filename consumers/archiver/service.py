@@ -12,6 +12,8 @@ kept durably in the root's ``.dsh-archiver-held.sqlite`` (written before
 the commit, so a restart finds them; the shipper's discovery ignores it),
 and so is the digest of every record archived, written before the file so
 a copy with other bytes (a second writer) is never taken for a duplicate.
+A record of another writer (``dsh-writer``) than the archived header's is
+refused (``conflicting-writer``): the file holds its first writer's log.
 Offsets are committed after fsync.
 
 With ``v4_copies`` each v0 and v3 session also gets the v4 log dsh 0.2.1
@@ -39,7 +41,7 @@ from dsh_core.storage.layout import Compression, generation_of
 from dsh_core.storage.reader import header_line_of
 from dsh_core.storage.writer import SessionFileWriter
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope,
-                               check_format, check_identity, check_same_header, where_of)
+                               check_format, check_identity, check_same_header, check_writer, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
@@ -172,6 +174,7 @@ class Archive(Policy[ArchivedSession]):
         session = self._session(session_id, record.partition)
         if session.deleted:
             raise DeletedSessionError(session_id, decoded.seq, where_of(record))
+        check_writer(decoded, session.header)
         if decoded.kind == KIND_HEADER:
             if session.header is not None:
                 check_same_header(decoded, session.header)

@@ -13,9 +13,11 @@ Per session it runs dsh_core's staged fold with the auditor's checks
 * ``sequence-gap`` — a record above the next seq, or before the session
   header (the session is held until the missing record arrives);
 * ``lossless`` — a record whose JSON would not survive a round trip;
-* ``conflicting-writer`` — a record with other bytes at a seq applied or
-  held before: two writers share the session id (the record is also
-  dead-lettered);
+* ``conflicting-writer`` — a second writer of the session: a record of
+  another writer (``dsh-writer``) than the session's header, a second
+  header differing from the first, or other bytes at a seq applied or held
+  before. Reported once per session; every such record is dead-lettered
+  and none is audited (the first writer's records still are);
 * ``unsupported-format`` / ``invalid-log`` / ``corrupt-storage`` — the
   session's log is refused;
 * ``invariant:<rule>`` — a turn/step/tool relation of docs/formats/v0.md §7.1 is broken.
@@ -48,7 +50,8 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import ConflictingWriterError, DecodeError, DeletedSessionError, DshError, InternalError
 from dsh_kafka.records import (KIND_ATTESTATION, KIND_DELETION, KIND_HEADER, KIND_RECORD, KIND_WIRE, KafkaRecord,
-                               SessionRecord, check_format, check_same_header, decode_kafka_record, where_of)
+                               SessionRecord, check_format, check_same_header, check_writer, decode_kafka_record,
+                               where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.policy import CommittedOffset, Policy
@@ -147,6 +150,18 @@ class Audit(Policy[AuditedSession]):
             return
         if session.deleted:
             raise DeletedSessionError(session.session_id, decoded.seq, where_of(record))
+        try:
+            self._audit_taken(session, record, decoded)
+        except ConflictingWriterError as error:
+            if not session.conflicted:  # one finding per session; each record is dead-lettered (refuse())
+                session.conflicted = True
+                session.report.finding("conflicting-writer", error.seq, f"{error.message} at {where_of(record)}")
+            raise
+
+    def _audit_taken(self, session: AuditedSession, record: KafkaRecord, decoded: SessionRecord) -> None:
+        """A record of a session that takes records (not deleted)."""
+        if decoded.kind in (KIND_HEADER, KIND_RECORD):
+            check_writer(decoded, session.fold.header if session.fold is not None else None)
         if session.refused:
             if decoded.kind == KIND_RECORD:  # a second writer still shows, and is named (refuse())
                 check_copy(session, decoded.seq, decoded.value, decoded.count)
@@ -260,9 +275,6 @@ class Audit(Policy[AuditedSession]):
             self._report(session)
         elif isinstance(error, DecodeError) and session_id is not None:
             self._send(record.partition, Finding("corrupt-storage", session_id, None,
-                                                 f"{error.message} at {where_of(record)}"))
-        elif isinstance(error, ConflictingWriterError):
-            self._send(record.partition, Finding("conflicting-writer", error.session_id, error.seq,
                                                  f"{error.message} at {where_of(record)}"))
         return super().refuse(error, record)
 

@@ -53,6 +53,7 @@ class AuditedSession:
     report: Report
     fold: SessionFold | None = None
     refused: bool = False
+    conflicted: bool = False  # a second writer showed (reported once; its records are refused)
     deleted: bool = False  # delete-session fenced it: its later records are refused (deleted-session)
     gap_reported: int | None = None  # the missing seq last reported as a gap
     pending: dict[int, bytes] = field(default_factory=dict)  # attestation values by boundary seq
@@ -183,7 +184,8 @@ class AuditedSession:
     def snapshot(self) -> SavedSession:
         """Everything later records need, for the state store."""
         fold = self.fold
-        state: dict[str, Any] = {"refused": self.refused, "deleted": self.deleted, "gapReported": self.gap_reported,
+        state: dict[str, Any] = {"refused": self.refused, "conflicted": self.conflicted, "deleted": self.deleted,
+                                 "gapReported": self.gap_reported,
                                  "wire": self.wire.to_json(), "verdicts": dict(self.report.totals)}
         if fold is not None:
             self.attested.difference_update([seq for seq in self.attested if seq < fold.count])
@@ -203,6 +205,7 @@ class AuditedSession:
                       else WireMatcher(report, require_gateway))
         session.refused, session.gap_reported = state["refused"], state["gapReported"]
         session.deleted = state.get("deleted", False)  # (states stored before deletions were fenced have none)
+        session.conflicted = state.get("conflicted", False)  # (nor before second writers were kept out)
         report.totals.update(state.get("verdicts", {}))  # (states stored before counts were kept have none)
         if saved.fold is not None:
             session.attested.update(state["attested"])

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 __all__ = ["DeadLetterFilter", "FindingFilter", "SessionFilter", "ViewReader", "STATUSES"]
 
 #: A session's status in its view.
-STATUSES = ("open", "idle", "held", "refused")
+STATUSES = ("open", "idle", "held", "conflicted", "refused")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,9 +4,11 @@ Per session it runs the fold of the session's format (dsh_core.folds: v0's
 staged fold, v4's, v3 migrated to v4 as dsh does), ordered by the runtime's
 sequencing: duplicates (the bytes applied before at their seq) are counted
 and skipped, other bytes at an applied seq are a conflicting writer's and
-dead-lettered; a record above the next seq holds the session (status
-``held``; its later records are kept) until the missing one arrives and
-the session heals. A record the fold refuses marks the session refused and
+dead-lettered, and so is every record of another writer than the session's
+header's (``dsh-writer``): the session is then ``conflicted`` (its first
+writer's records are still applied). A record above the next seq holds the
+session (status ``held``; its later records are kept) until the missing one
+arrives and the session heals. A record the fold refuses marks the session refused and
 is dead-lettered with its category.
 
 One store transaction per batch writes every changed session (view, fold
@@ -41,7 +43,7 @@ from dsh_core.folds import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,
-                               check_identity, check_same_header, where_of)
+                               check_identity, check_same_header, check_writer, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.metrics import LabelValues
@@ -97,7 +99,9 @@ class ProjectorConfig(ServiceConfig):
 
 @dataclass
 class ProjectedSession:
-    """One session's fold, analysis and status (``open``, ``held``, ``refused``)."""
+    """One session's fold, analysis and status (``open``, ``held``, ``refused``);
+    ``conflicted`` once a second writer showed (its view's status says so
+    unless the session is refused)."""
 
     session_id: str
     partition: int
@@ -106,6 +110,7 @@ class ProjectedSession:
     fold: SessionFold | None = None
     analysis: LogAnalysis = field(default_factory=_analysis)
     status: str = "open"
+    conflicted: bool = False
     error: str | None = None
     digest: MessagesDigest = field(default_factory=MessagesDigest)
     stored_surface: set[int] = field(default_factory=set)  # seqs with a row in the surface table
@@ -166,6 +171,10 @@ class ProjectedSession:
             view["error"] = self.error
         if fold is not None and fold.idle and self.status == "open":
             view["status"] = "idle"
+        if self.conflicted:
+            view["conflicted"] = True
+            if self.status != "refused":
+                view["status"] = "conflicted"
         return view
 
     def change(self) -> SessionChange:
@@ -223,6 +232,8 @@ class Projection(Policy[ProjectedSession]):
                                    AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
         if saved is not None:
             session.status, blob, session.error = saved[0], saved[1], saved[2]
+            if session.status == "conflicted":  # the view's status: the session's own is held or open
+                session.conflicted, session.status = True, "held" if held else "open"
             if blob is not None:
                 rows = self.store.surface_events(session_id)
                 session.fold = restore_fold(blob, f"session {session_id!r}", session.analysis, rows)
@@ -245,12 +256,13 @@ class Projection(Policy[ProjectedSession]):
             SKIPPED.labels("attestation").inc()
             return
         session = self._session(decoded.session_id, record.partition)
-        if session.status == "refused":
-            if decoded.kind == KIND_RECORD:
-                self._copy_of_refused(session, decoded)
-            SKIPPED.labels("session-refused").inc()
-            return
         try:
+            check_writer(decoded, session.fold.header if session.fold is not None else None)
+            if session.status == "refused":
+                if decoded.kind == KIND_RECORD:
+                    self._copy_of_refused(session, decoded)
+                SKIPPED.labels("session-refused").inc()
+                return
             if decoded.kind == KIND_HEADER:
                 self._header(session, decoded)
             else:
@@ -258,6 +270,10 @@ class Projection(Policy[ProjectedSession]):
             self._handled.setdefault(session.session_id, []).append(record)
             if session.applied or decoded.kind == KIND_HEADER:
                 session.last_activity = max(session.last_activity or 0, record.timestamp)
+        except ConflictingWriterError:
+            session.conflicted = True
+            self._changed[session.session_id] = session
+            raise
         finally:
             if session.applied:
                 self.tally.add(APPLIED, session.applied)

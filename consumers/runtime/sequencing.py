@@ -93,7 +93,7 @@ class HeldRecords:
         if seq in self.records:
             first, first_count = self.records[seq]
             if first_count == count and first != value:
-                raise ConflictingWriterError(self.session_id, seq, _sha256(first).hex(), _sha256(value).hex())
+                raise ConflictingWriterError(self.session_id, seq, _other_bytes(_sha256(first), _sha256(value)))
             return False
         if len(self.records) >= self.limit or self.bytes + len(value) > self.byte_limit:
             raise HeldLimitError(self.session_id, waiting_for, seq, self.limit, self.byte_limit)
@@ -122,6 +122,10 @@ class HeldRecords:
 
 def _sha256(value: bytes) -> bytes:
     return hashlib.sha256(value).digest()
+
+
+def _other_bytes(first: bytes, then: bytes) -> str:
+    return f"a record of sha256 {then.hex()}, where one of sha256 {first.hex()} came first"
 
 
 #: ``(count, sha256)`` of the record a session applied at a seq.
@@ -158,7 +162,7 @@ class AppliedDigests:
         if first is not None and first[0] == count:
             then = _sha256(value)
             if then != first[1]:
-                raise ConflictingWriterError(self.session_id, seq, first[1].hex(), then.hex())
+                raise ConflictingWriterError(self.session_id, seq, _other_bytes(first[1], then))
 
     def changes(self) -> dict[int, AppliedDigest]:
         """What was added since the last call, by seq, for a store to write."""

@@ -103,11 +103,17 @@ def test_json_nested_too_deeply_is_corrupt_storage_in_every_service(kafka, topic
     assert refused == {key.decode() for key in deep_keys}, found  # the auditor reports each, by the same name
 
 
+@pytest.mark.parametrize("tagged", [True, False], ids=["tagged", "untagged"])
 def test_another_sessions_events_in_a_v4_session_are_a_conflicting_writer_in_every_service(
-        kafka, topics, group_id, tmp_path):
+        kafka, topics, group_id, tmp_path, tagged):
     """A second writer appends three of its own session's events to a v4
     session, numbered on from the first writer's last seq; the first
-    writer then writes its own events at those seqs."""
+    writer then writes its own events at those seqs. Tagged with its writer
+    (its own header's, as every producer tags its records), each of its
+    records is refused as a conflicting writer by all three services, the
+    auditor reports that alone, and the first writer's records all apply.
+    Untagged (an older producer), the services can only know the second
+    writer by the first writer's copies at its seqs: each names those."""
     names = topics(partitions=1)
     session, other, honest = _sessions((4, 4, 4), seed=5)
     victim = session[0].session_id
@@ -116,16 +122,24 @@ def test_another_sessions_events_in_a_v4_session_are_a_conflicting_writer_in_eve
     foreign = []
     for offset, record in enumerate(other[3:6]):
         event = json.loads(record.value) | {"seq": next_seq + offset}
-        foreign.append(SessionRecord(victim, record.kind, next_seq + offset, 1, json.dumps(event).encode(), 4))
+        foreign.append(SessionRecord(victim, record.kind, next_seq + offset, 1, json.dumps(event).encode(), 4,
+                                     other[0].writer if tagged else ""))
     stream = honest + session[:cut] + foreign + session[cut:]
-    first_copy = len(honest) + cut + len(foreign)  # the offset of the first writer's record at the first foreign seq
+    first_foreign = len(honest) + cut
+    first_copy = first_foreign + len(foreign)  # the offset of the first writer's record at the first foreign seq
 
     dead, found = _run(kafka, names, group_id, tmp_path, stream)
     letters = _letters(dead)
+    assert not {key for _, key in letters} - {victim.encode()}, letters  # the honest session is untouched
+    rules = [(json.loads(r.value)["rule"], json.loads(r.value).get("seq")) for r in found
+             if json.loads(r.value)["session"] == victim]
+    if tagged:
+        for service in SERVICES:
+            assert [(offset, reason) for offset, reason, _ in letters[(service, victim.encode())]] == [
+                (offset, "conflicting-writer") for offset in range(first_foreign, first_copy)], service
+        assert rules == [("conflicting-writer", next_seq)], rules
+        return
     for service in SERVICES:
         named = {offset for offset, reason, _ in letters[(service, victim.encode())] if reason == "conflicting-writer"}
         assert first_copy in named, (service, letters[(service, victim.encode())])
-    assert not {key for _, key in letters} - {victim.encode()}, letters  # the honest session is untouched
-    rules = {(json.loads(r.value)["rule"], json.loads(r.value).get("seq")) for r in found
-             if json.loads(r.value)["session"] == victim}
     assert ("conflicting-writer", next_seq) in rules, rules

@@ -29,6 +29,7 @@ from tests import postgres_fixture
 from tests.policy_driver import KAFKA, NAMES, fetched, run_batch
 from tests.unit.test_fold_snapshot_72cba14 import old_snapshot, surface_rows
 from tests.view_store_helpers import simulated_fleet, stored_fleet
+from tests.writers import second_writer
 
 postgres_dsn, store_location = postgres_fixture.postgres_dsn, postgres_fixture.store_location
 
@@ -84,6 +85,29 @@ def test_held_records_survive_a_reopen_and_the_session_heals(store_location):
         assert (view["status"], view["nextSeq"], store.load(truth.session_id)[3]) == ("idle", truth.next_seq, [])
     finally:
         store.close()
+
+
+def test_a_conflicted_session_stays_conflicted_and_its_first_writer_keeps_flowing(store_location):
+    [(truth, records)], [(_, other)] = simulated_fleet(1, seed=74), simulated_fleet(1, seed=75)
+    second = [r for r in second_writer(records, other) if r.kind in (KIND_HEADER, KIND_RECORD)]
+    cut = len(records) // 2
+    assert len(second) > cut + 3  # its seqs overlap the first writer's and go past them
+    _project(store_location, records[:cut] + second)
+    _project(store_location, records[cut:] + second[-1:])  # reopened: the second writer is still kept out
+    store = ViewStore(store_location)
+    try:
+        view = store.view(truth.session_id)
+        assert (view["status"], view["conflicted"], view["nextSeq"], view["messagesDigest"]) == (
+            "conflicted", True, truth.next_seq, truth.messages_digest)
+    finally:
+        store.close()
+    reader = StoreReader(store_location)
+    try:
+        listed = reader.sessions(SessionFilter(status=("conflicted",)))["items"]
+        assert [item["sessionId"] for item in listed] == [truth.session_id]
+        assert reader.session(truth.session_id)["status"] == "conflicted"
+    finally:
+        reader.close()
 
 
 def test_a_head_stays_unacknowledged_until_acknowledged(store_location):
@@ -369,9 +393,10 @@ def test_a_layout_6_store_saves_its_pickled_fold_snapshots_again_as_layout_3(sto
 
 
 def _renamed(records, session_id: str):
-    """A simulated session's records as those of ``session_id``."""
+    """A simulated session's records as those of ``session_id`` (untagged:
+    the renamed header is not the one their writer was taken from)."""
     old, new = json.dumps(records[0].session_id).encode(), encode_json(session_id)
-    return [msgspec.structs.replace(record, session_id=session_id, value=record.value.replace(old, new))
+    return [msgspec.structs.replace(record, session_id=session_id, value=record.value.replace(old, new), writer="")
             for record in records]
 
 

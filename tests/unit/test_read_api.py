@@ -30,8 +30,8 @@ INJECTED = "<script>alert('x')</script>"
 
 def _session(index: int) -> dict[str, Any]:
     """Session ``s-NNN``: status, folder, models and times vary with the index;
-    every fifth user asks about a needle; session 0 has no header yet."""
-    text = f"question {index}" + (" about the Needle" if index % 5 == 0 else "")
+    every seventh user asks about a needle; session 0 has no header yet."""
+    text = f"question {index}" + (" about the Needle" if index % 7 == 0 else "")
     messages = [{"id": f"u-{index}", "role": "user", "content": [{"type": "text", "text": text}],
                  "source": {"kind": "user"}},
                 {"id": f"a-{index}", "role": "assistant", "content": [{"type": "text", "text": f"answer {index}"}],
