@@ -256,17 +256,13 @@ def project(args: argparse.Namespace) -> int:
     into the same store (group ``<group>-outcomes``)."""
     from consumers.projector import ProjectorConfig, projector_service
     from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
-    store = _store_location(args.store)
+    from consumers.runtime.store_location import store_location
+    store = store_location(args.store)
     return _consume(args, lambda kafka, names: projector_service(
         service_config(args, ProjectorConfig, kafka, names, store=store)),
         lambda kafka, names: OutcomeIndex(OutcomeIndexConfig(
             kafka=kafka, topics=names, group=f"{args.group}-outcomes", store=store,
             session_timeout_ms=round(args.session_timeout * 1000))))
-
-
-def _store_location(given: str) -> Path | str:
-    from consumers.runtime.postgres import is_postgres_location
-    return given if is_postgres_location(given) else Path(given)
 
 
 def audit(args: argparse.Namespace) -> int:

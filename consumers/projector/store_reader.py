@@ -23,7 +23,8 @@ from dsh_core.errors import DshError, StateStoreError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
-from ..runtime.postgres import display_location, is_postgres_location, postgres_sql, without_password
+from ..runtime.postgres import display_location, postgres_sql, without_password
+from ..runtime.store_location import store_backend
 from ..runtime.stored_text import read_row, stored_parameters, stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
 from .store import LAYOUT, TOKEN_COLUMNS
@@ -41,7 +42,7 @@ class StoreReader:
     """Reads of one view store (``location``: a path or a ``postgresql://`` URI)."""
 
     def __init__(self, location: Path | str) -> None:
-        self.postgres = is_postgres_location(location)
+        self.postgres = store_backend(location) == "postgresql"
         self.where = display_location(str(location)) if self.postgres else str(location)
         if self.postgres:  # a pool checks a connection before lending it and replaces a broken one
             try:  # before the pool, whose log of failed attempts would quote what libpq cannot parse
