@@ -171,7 +171,8 @@ def _upstream(text: str) -> str:
 
 def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $DSH_KAFKA_BOOTSTRAP or the local broker)")
-    parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names")
+    parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names, ending in '.', "
+                                                           "'-' or '_' (eco3. gives eco3.dsh.session-events)")
     from dsh_kafka.topics import DEFAULT_PARTITIONS
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
                         help=f"partitions of newly created topics (default {DEFAULT_PARTITIONS})")
