@@ -48,3 +48,19 @@ def test_the_commands_refuse_it_before_anything_else(command, tmp_path):
                                         "of this build takes the scheme 'mysql'; a store is a SQLite file's path or a "
                                         "URI of postgresql://, postgres:// (PostgreSQL)"]
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("location", "said"), [
+    ("postgresql://dsh:secret@127.0.0.1:{port}/views",
+     "postgresql://dsh:***@127.0.0.1:{port}/views: cannot connect to the view store: connection failed: connection "
+     "to server at \"127.0.0.1\", port {port} failed: Connection refused"),
+    ("postgresql://dsh:secret@127.0.0.1:{port}/views?no_such_option=1",
+     "postgresql://dsh:***@127.0.0.1:{port}/views?no_such_option=1: not a PostgreSQL URI libpq takes: invalid URI "
+     "query parameter: \"no_such_option\""),
+])
+def test_a_store_that_does_not_answer_is_one_line_of_the_projects_own(location, said, free_tcp_port, tmp_path):
+    given = location.format(port=free_tcp_port)
+    done = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "sessions", "--store", given],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert (done.returncode, done.stderr) == (1, f"dsh-pipeline sessions: StateStoreError: "
+                                                 f"{said.format(port=free_tcp_port)}\n")
