@@ -207,6 +207,7 @@ def serve(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int:
     """Run one consumer service (and its companion, if any) until SIGTERM or
     SIGINT; either failing stops both."""
+    from dsh_kafka.admin import await_group_coordinator
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.ops_server import consumers_health
@@ -218,6 +219,7 @@ def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int
 
     async def main(stop: asyncio.Event) -> int:
         await prepare_command_topics(kafka, names, args)
+        await await_group_coordinator(kafka, args.group)
         services[args.command] = service = make_service(kafka, names)
         try:
             async with asyncio.TaskGroup() as running:
