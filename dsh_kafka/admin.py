@@ -87,10 +87,13 @@ async def _unready(admin: AIOKafkaAdminClient, names: set[str]) -> set[str]:
         if node < 0:  # no leader yet
             unready.update(topics)
             continue
-        # the leader's own answer: its latest offset (ListOffsets; aiokafka's admin has no call for it)
-        response = await admin._client.send(node, OffsetRequest(
-            -1, 0, [(topic, [(partition, OffsetResetStrategy.LATEST) for partition in partitions])
-                    for topic, partitions in topics.items()]))
+        try:  # the leader's own answer: its latest offset (ListOffsets; aiokafka's admin has no call for it)
+            response = await admin._client.send(node, OffsetRequest(
+                -1, 0, [(topic, [(partition, OffsetResetStrategy.LATEST) for partition in partitions])
+                        for topic, partitions in topics.items()]))
+        except (KafkaConnectionError, NodeNotReadyError):  # asked again, as a leader that did not answer yet
+            unready.update(topics)
+            continue
         unready.update(topic for topic, answers in response.topics if any(answer[1] for answer in answers))
     return unready
 
