@@ -31,6 +31,7 @@
         │   └── BrokerAbsentError     no broker answered at all (waiting may help)
         ├── FencedError           a newer group member took this member's partition over
         ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
+        │   └── StoreLocationError    a store location whose scheme no backend of this build takes
         ├── LayoutError           a session log is not where dsh's directory layout keeps it
         ├── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
         └── ExposedSecretError    a file of secrets other users may read or change
@@ -71,6 +72,7 @@ __all__ = [
     "ClusterUnavailableError",
     "FencedError",
     "StateStoreError",
+    "StoreLocationError",
     "LayoutError",
     "HeldLimitError",
     "DeletedSessionError",
@@ -239,6 +241,12 @@ class FencedError(PipelineError):
 class StateStoreError(PipelineError):
     """Raised when a service's state file cannot be used: another kind of
     file, another layout version, another group's or topic's, or unopenable."""
+
+
+class StoreLocationError(StateStoreError):
+    """Raised for a store location (``--store``) that is a URI of a scheme no
+    backend of this build takes (``mysql://...``): a location is a file path
+    (SQLite) or a URI of a known scheme, never a file named like a URI."""
 
 
 class LayoutError(PipelineError):

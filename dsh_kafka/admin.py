@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, NodeNotReadyError
+from aiokafka.errors import (GroupCoordinatorNotAvailableError, GroupLoadInProgressError, KafkaConnectionError,
+                             NodeNotReadyError)
+from aiokafka.protocol.offset import OffsetRequest, OffsetResetStrategy
 from tenacity import AsyncRetrying, retry, retry_if_exception_type, retry_if_result, stop_after_delay, wait_exponential
 
 from dsh_core.errors import BrokerAbsentError, ClusterUnavailableError, PipelineError
@@ -17,11 +20,11 @@ from .config import ConsumerSettings, KafkaConfig
 from .diagnose import why_unreachable
 from .topics import TopicLayout, TopicNames, TopicSpec, replication_for, topic_specs
 
-__all__ = ["end_offsets", "ensure_topics", "prepare_topics"]
+__all__ = ["await_group_coordinator", "end_offsets", "ensure_topics", "prepare_topics"]
 
 _log = logging.getLogger("dsh.kafka")
-#: How long topics just created may take to appear in the cluster's metadata (seconds).
-_LISTED_WITHIN = 30
+#: How long topics just created may take to be listed and served by their leaders (seconds).
+_READY_WITHIN = 30
 
 
 async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True,
@@ -64,13 +67,53 @@ async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int
         await admin.close()
 
 
-@retry(retry=retry_if_result(bool), stop=stop_after_delay(_LISTED_WITHIN),
+@retry(retry=retry_if_result(bool), stop=stop_after_delay(_READY_WITHIN),
        wait=wait_exponential(multiplier=0.05, max=1), retry_error_callback=lambda state: state.outcome.result())
-async def _unlisted(admin: AIOKafkaAdminClient, names: set[str]) -> set[str]:
-    """Which of the topics just created the cluster does not list yet: a
-    broker learns of a new topic shortly after the controller made it, so
-    the next client (or this one's next step) may not see it at once."""
-    return names - set(await admin.list_topics())
+async def _unready(admin: AIOKafkaAdminClient, names: set[str]) -> set[str]:
+    """Which of the topics just created are not ready yet: not listed, or
+    with a partition whose leader does not answer for it. A broker learns
+    of a new topic shortly after the controller made it, and names a new
+    partition's leader a moment before that leader serves it: each client
+    of the next command would meet that moment as errors it logs."""
+    listed = set(await admin.list_topics())
+    unready = names - listed
+    leaders: dict[int, dict[str, list[int]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    for topic in await admin.describe_topics(sorted(names & listed)):
+        if topic["error_code"] or not topic["partitions"]:
+            unready.add(topic["topic"])
+        for partition in topic["partitions"]:
+            leaders[partition["leader"]][topic["topic"]].append(partition["partition"])
+    for node, topics in leaders.items():
+        if node < 0:  # no leader yet
+            unready.update(topics)
+            continue
+        try:  # the leader's own answer: its latest offset (ListOffsets; aiokafka's admin has no call for it)
+            response = await admin._client.send(node, OffsetRequest(
+                -1, 0, [(topic, [(partition, OffsetResetStrategy.LATEST) for partition in partitions])
+                        for topic, partitions in topics.items()]))
+        except (KafkaConnectionError, NodeNotReadyError):  # asked again, as a leader that did not answer yet
+            unready.update(topics)
+            continue
+        unready.update(topic for topic, answers in response.topics if any(answer[1] for answer in answers))
+    return unready
+
+
+async def await_group_coordinator(kafka: KafkaConfig, group: str) -> None:
+    """Wait (up to 30 s) until the cluster names ``group``'s coordinator: a
+    new cluster makes its offsets topic at the first such question and says
+    "not available" until it is ready, which a consumer logs as an error at
+    each try."""
+    admin = make_admin(kafka)
+    await admin.start()
+    try:
+        async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type((GroupCoordinatorNotAvailableError, GroupLoadInProgressError)),
+                stop=stop_after_delay(_READY_WITHIN), wait=wait_exponential(multiplier=0.05, max=1),
+                retry_error_callback=lambda state: None):  # the consumer goes on asking, as before
+            with attempt:
+                await admin.find_coordinator(group)
+    finally:
+        await admin.close()
 
 
 async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:
@@ -109,10 +152,10 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
                                     "`dsh-pipeline acls` lists")
             if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS (a concurrent creator)
                 raise PipelineError(f"creating topic {topic} failed: error {code} {rest[-1] if rest else ''}")
-        unlisted = await _unlisted(admin, {spec.name for spec in missing})
-        if unlisted:
-            raise PipelineError(f"topics {', '.join(sorted(unlisted))} were created, but the cluster's metadata does "
-                                f"not list them after {_LISTED_WITHIN} s")
+        unready = await _unready(admin, {spec.name for spec in missing})
+        if unready:
+            raise PipelineError(f"topics {', '.join(sorted(unready))} were created, but the cluster does not list "
+                                f"them, or their partitions' leaders do not answer for them, after {_READY_WITHIN} s")
     present = [spec for spec in specs if spec.name in existing]
     if not present:
         return

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-__all__ = ["BATCH_OVERHEAD_BYTES", "DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "RETAINED", "TopicLayout",
-           "TopicNames", "TopicSpec", "replication_for", "topic_specs"]
+from dsh_core.errors import PipelineError
+
+__all__ = ["BATCH_OVERHEAD_BYTES", "DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "PREFIX_SEPARATORS", "RETAINED",
+           "TopicLayout", "TopicNames", "TopicSpec", "replication_for", "topic_specs"]
 
 #: Large enough for big tool outputs (a 5 MiB result plus its envelope).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -15,6 +17,8 @@ MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 BATCH_OVERHEAD_BYTES = 64 * 1024
 #: Partitions of newly created topics (the most members a consumer group can use).
 DEFAULT_PARTITIONS = 12
+#: What may end a topic prefix (the characters of a topic name besides letters and digits).
+PREFIX_SEPARATORS = (".", "-", "_")
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,14 @@ class TopicNames:
 
     @classmethod
     def with_prefix(cls, prefix: str) -> "TopicNames":
+        """The names with ``prefix`` before each. A prefix ends in a
+        separator (:data:`PREFIX_SEPARATORS`) or is refused: ``eco3`` would
+        run into the names (``eco3dsh.session-events``), and adding one
+        would move a deployment already on such names to new, empty topics."""
+        if prefix and not prefix.endswith(PREFIX_SEPARATORS):
+            raise PipelineError(f"--topic-prefix {prefix!r} does not end in {', '.join(map(repr, PREFIX_SEPARATORS))}, "
+                                f"so the topic names would run into it ({prefix}{cls().events}): give {prefix + '.'!r} "
+                                f"for {prefix}.{cls().events}")
         base = cls()
         return cls(*(f"{prefix}{name}" for name in (base.events, base.views, base.findings, base.dead_letter,
                                                     base.verdicts)))

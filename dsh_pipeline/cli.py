@@ -68,11 +68,18 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _kafka(args: argparse.Namespace) -> int:
     from dsh_pipeline.local_kafka import LocalKafka, probe_metadata, read_state, stop_detached
-    from dsh_pipeline.runtime import default_broker_dir
-    data_dir = Path(args.data_dir) if args.data_dir else default_broker_dir()
-    state = read_state(data_dir)
+    from dsh_pipeline.runtime import local_broker, remember_broker_dir
+    if args.data_dir:
+        data_dir = Path(args.data_dir)
+        state = read_state(data_dir)
+        if state is not None and not probe_metadata(state.client()):
+            state = None
+    else:
+        data_dir, state = local_broker()
     if args.action == "start":
-        if state is not None and probe_metadata(state.client()):
+        if args.data_dir:  # every other command finds it there while it runs
+            remember_broker_dir(data_dir)
+        if state is not None:
             if args.secure and not state.secured_bootstrap:
                 raise PipelineError(f"the broker of {data_dir} runs without --secure: stop it first")
             print(state.secured_bootstrap if args.secure else state.bootstrap)
@@ -93,7 +100,7 @@ def _kafka(args: argparse.Namespace) -> int:
         stopped = stop_detached(data_dir)
         print("stopped" if stopped else "no broker was running")
         return EXIT_OK
-    if state is not None and probe_metadata(state.client()):
+    if state is not None:
         print(f"running pid {state.pid} at {state.bootstrap} (data {state.data_dir}, log {state.log})")
         return EXIT_OK
     print("not running")
@@ -172,7 +179,8 @@ def _upstream(text: str) -> str:
 
 def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $DSH_KAFKA_BOOTSTRAP or the local broker)")
-    parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names")
+    parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names, ending in '.', "
+                                                           "'-' or '_' (eco3. gives eco3.dsh.session-events)")
     from dsh_kafka.topics import DEFAULT_PARTITIONS
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
                         help=f"partitions of newly created topics (default {DEFAULT_PARTITIONS})")
@@ -260,7 +268,9 @@ def build_parser() -> _Cli:
 
     kafka = commands.add_parser("kafka", help="the local single-node Kafka broker (Maven jars, KRaft)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
-    kafka.add_argument("--data-dir", help="broker data folder (default: ~/.cache/dsh-pipeline/broker)")
+    kafka.add_argument("--data-dir", help="broker data folder (default: ~/.cache/dsh-pipeline/broker, unless only "
+                                          "the broker the last `kafka start --data-dir` started runs: commands "
+                                          "without --bootstrap find that one too)")
     kafka.add_argument("--port", type=int, help="start: the client port on 127.0.0.1 (default: the folder's last "
                                                   "one while free, else any free port)")
     kafka.add_argument("--secure", action="store_true",

@@ -39,6 +39,9 @@ KAFKA_KEYS = {key: f"DSH_KAFKA_{key.upper()}" for key in (
     "bootstrap", "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password_file",
     "sasl_oauth_token_file", "sasl_oauth_token_command", "ssl_cafile", "ssl_certfile", "ssl_keyfile")}
 
+#: ``[kafka]`` keys naming a file: one not there is named by the key that gave it, not by its variable.
+_FILE_KEYS = {"sasl_password_file", "sasl_oauth_token_file", "ssl_cafile", "ssl_certfile", "ssl_keyfile"}
+
 
 class CommandParser(argparse.ArgumentParser):
     """A command's parser, which says what options it has (by ``dest``)."""
@@ -85,7 +88,11 @@ def _kafka(path: Path, table: dict[str, Any], environ: os._Environ | dict[str, s
             raise PipelineError(f"{path}: [kafka] {key} must be a string, got {value!r}")
         if key == "sasl_password_file" and environ.get("DSH_KAFKA_SASL_PASSWORD"):
             continue  # the environment's password wins over the file's password file
-        environ.setdefault(variable, value)
+        if variable in environ:
+            continue  # the environment wins
+        if key in _FILE_KEYS and not os.path.isfile(value):
+            raise PipelineError(f"{path}: [kafka] {key} = {value!r}: no such file")
+        environ[variable] = value
 
 
 def _command(path: Path, name: str, table: dict[str, Any], parser: CommandParser) -> None:

@@ -12,17 +12,20 @@ import sys
 from pathlib import Path
 
 from dsh_core.errors import PipelineError
-from dsh_pipeline.exit_codes import EXIT_OK
+from dsh_pipeline.exit_codes import EXIT_INTERRUPTED, EXIT_OK
 
 __all__ = ["simulate", "worker"]
 
 
 def simulate(args: argparse.Namespace) -> int:
+    """Publish the fleet and write its manifest; SIGINT or SIGTERM stops it
+    within a record, and the manifest (marked partial) holds what was sent."""
     from dsh_kafka.config import ProducerSettings
     from dsh_kafka.topics import TopicNames
-    from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
+    from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka, run_until_signal
     from producers.publisher import Publisher
     from dsh_core.jsonvalue import encode_json
+    from dsh_core.storage.writer import replace_file
     from producers.fleet import fleet, formats_summary, manifest
     from producers.simulator import FaultPlan, SimulatorConfig
     from dsh_pipeline.log_lines import configure_logging
@@ -37,21 +40,25 @@ def simulate(args: argparse.Namespace) -> int:
     progress = _Progress(enabled=args.log_format == "text" and sys.stderr.isatty())
     delivery = ProducerSettings(request_timeout_ms=round(args.delivery_timeout * 1000))
 
-    async def main() -> dict:
+    async def main(stop: asyncio.Event) -> int:
         await prepare_command_topics(kafka, names, args)
         async with Publisher(kafka, names, delivery) as publisher:
-            truths = await fleet(config, publisher.send, on_batch=progress.add)
-            await publisher.flush()
-        return manifest(config, truths)
+            run = await fleet(config, publisher.send, on_batch=progress.add, stop=stop)
+            await publisher.flush()  # what the manifest holds was acknowledged
+        result = manifest(config, run.truths, partial=run.stopped, unfinished=run.unfinished)
+        progress.done()
+        if args.manifest:  # whole or not at all, whenever the run stops
+            replace_file(Path(args.manifest), encode_json(result) + b"\n")
+        written = f"; {'partial ' if run.stopped else ''}manifest {args.manifest}" if args.manifest else ""
+        if run.stopped:
+            print(f"stopped: {result['sessions']} of {config.sessions} sessions sent whole "
+                  f"({len(run.unfinished)} cut short), {result['events']} events{written}", flush=True)
+            return EXIT_INTERRUPTED
+        print(f"simulated {result['sessions']} sessions ({formats_summary(result)}), {result['events']} events, "
+              f"{result['attestations']} attestations; injected {result['injected']}{written}")
+        return EXIT_OK
 
-    result = asyncio.run(main())
-    progress.done()
-    if args.manifest:
-        Path(args.manifest).write_bytes(encode_json(result) + b"\n")
-    print(f"simulated {result['sessions']} sessions ({formats_summary(result)}), {result['events']} events, "
-          f"{result['attestations']} "
-          f"attestations; injected {result['injected']}" + (f"; manifest {args.manifest}" if args.manifest else ""))
-    return EXIT_OK
+    return run_until_signal(main)
 
 
 def worker(args: argparse.Namespace) -> int:

@@ -209,6 +209,7 @@ def serve(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int:
     """Run one consumer service (and its companion, if any) until SIGTERM or
     SIGINT; either failing stops both."""
+    from dsh_kafka.admin import await_group_coordinator
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.ops_server import consumers_health
@@ -220,6 +221,7 @@ def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int
 
     async def main(stop: asyncio.Event) -> int:
         await prepare_command_topics(kafka, names, args)
+        await await_group_coordinator(kafka, args.group)
         services[args.command] = service = make_service(kafka, names)
         try:
             async with asyncio.TaskGroup() as running:
@@ -258,17 +260,13 @@ def project(args: argparse.Namespace) -> int:
     into the same store (group ``<group>-outcomes``)."""
     from consumers.projector import ProjectorConfig, projector_service
     from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
-    store = _store_location(args.store)
+    from consumers.runtime.store_location import store_location
+    store = store_location(args.store)
     return _consume(args, lambda kafka, names: projector_service(
         service_config(args, ProjectorConfig, kafka, names, store=store)),
         lambda kafka, names: OutcomeIndex(OutcomeIndexConfig(
             kafka=kafka, topics=names, group=f"{args.group}-outcomes", store=store,
             session_timeout_ms=round(args.session_timeout * 1000))))
-
-
-def _store_location(given: str) -> Path | str:
-    from consumers.runtime.postgres import is_postgres_location
-    return given if is_postgres_location(given) else Path(given)
 
 
 def audit(args: argparse.Namespace) -> int:

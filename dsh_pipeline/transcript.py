@@ -53,9 +53,12 @@ def transcript_lines(messages: Iterable[dict[str, Any]]) -> Iterator[str]:
 def format_time(ms: Any) -> str:
     """Milliseconds since the epoch as ``YYYY-MM-DD HH:MM:SS UTC``; ``-``
     for none, and the number itself where no calendar date is (a log's
-    time is whatever its writer put there)."""
+    time is whatever its writer put there): 0, what a writer whose clock
+    was not set writes, is ``0 (no time set)``, never a day in 1970."""
     if ms is None:
         return "-"
+    if ms == 0 and type(ms) is int:
+        return "0 (no time set)"
     try:
         return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, OSError, ValueError, TypeError):

@@ -36,8 +36,9 @@ from dsh_core.jsonvalue import decode_json, dump_json
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
                                 store_held)
-from ..runtime.postgres import PostgresDatabase, first_line, is_postgres_location
+from ..runtime.postgres import PostgresDatabase, first_line
 from ..runtime.sequencing import AppliedDigest, HeldChanges
+from ..runtime.store_location import store_backend
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
@@ -225,11 +226,12 @@ class ViewStore:
     """The views of every session the projector has seen."""
 
     def __init__(self, location: Path | str) -> None:
-        """``location``: a SQLite file's path, or a ``postgresql://`` URI."""
+        """``location``: a SQLite file's path, or a ``postgresql://`` URI
+        (:func:`~consumers.runtime.store_location.store_backend`)."""
         migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6, 6: _layout_6_to_7}
-        self.database = (PostgresDatabase(location, _KIND, LAYOUT, _SCHEMA, migrations)
-                         if is_postgres_location(location) else Database(Path(location), _KIND, LAYOUT, _SCHEMA,
-                                                                         migrations))
+        self.database = (PostgresDatabase(str(location), _KIND, LAYOUT, _SCHEMA, migrations)
+                         if store_backend(location) == "postgresql"
+                         else Database(Path(location), _KIND, LAYOUT, _SCHEMA, migrations))
         self.db = self.database.connection
 
     # --------------------------------------------------------------- reads

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dsh_core.errors import DshError, StateStoreError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
-from ..runtime.postgres import display_location, is_postgres_location, postgres_sql, without_password
+from ..runtime.postgres import display_location, first_line, postgres_sql, without_password
+from ..runtime.store_location import store_backend
 from ..runtime.stored_text import read_row, stored_parameters, stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
 from .store import LAYOUT, TOKEN_COLUMNS
@@ -31,34 +31,44 @@ from .store import LAYOUT, TOKEN_COLUMNS
 __all__ = ["StoreReader", "LETTER_ID_BASE"]
 
 #: How long a PostgreSQL store may take to lend a working connection.
-_CONNECT_SECONDS = 5.0
+_CONNECT_SECONDS = 5
 #: A dead letter's id: its partition times this, plus its offset.
 LETTER_ID_BASE = 1 << 40
 _HEAD_BYTES = 256
+
+
+def _pool(dsn: str, where: str) -> ConnectionPool:
+    """An open pool of connections to ``dsn``: it checks a connection before
+    lending it and replaces a broken one. One connection is made first, so
+    a URI libpq cannot parse or a server that does not answer is one line
+    here, not the pool's log of each failed attempt before it."""
+    try:
+        psycopg.connect(dsn, connect_timeout=_CONNECT_SECONDS).close()
+    except psycopg.ProgrammingError as error:
+        raise StateStoreError(f"{where}: not a PostgreSQL URI libpq takes: "
+                              f"{without_password(str(error).strip(), dsn)}") from None
+    except psycopg.Error as error:
+        raise StateStoreError(f"{where}: cannot connect to the view store: "
+                              f"{without_password(first_line(error), dsn)}") from None
+    pool = ConnectionPool(dsn, min_size=1, max_size=2, open=False, check=ConnectionPool.check_connection,
+                          kwargs={"autocommit": True, "application_name": "dsh-pipeline reader"})
+    try:
+        pool.open(wait=True, timeout=_CONNECT_SECONDS)
+    except PoolTimeout:
+        pool.close()
+        raise StateStoreError(f"{where}: cannot connect to the view store in {_CONNECT_SECONDS} s (is the server up, "
+                              "and the URI's user, host, port and database right?)") from None
+    return pool
 
 
 class StoreReader:
     """Reads of one view store (``location``: a path or a ``postgresql://`` URI)."""
 
     def __init__(self, location: Path | str) -> None:
-        self.postgres = is_postgres_location(location)
+        self.postgres = store_backend(location) == "postgresql"
         self.where = display_location(str(location)) if self.postgres else str(location)
-        if self.postgres:  # a pool checks a connection before lending it and replaces a broken one
-            try:  # before the pool, whose log of failed attempts would quote what libpq cannot parse
-                conninfo_to_dict(str(location))
-            except psycopg.ProgrammingError as error:
-                raise StateStoreError(f"{self.where}: not a PostgreSQL URI libpq takes: "
-                                      f"{without_password(str(error).strip(), str(location))}") from None
-            self._connection: Any = ConnectionPool(
-                str(location), min_size=1, max_size=2, open=False, check=ConnectionPool.check_connection,
-                kwargs={"autocommit": True, "application_name": "dsh-pipeline reader"})
-            try:
-                self._connection.open(wait=True, timeout=_CONNECT_SECONDS)
-            except PoolTimeout:
-                self._connection.close()
-                raise StateStoreError(f"{self.where}: cannot connect to the view store in {_CONNECT_SECONDS:.0f} s "
-                                      "(is the server up, and the URI's user, host, port and database right?)") \
-                    from None
+        if self.postgres:
+            self._connection: Any = _pool(str(location), self.where)
         else:
             path = Path(location)
             if not path.is_file():

@@ -29,8 +29,7 @@ from dsh_core.errors import StateStoreError
 from .database import Migrations, claim_layout
 from .stored_text import read_row, stored_parameters
 
-__all__ = ["PostgresDatabase", "display_location", "first_line", "is_postgres_location", "postgres_sql", "text_rows",
-           "without_password"]
+__all__ = ["PostgresDatabase", "display_location", "first_line", "postgres_sql", "text_rows", "without_password"]
 
 _TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b|\bTEXT\b| WITHOUT ROWID")
 #: Text compares by code point, as SQLite's does, whatever the database's default collation.
@@ -44,11 +43,6 @@ _ROW_INSERT = re.compile(r"INSERT INTO (\w+) \(([^)]*)\) VALUES \(\?(?:, \?)*\)(
 _COPY_ROWS = 64
 #: The advisory lock the layout is claimed under (any constant: "dsh" in ASCII).
 _LAYOUT_LOCK = 0x647368
-
-
-def is_postgres_location(location: object) -> bool:
-    """Whether a store location is a PostgreSQL connection URI."""
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
 @functools.lru_cache(maxsize=512)

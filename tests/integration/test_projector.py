@@ -28,7 +28,7 @@ pytestmark = pytest.mark.kafka
 
 async def publish_fleet(kafka, names, config: SimulatorConfig):
     async with Publisher(kafka, names) as publisher:
-        truths = await fleet(config, publisher.send)
+        truths = (await fleet(config, publisher.send)).truths
         await publisher.flush()
     return truths
 

@@ -17,7 +17,8 @@ from consumers.projector.reader import SessionFilter
 from consumers.projector.store import LAYOUT, TOKEN_COLUMNS, SessionChange, view_head
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import Database, store_digests
-from consumers.runtime.postgres import PostgresDatabase, is_postgres_location
+from consumers.runtime.postgres import PostgresDatabase
+from consumers.runtime.store_location import store_backend
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import FencedError, StateStoreError
 from dsh_core.fold_snapshot import snapshot_fold
@@ -160,7 +161,7 @@ _LAYOUT_2 = (
 
 
 def _open(location, kind: str, layout: int, schema):
-    return (PostgresDatabase(location, kind, layout, schema) if is_postgres_location(location)
+    return (PostgresDatabase(location, kind, layout, schema) if store_backend(location) == "postgresql"
             else Database(location, kind, layout, schema))
 
 

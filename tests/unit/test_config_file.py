@@ -32,16 +32,29 @@ def test_a_required_option_may_come_from_the_file(tmp_path):
 
 
 def test_the_kafka_table_fills_the_variables_not_set(tmp_path):
+    secret = tmp_path / "kafka-password"
+    secret.write_text("pw\n")
     environ = {"DSH_KAFKA_SASL_USERNAME": "from-the-environment"}
     _parsed(tmp_path, '[kafka]\nbootstrap = "k1:9093,k2:9093"\nsecurity_protocol = "SASL_SSL"\n'
-                      'sasl_username = "from-the-file"\nsasl_password_file = "/run/secrets/kafka"\n', ["project"],
-            environ)
+                      f'sasl_username = "from-the-file"\nsasl_password_file = "{secret}"\n', ["project"], environ)
     assert environ == {"DSH_KAFKA_BOOTSTRAP": "k1:9093,k2:9093", "DSH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-                       "DSH_KAFKA_SASL_USERNAME": "from-the-environment",
-                       "DSH_KAFKA_SASL_PASSWORD_FILE": "/run/secrets/kafka"}
+                       "DSH_KAFKA_SASL_USERNAME": "from-the-environment", "DSH_KAFKA_SASL_PASSWORD_FILE": str(secret)}
     environ = {"DSH_KAFKA_SASL_PASSWORD": "from-the-environment"}  # wins over the file's password file
     _parsed(tmp_path, '[kafka]\nsasl_password_file = "/run/secrets/kafka"\n', ["project"], environ)
     assert environ == {"DSH_KAFKA_SASL_PASSWORD": "from-the-environment"}
+
+
+@pytest.mark.parametrize("key", ["ssl_cafile", "ssl_certfile", "ssl_keyfile", "sasl_password_file",
+                                 "sasl_oauth_token_file"])
+def test_a_file_the_kafka_table_names_that_is_not_there_is_named_by_its_key(tmp_path, key, capsys):
+    path = tmp_path / "dsh.toml"
+    path.write_text(f'[kafka]\n{key} = "/nonexistent/kafka.pem"\n')  # nothing set before it is refused
+    assert main(["--config", str(path), "simulate"]) == 2
+    assert capsys.readouterr().err == (f"dsh-pipeline: PipelineError: {path}: [kafka] {key} = "
+                                       "'/nonexistent/kafka.pem': no such file\n")
+    environ = {f"DSH_KAFKA_{key.upper()}": "/from/the/environment"}  # which wins, and is checked where it is used
+    _parsed(tmp_path, path.read_text(), ["simulate"], environ)
+    assert environ[f"DSH_KAFKA_{key.upper()}"] == "/from/the/environment"
 
 
 @pytest.mark.parametrize(("text", "message"), [

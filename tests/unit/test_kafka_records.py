@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -81,6 +83,21 @@ def test_bad_envelopes_name_the_coordinates(fetched, message):
 def test_record_from_line_refuses_non_records():
     with pytest.raises(DecodeError, match="non-negative integer seq"):
         record_from_line("s", b'{"type":"x"}')
+
+
+@pytest.mark.parametrize("prefix", ["eco3.", "eco3-", "eco3_"])
+def test_a_topic_prefix_ends_in_a_separator(prefix):
+    assert TopicNames.with_prefix(prefix).events == f"{prefix}dsh.session-events"
+
+
+def test_a_topic_prefix_without_a_separator_is_refused_saying_what_to_give():
+    with pytest.raises(PipelineError) as refused:
+        TopicNames.with_prefix("eco3")
+    assert str(refused.value) == ("--topic-prefix 'eco3' does not end in '.', '-', '_', so the topic names would run "
+                                  "into it (eco3dsh.session-events): give 'eco3.' for eco3.dsh.session-events")
+    done = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "simulate", "--bootstrap", "127.0.0.1:1",
+                           "--topic-prefix", "eco3"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (1, f"dsh-pipeline simulate: PipelineError: {refused.value}\n")
 
 
 def test_topics_and_config():

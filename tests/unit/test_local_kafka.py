@@ -1,11 +1,16 @@
-"""The local broker's start-up, without starting it: what reaches a command line."""
+"""The local broker's start-up, without starting it: what reaches a command line, and how the other
+commands find it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import dsh_pipeline.local_kafka as local_kafka
+from dsh_core.errors import PipelineError
 from dsh_pipeline.local_kafka import LocalKafka
 
 PASSWORD = 's3"cr\\et p'  # a quote, a backslash and a space: the argument file's escapes
@@ -30,3 +35,30 @@ def test_scram_credentials_go_through_a_private_argument_file_not_the_command_li
 
 def test_an_argument_file_line_reads_back_as_the_argument_java_gets():
     assert local_kafka._java_argument('a"b\\c d') == '"a\\"b\\\\c d"'
+
+
+def _state(data_dir: Path, bootstrap: str) -> None:
+    data_dir.mkdir(parents=True)
+    (data_dir / "broker-state.json").write_text(json.dumps(
+        {"pid": 1, "bootstrap": bootstrap, "data_dir": str(data_dir), "log": str(data_dir / "broker.log")}))
+
+
+def test_commands_find_the_broker_kafka_start_data_dir_started_while_the_default_one_does_not_run(
+        tmp_path, monkeypatch):
+    from dsh_pipeline import runtime
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("DSH_KAFKA_BOOTSTRAP", raising=False)
+    answering: set[str] = set()
+    monkeypatch.setattr(runtime, "probe_metadata", lambda kafka: kafka.bootstrap in answering)
+    default, elsewhere = runtime.default_broker_dir(), tmp_path / "elsewhere"
+    _state(default, "127.0.0.1:9001")
+    _state(elsewhere, "127.0.0.1:9002")
+    with pytest.raises(PipelineError, match="no Kafka cluster: pass --bootstrap"):
+        runtime.resolve_kafka(None, "c")
+    runtime.remember_broker_dir(elsewhere)  # `kafka start --data-dir elsewhere`
+    assert runtime.local_broker() == (default, None)  # while neither answers
+    answering.add("127.0.0.1:9002")
+    assert runtime.local_broker()[0] == elsewhere
+    assert runtime.resolve_kafka(None, "c").bootstrap == "127.0.0.1:9002"
+    answering.add("127.0.0.1:9001")  # the default folder's broker comes first
+    assert runtime.resolve_kafka(None, "c").bootstrap == "127.0.0.1:9001"
