@@ -187,13 +187,13 @@ def _check_bounds(figures: dict[str, float]) -> None:
 _IDLE = """
 import asyncio, sys, time
 from pathlib import Path
-from producers.shipper import Shipper, ShipperConfig
+from producers.shipper import Destination, Shipper, ShipperConfig
 
 async def main(root, state):
     async def discard(record): pass
     async def flush(): pass
     shipper = Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, lambda line: None,
-                      say=lambda line: None)
+                      say=lambda line: None, destination=Destination("bench", "t"))
     await shipper.ship_once()
     started = time.perf_counter()
     await shipper.ship_once()

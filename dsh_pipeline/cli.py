@@ -275,9 +275,16 @@ def build_parser() -> _Cli:
                     "named for the session's cwd, the session folder for its id); a log anywhere else is refused "
                     "by name (LayoutError). --layout-from copies logs kept elsewhere into that layout first. "
                     "Each pass ends with a summary line (every --summary-every seconds while following); "
-                    "SIGINT or SIGTERM stops within a second, the checkpoint holding every record sent. Exit "
-                    "codes: --once 0 all shipped, 1 something was refused, 130 stopped before the end; "
-                    "following, 0 when stopped.")
+                    "SIGINT or SIGTERM stops within a second, the checkpoint holding every record sent. "
+                    "Checkpoints are kept per destination, the Kafka cluster (by the id in its metadata) and the "
+                    "events topic: the same root shipped to another cluster or topic prefix is shipped from the "
+                    "start (said in one line), and the first destination's positions are kept for when it is "
+                    "shipped there again. A refused file is skipped while it stays as it was (size, "
+                    "modification time, inode, a digest of its bytes at the refusal and at its end); once it "
+                    "changed it is read again from its checkpoint (from the start if it shrank below it or was "
+                    "replaced). Exit "
+                    "codes: --once 0 all shipped, 1 something was refused (in this pass or an earlier one, and "
+                    "unchanged since), 130 stopped before the end; following, 0 when stopped.")
     ship.add_argument("--root", required=True, help="dsh sessions root (DSH_SESSION_ROOT)")
     ship.add_argument("--state", help="checkpoint folder (default: ROOT/.dsh-shipper)")
     ship.add_argument("--once", action="store_true", help="ship what exists now and exit (backfill)")
