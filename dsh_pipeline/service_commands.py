@@ -31,7 +31,8 @@ def ship(args: argparse.Namespace) -> int:
     from producers.shipper import CHECKPOINTS_FILE, Checkpoints, Destination, Shipper, ShipperConfig, check_root
 
     config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
-                           poll_seconds=args.poll, once=args.once, summary_seconds=args.summary_every)
+                           poll_seconds=args.poll, once=args.once, summary_seconds=args.summary_every,
+                           rescan_seconds=args.rescan_every)
 
     def report(line: str) -> None:
         print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
@@ -54,8 +55,9 @@ def ship(args: argparse.Namespace) -> int:
         async with Publisher(kafka, names) as publisher:
             shipping = True
             try:
-                shipper = Shipper(config, publisher.send, publisher.flush, report, say=report, destination=destination)
-                summary = await shipper.run(stop)
+                with Shipper(config, publisher.send, publisher.flush, report, say=report,
+                             destination=destination) as shipper:
+                    summary = await shipper.run(stop)
             finally:
                 shipping = False
         if not config.once:

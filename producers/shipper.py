@@ -20,6 +20,10 @@
   the mark holds it is skipped, once the file changed it is read again
   from its checkpoint (from the start if it shrank below it or was
   replaced).
+* Following (:mod:`producers.root_watch`): with inotify a pass looks only
+  at the folders that changed, and the whole root is read again every
+  ``rescan_seconds``; without it, every pass reads the whole root (a
+  session folder whose mtime is unchanged is not listed again).
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ from typing import Any, AsyncIterator, Callable
 from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import CorruptionError, DshError, FormatUnsupportedError, LayoutError, PipelineError
-from dsh_core.storage.layout import LAYOUT, FolderLog, find_session_files
+from dsh_core.storage.layout import LAYOUT, SessionRoot
 from dsh_kafka.records import SessionRecord
 
+from .root_watch import RootWatch
 from .session_tail import FileMark, Position, SessionTail
 from .shipper_checkpoints import Checkpoints, Destination
 
@@ -61,6 +66,7 @@ class ShipperConfig:
     poll_seconds: float = 0.5
     once: bool = False
     summary_seconds: float = 60.0  # following: a summary line this often
+    rescan_seconds: float = 300.0  # following with inotify: the whole root is read again this often
 
 
 def check_root(root: Path) -> None:
@@ -114,7 +120,8 @@ _SLICE_SECONDS = 0.05
 class Shipper:
     """Ships a sessions root to ``destination`` through ``send`` (e.g.
     :meth:`Publisher.send`); ``report`` gets each refusal (said once per
-    process), ``say`` each summary line and notice."""
+    process), ``say`` each summary line and notice. Following (not
+    ``once``), it holds inotify watches until :meth:`close`."""
 
     def __init__(self, config: ShipperConfig, send: Callable[[SessionRecord], Any], flush: Callable[[], Any],
                  report: Callable[[str], None], *, say: Callable[[str], None], destination: Destination) -> None:
@@ -127,18 +134,32 @@ class Shipper:
         notice = self.checkpoints.ship_to(destination)
         if notice:
             say(notice)
+        self._watch = None if config.once else RootWatch(str(config.root), say)
+        self._root = SessionRoot(config.root, self._watch.watch if self._watch else lambda folder: None)
+        self._rescan_at = 0.0
         self._reported: set[str] = set()
-        self._folders: dict[str, tuple[int, FolderLog]] = {}  # what each session folder held, by its mtime
         self._slice_ends = 0.0
 
+    def __enter__(self) -> "Shipper":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the watches (idempotent)."""
+        if self._watch is not None:
+            self._watch.close()
+
     async def ship_once(self, stop: asyncio.Event | None = None) -> PassSummary:
-        """One pass over the root, until done or ``stop`` is set; the
-        checkpoint then holds every record sent (flushed first)."""
+        """One pass over the root (following with inotify: over what changed
+        since the last), until done or ``stop`` is set; the checkpoint then
+        holds every record sent (flushed first)."""
         stop = stop or asyncio.Event()
         summary = PassSummary()
         moved: dict[str, Position] = {}
-        files = find_session_files(self.config.root, lambda error: self._refuse(summary, error), self._folders)
-        summary.sessions = len(files)
+        files = self._look(summary)
+        summary.sessions = len(self._root)
         prefix = len(str(self.config.root)) + 1
         for path in files:
             if stop.is_set():
@@ -157,7 +178,7 @@ class Shipper:
                 async for record in self._sent(tail, stop):
                     summary.records += 1
                     summary.events += record.count
-            except OSError as error:  # unreadable now (permissions, replaced): said once, tried again next pass
+            except OSError as error:  # unreadable now (permissions, replaced): said once, tried again when it changes
                 self._refuse(summary, CorruptionError(f"{path}: cannot be read: {error.strerror or error}"))
                 continue
             except (CorruptionError, FormatUnsupportedError, LayoutError) as error:
@@ -170,11 +191,24 @@ class Shipper:
             self.checkpoints.update(moved)
             self.checkpoints.save()
         refused = self.checkpoints.refused
-        found = {str(path)[prefix:] for path in files}
-        summary.skipped = sum(1 for name in refused if name not in moved and name in found)
+        summary.skipped = sum(1 for name in refused if name not in moved and self.config.root / name in self._root)
         SESSIONS.labels("shipping").set(len(self.checkpoints.positions) - len(refused))
         SESSIONS.labels("refused").set(len(refused))
         return summary
+
+    def _look(self, summary: PassSummary) -> list[Path]:
+        """The logs this pass looks at: every one when the whole root is
+        read, else those of the folders that changed."""
+        refused: list[DshError] = []
+        changed = self._watch.changed() if self._watch is not None else None
+        if changed is None or time.monotonic() >= self._rescan_at:
+            self._rescan_at = time.monotonic() + self.config.rescan_seconds
+            files = self._root.scan(refused.append)
+        else:
+            files = self._root.update(changed, refused.append)
+        for error in refused:
+            self._refuse(summary, error)
+        return files
 
     def _start(self, path: Path, name: str, position: Position) -> Position | None:
         """Where to read ``path`` from: ``None`` while it is refused and has
