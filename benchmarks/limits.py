@@ -1,6 +1,6 @@
 """Peak memory under hostile input, as ratios to an honest baseline run the same way.
 
-    python -m benchmarks.limits [--big-mb N] [--sessions N] [--bootstrap HOST:PORT]
+    python -m benchmarks.limits [--big-mb N] [--sessions N] [--bootstrap HOST:PORT] [--idle-only]
 
 Every case runs in a process of its own, which reports its own peak RSS:
 
@@ -12,7 +12,9 @@ Every case runs in a process of its own, which reports its own peak RSS:
   bomb); a session with one 9 MiB line. ``inspect`` on the bomb. Each is
   checked against the stated bounds (a bomb: 256 MiB; any session: 512
   MiB). Then the time of a pass over the ``--sessions`` root once it was
-  shipped, when nothing changed (an idle pass of the follower);
+  shipped, when nothing changed: one that reads the whole root (``--once``,
+  or following where inotify cannot be had) and an idle pass of the
+  follower (inotify: what changed only);
 * a projector catching up on a partition of one honest session (the
   baseline), then on ones that also hold 8 and 64 records of the largest
   size the events topic takes, each of a session that never sends its
@@ -187,30 +189,39 @@ def _check_bounds(figures: dict[str, float]) -> None:
 _IDLE = """
 import asyncio, sys, time
 from pathlib import Path
-from producers.shipper import Shipper, ShipperConfig
+from producers.shipper import Destination, Shipper, ShipperConfig
 
 async def main(root, state):
     async def discard(record): pass
     async def flush(): pass
-    shipper = Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, lambda line: None,
-                      say=lambda line: None)
-    await shipper.ship_once()
-    started = time.perf_counter()
-    await shipper.ship_once()
-    print(time.perf_counter() - started)
+    for once in (True, False):  # reading the whole root, then following what changed
+        with Shipper(ShipperConfig(Path(root), Path(state), once=once), discard, flush, lambda line: None,
+                     say=lambda line: print(line, file=sys.stderr), destination=Destination("bench", "t")) as shipper:
+            await shipper.ship_once()
+            started = time.perf_counter()
+            await shipper.ship_once()
+            print(time.perf_counter() - started)
 
 asyncio.run(main(*sys.argv[1:]))
 """
 
 
-def _idle_pass_seconds(root: Path) -> float:
+def _idle_pass_seconds(root: Path) -> tuple[float, float]:
     """Seconds of a second pass over ``root`` in one shipper (records go
-    nowhere): the follower's cost when nothing changed."""
+    nowhere) when nothing changed: reading the whole root, and following it
+    (inotify)."""
     with tempfile.TemporaryDirectory() as state:
         child = subprocess.run([sys.executable, "-c", _IDLE, str(root), state], capture_output=True, text=True)
     if child.returncode != 0:
         raise SystemExit(f"the idle pass failed:\n{child.stderr}")
-    return round(float(child.stdout.split()[-1]), 2)
+    whole, following = (round(float(figure), 4) for figure in child.stdout.split()[-2:])
+    return whole, following
+
+
+def _idle_case(root: Path, sessions: int, figures: dict[str, float]) -> None:
+    figures["whole_pass_s"], figures["idle_pass_s"] = _idle_pass_seconds(root)
+    print(f"shipper, a pass over {sessions} sessions when nothing changed: {figures['whole_pass_s']:.2f} s reading "
+          f"the whole root, {figures['idle_pass_s']:.4f} s following (inotify)", flush=True)
 
 
 async def _fill_partition(kafka: KafkaConfig, names: TopicNames, junk: int) -> int:
@@ -300,8 +311,17 @@ def main() -> None:
     parser.add_argument("--big-mb", type=int, default=2048, help="size of the big session (MiB of plaintext)")
     parser.add_argument("--sessions", type=int, default=100_000, help="sessions in the many-sessions root")
     parser.add_argument("--bootstrap", default=os.environ.get(BOOTSTRAP_ENV))
+    parser.add_argument("--idle-only", action="store_true",
+                        help="only the shipper's passes over --sessions sessions when nothing changed (no broker)")
     args = parser.parse_args()
     figures: dict[str, float] = {}
+    if args.idle_only:
+        with tempfile.TemporaryDirectory() as work:
+            (Path(work) / "many").mkdir()
+            _many_sessions(Path(work) / "many", args.sessions)
+            _idle_case(Path(work) / "many", args.sessions, figures)
+        print(json.dumps({"sessions": args.sessions, **figures}))
+        return
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -324,8 +344,7 @@ def main() -> None:
         figures["inspect_bomb_mb"] = round(_inspect_rss(next((work / "bomb").glob("*/bomb/session.jsonl.zstd"))))
         print(f"inspect,       bomb: peak RSS {figures['inspect_bomb_mb']:6.0f} MB", flush=True)
         _check_bounds(figures)
-        figures["idle_pass_s"] = _idle_pass_seconds(work / "many")
-        print(f"shipper, an idle pass over {args.sessions} sessions: {figures['idle_pass_s']:.2f} s", flush=True)
+        _idle_case(work / "many", args.sessions, figures)
 
         kafka = KafkaConfig(bootstrap)
         for junk in (0, 8, 64):

@@ -33,9 +33,9 @@ from dsh_kafka.topics import TopicNames
 from dsh_core.storage.framing import compress_frame
 from dsh_core.storage.layout import log_path
 from dsh_core.jsonvalue import decode_json
-from dsh_kafka.admin import prepare_topics
+from dsh_kafka.admin import cluster_id, prepare_topics
 from producers.publisher import Publisher
-from producers.shipper import Shipper, ShipperConfig
+from producers.shipper import Destination, Shipper, ShipperConfig
 from producers.simulator import SimulatorConfig, simulate_session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,8 @@ def _backfill_root(root: Path, min_events: int) -> int:
 async def _backfill(kafka: KafkaConfig, names: TopicNames, root: Path, state: Path) -> float:
     async with Publisher(kafka, names) as publisher:
         shipper = Shipper(ShipperConfig(root=root, state_dir=state, once=True), publisher.send, publisher.flush,
-                          report=print, say=lambda line: None)
+                          report=print, say=lambda line: None,
+                          destination=Destination(await cluster_id(kafka), names.events))
         start = time.perf_counter()
         await shipper.run(asyncio.Event())
         return time.perf_counter() - start

@@ -20,7 +20,7 @@ from .config import ConsumerSettings, KafkaConfig
 from .diagnose import why_unreachable
 from .topics import TopicLayout, TopicNames, TopicSpec, replication_for, topic_specs
 
-__all__ = ["await_group_coordinator", "end_offsets", "ensure_topics", "prepare_topics"]
+__all__ = ["await_group_coordinator", "cluster_id", "end_offsets", "ensure_topics", "prepare_topics"]
 
 _log = logging.getLogger("dsh.kafka")
 #: How long topics just created may take to be listed and served by their leaders (seconds).
@@ -114,6 +114,23 @@ async def await_group_coordinator(kafka: KafkaConfig, group: str) -> None:
                 await admin.find_coordinator(group)
     finally:
         await admin.close()
+
+
+async def cluster_id(kafka: KafkaConfig) -> str:
+    """The id of the cluster at ``kafka.bootstrap``, from its metadata: what
+    tells one cluster from another whatever address it is reached at."""
+    admin = make_admin(kafka)
+    try:
+        await admin.start()
+        found = (await admin.describe_cluster()).get("cluster_id")
+    except (KafkaConnectionError, NodeNotReadyError) as error:
+        raise ClusterUnavailableError(f"cannot read the id of the Kafka cluster at {kafka.bootstrap}: {error}") from None
+    finally:
+        await admin.close()
+    if not found:
+        raise PipelineError(f"the Kafka cluster at {kafka.bootstrap} does not say its id (metadata version 2 or "
+                            "later: Kafka 0.10.1 or later)")
+    return found
 
 
 async def end_offsets(kafka: KafkaConfig, topic: str) -> dict[int, int]:

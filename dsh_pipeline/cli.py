@@ -286,15 +286,27 @@ def build_parser() -> _Cli:
                     "named for the session's cwd, the session folder for its id); a log anywhere else is refused "
                     "by name (LayoutError). --layout-from copies logs kept elsewhere into that layout first. "
                     "Each pass ends with a summary line (every --summary-every seconds while following); "
-                    "SIGINT or SIGTERM stops within a second, the checkpoint holding every record sent. Exit "
-                    "codes: --once 0 all shipped, 1 something was refused, 130 stopped before the end; "
-                    "following, 0 when stopped.")
+                    "SIGINT or SIGTERM stops within a second, the checkpoint holding every record sent. "
+                    "Checkpoints are kept per destination, the Kafka cluster (by the id in its metadata) and the "
+                    "events topic: the same root shipped to another cluster or topic prefix is shipped from the "
+                    "start (said in one line), and the first destination's positions are kept for when it is "
+                    "shipped there again. A refused file is skipped while it stays as it was (size, "
+                    "modification time, inode, a digest of its bytes at the refusal and at its end); once it "
+                    "changed it is read again from its checkpoint (from the start if it shrank below it or was "
+                    "replaced). Following uses inotify to look only at the folders that changed, and reads the "
+                    "whole root every --rescan-every seconds all the same; where inotify cannot be had or its "
+                    "watch limit is reached, that is said once and each pass reads the whole root. Exit "
+                    "codes: --once 0 all shipped, 1 something was refused (in this pass or an earlier one, and "
+                    "unchanged since), 130 stopped before the end; following, 0 when stopped.")
     ship.add_argument("--root", required=True, help="dsh sessions root (DSH_SESSION_ROOT)")
     ship.add_argument("--state", help="checkpoint folder (default: ROOT/.dsh-shipper)")
     ship.add_argument("--once", action="store_true", help="ship what exists now and exit (backfill)")
     ship.add_argument("--poll", type=float, default=0.5, help="seconds between passes when following")
     ship.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
                       help="following: a summary line this often (default 60)")
+    ship.add_argument("--rescan-every", type=_positive_seconds, default=300.0, metavar="SECONDS",
+                      help="following with inotify: read the whole root this often all the same, for changes "
+                           "inotify does not see (another host's writes on a network file system; default 300)")
     ship.add_argument("--layout-from", nargs="+", default=[], metavar="FILE",
                       help="first copy these session logs (or every .jsonl and .jsonl.zstd file under these "
                            "folders) into ROOT where dsh keeps them, as each one's header says; an identical copy "

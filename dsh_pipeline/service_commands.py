@@ -23,14 +23,16 @@ __all__ = ["api_tokens", "archive", "audit", "gateway", "project", "serve", "ser
 
 
 def ship(args: argparse.Namespace) -> int:
+    from dsh_kafka.admin import cluster_id
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.runtime import resolve_kafka, run_until_signal
     from producers.publisher import Publisher
-    from producers.shipper import Checkpoints, Shipper, ShipperConfig, check_root
+    from producers.shipper import CHECKPOINTS_FILE, Checkpoints, Destination, Shipper, ShipperConfig, check_root
 
     config = ShipperConfig(root=Path(args.root), state_dir=Path(args.state or Path(args.root) / ".dsh-shipper"),
-                           poll_seconds=args.poll, once=args.once, summary_seconds=args.summary_every)
+                           poll_seconds=args.poll, once=args.once, summary_seconds=args.summary_every,
+                           rescan_seconds=args.rescan_every)
 
     def report(line: str) -> None:
         print(f"dsh-pipeline ship: {line}", file=sys.stderr, flush=True)
@@ -38,7 +40,7 @@ def ship(args: argparse.Namespace) -> int:
     # local mistakes are named before the cluster is asked anything
     refused_layouts = _lay_out(args.layout_from, config.root, report) if args.layout_from else 0
     check_root(config.root)
-    Checkpoints(config.state_dir / "shipper-checkpoints.json")
+    Checkpoints(config.state_dir / CHECKPOINTS_FILE)
     kafka = resolve_kafka(args.bootstrap, f"dsh-pipeline-{args.command}")
     names = TopicNames.with_prefix(args.topic_prefix)
     shipping = False  # healthy while the shipper's run loop runs
@@ -49,11 +51,13 @@ def ship(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> int:
         nonlocal shipping
         await prepare_command_topics(kafka, names, args)
+        destination = Destination(await cluster_id(kafka), names.events)
         async with Publisher(kafka, names) as publisher:
             shipping = True
             try:
-                shipper = Shipper(config, publisher.send, publisher.flush, report, say=report)
-                summary = await shipper.run(stop)
+                with Shipper(config, publisher.send, publisher.flush, report, say=report,
+                             destination=destination) as shipper:
+                    summary = await shipper.run(stop)
             finally:
                 shipping = False
         if not config.once:

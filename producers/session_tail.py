@@ -18,6 +18,7 @@ again as they are handed out.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,16 +34,45 @@ from dsh_core.storage.reader import header_line_of
 from dsh_kafka.records import SessionRecord, header_record, record_from_line, writer_of
 from dsh_kafka.topics import MAX_MESSAGE_BYTES
 
-__all__ = ["Position", "SessionTail"]
+__all__ = ["FileMark", "Position", "SessionTail"]
 
 #: A frame of up to this much plaintext keeps its lines from the check;
 #: a larger one is inflated a second time as its records are handed out.
 _HELD_FRAME_BYTES = 4 << 20
 
 
+#: A file's mark digests this much at its position and at its end.
+_MARK_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class FileMark:
+    """What a file was, to tell later whether it changed: size, modification
+    time, inode, and a digest of the bytes at a position (where its reading
+    was refused) and of its last bytes (a rewrite within the file system's
+    timestamp granularity changes these, not the time)."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+    digest: str
+
+    @classmethod
+    def of(cls, path: Path, offset: int) -> "FileMark":
+        """The mark of ``path`` now, its digest taken at ``offset``."""
+        digest = hashlib.blake2b(digest_size=16)
+        with open(path, "rb") as stream:
+            status = os.fstat(stream.fileno())
+            for at in (offset, max(0, status.st_size - _MARK_BYTES)):
+                stream.seek(at)
+                digest.update(stream.read(_MARK_BYTES))
+        return cls(status.st_size, status.st_mtime_ns, status.st_ino, digest.hexdigest())
+
+
 @dataclass
 class Position:
-    """How far a file has been read (and, for the shipper, why it stopped)."""
+    """How far a file has been read (and, for the shipper, why it stopped
+    and what the file was then)."""
 
     offset: int = 0
     lines: int = 0
@@ -51,6 +81,7 @@ class Position:
     version: int = 0  # the header's format version
     writer: str = ""  # the header's writer (dsh_kafka.records.writer_of); "" in checkpoints from before writers
     failed: str | None = None
+    failed_as: FileMark | None = None
 
 
 class SessionTail:

@@ -13,29 +13,43 @@
   only then the checkpoints file is replaced atomically (write, fsync,
   rename). A crash — even ``kill -9`` — resumes from the last checkpoint, so
   a record is never lost; re-shipped records are exact repeats (same key,
-  same seq, same bytes) that consumers drop by seq.
+  same seq, same bytes) that consumers drop by seq. Checkpoints are kept
+  for each destination (cluster id and events topic,
+  :mod:`producers.shipper_checkpoints`).
+* Refusals: a refused file is marked (size, mtime, inode, digest); while
+  the mark holds it is skipped, once the file changed it is read again
+  from its checkpoint (from the start if it shrank below it or was
+  replaced).
+* Following (:mod:`producers.root_watch`): with inotify a pass looks only
+  at the folders that changed, and the whole root is read again every
+  ``rescan_seconds``; without it, every pass reads the whole root (a
+  session folder whose mtime is unchanged is not listed again).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import (CorruptionError, DshError, FormatUnsupportedError, LayoutError, PipelineError,
-                             StateStoreError)
-from dsh_core.storage.layout import LAYOUT, FolderLog, find_session_files
+from dsh_core.errors import CorruptionError, DshError, FormatUnsupportedError, LayoutError, PipelineError
+from dsh_core.storage.layout import LAYOUT, SessionRoot
 from dsh_kafka.records import SessionRecord
 
-from .session_tail import Position, SessionTail
+from .root_watch import RootWatch
+from .session_tail import FileMark, Position, SessionTail
+from .shipper_checkpoints import Checkpoints, Destination
 
-__all__ = ["ShipperConfig", "Shipper", "Checkpoints", "PassSummary", "check_root", "LAYOUT_COMMAND"]
+__all__ = ["ShipperConfig", "Shipper", "Checkpoints", "Destination", "PassSummary", "check_root", "LAYOUT_COMMAND",
+           "CHECKPOINTS_FILE"]
+
+#: The checkpoints file, in the state folder.
+CHECKPOINTS_FILE = "shipper-checkpoints.json"
 
 #: The command that lays session logs out in dsh's layout.
 LAYOUT_COMMAND = "dsh-pipeline ship --layout-from FILE... --root ROOT"
@@ -45,43 +59,6 @@ SHIPPED_EVENTS = Counter("dsh_shipper_events_total", "Session events shipped.")
 SHIPPER_ERRORS = Counter("dsh_shipper_errors_total", "Session files and directories refused, by error class.", ["error"])
 SESSIONS = Gauge("dsh_shipper_sessions", "Session files followed, by state.", ["state"])
 
-class Checkpoints:
-    """The per-file positions, persisted atomically. A file that cannot be
-    read or written is a :class:`StateStoreError` naming it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.positions: dict[str, Position] = {}
-        try:
-            if path.exists():
-                raw = json.loads(path.read_text("utf-8"))
-                self.positions = {name: Position(**entry) for name, entry in raw["files"].items()}
-        except OSError as error:
-            raise StateStoreError(f"{path}: cannot read the shipper's checkpoints: {error.strerror or error}") from None
-        except (ValueError, TypeError, KeyError, AttributeError) as error:
-            raise StateStoreError(f"{path}: not a shipper checkpoint file ({type(error).__name__}: {error}); move it "
-                                  "away to ship the root again from the start (consumers skip the repeats)") from None
-
-    def save(self) -> None:
-        temp = self.path.with_suffix(".tmp")
-        payload = {"files": {name: position.__dict__ for name, position in sorted(self.positions.items())}}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(temp, "w", encoding="utf-8") as stream:
-                json.dump(payload, stream)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temp, self.path)
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-        except OSError as error:
-            raise StateStoreError(f"{self.path}: cannot write the shipper's checkpoints: "
-                                  f"{error.strerror or error}") from None
-
-
 @dataclass(frozen=True)
 class ShipperConfig:
     root: Path
@@ -89,6 +66,7 @@ class ShipperConfig:
     poll_seconds: float = 0.5
     once: bool = False
     summary_seconds: float = 60.0  # following: a summary line this often
+    rescan_seconds: float = 300.0  # following with inotify: the whole root is read again this often
 
 
 def check_root(root: Path) -> None:
@@ -123,72 +101,133 @@ class PassSummary:
                 f"{self.refused} refused, {self.skipped} skipped (refused earlier)")
 
 
+_UNREAD = Position()
+
+
+def _mark(path: Path, offset: int) -> FileMark | None:
+    """The file's mark now, or ``None`` when it cannot be read."""
+    try:
+        return FileMark.of(path, offset)
+    except OSError:
+        return None
+
+
 #: The longest the shipper reads and sends without letting the event loop
 #: run (signals, the ops server, the Kafka client's own work).
 _SLICE_SECONDS = 0.05
 
 
 class Shipper:
-    """Ships a sessions root through ``send`` (e.g. :meth:`Publisher.send`);
-    ``report`` gets each refusal (said once per process), ``say`` each
-    summary line."""
+    """Ships a sessions root to ``destination`` through ``send`` (e.g.
+    :meth:`Publisher.send`); ``report`` gets each refusal (said once per
+    process), ``say`` each summary line and notice. Following (not
+    ``once``), it holds inotify watches until :meth:`close`."""
 
     def __init__(self, config: ShipperConfig, send: Callable[[SessionRecord], Any], flush: Callable[[], Any],
-                 report: Callable[[str], None], *, say: Callable[[str], None]) -> None:
+                 report: Callable[[str], None], *, say: Callable[[str], None], destination: Destination) -> None:
         check_root(config.root)
         self.config = config
         self._send = send
         self._flush = flush
         self._report, self._say = report, say
-        self.checkpoints = Checkpoints(config.state_dir / "shipper-checkpoints.json")
+        self.checkpoints = Checkpoints(config.state_dir / CHECKPOINTS_FILE)
+        notice = self.checkpoints.ship_to(destination)
+        if notice:
+            say(notice)
+        self._watch = None if config.once else RootWatch(str(config.root), say)
+        self._root = SessionRoot(config.root, self._watch.watch if self._watch else lambda folder: None)
+        self._rescan_at = 0.0
         self._reported: set[str] = set()
-        self._folders: dict[str, tuple[int, FolderLog]] = {}  # what each session folder held, by its mtime
         self._slice_ends = 0.0
 
+    def __enter__(self) -> "Shipper":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the watches (idempotent)."""
+        if self._watch is not None:
+            self._watch.close()
+
     async def ship_once(self, stop: asyncio.Event | None = None) -> PassSummary:
-        """One pass over the root, until done or ``stop`` is set; the
-        checkpoint then holds every record sent (flushed first)."""
+        """One pass over the root (following with inotify: over what changed
+        since the last), until done or ``stop`` is set; the checkpoint then
+        holds every record sent (flushed first)."""
         stop = stop or asyncio.Event()
         summary = PassSummary()
         moved: dict[str, Position] = {}
-        files = find_session_files(self.config.root, lambda error: self._refuse(summary, error), self._folders)
-        summary.sessions = len(files)
-        unread = Position()
+        files = self._look(summary)
+        summary.sessions = len(self._root)
         prefix = len(str(self.config.root)) + 1
         for path in files:
             if stop.is_set():
                 break
             name = str(path)[prefix:]  # relative to the root
-            position = self.checkpoints.positions.get(name, unread)
-            if position.failed:
-                summary.skipped += 1
-                if name not in self._reported:  # refused before this process: say so once again
-                    self._reported.add(name)
-                    self._report(f"refused earlier, not shipped: {position.failed}")
-                continue
+            checkpointed = self.checkpoints.positions.get(name, _UNREAD)
+            position = self._start(path, name, checkpointed)
+            if position is None:
+                continue  # refused earlier, unchanged since
             try:
-                if os.stat(path).st_size == position.offset:
-                    continue  # nothing new: not even opened
+                if os.stat(path).st_size == position.offset:  # nothing new: not even opened
+                    if position != checkpointed:
+                        moved[name] = position
+                    continue
                 tail = SessionTail(path, position)
                 async for record in self._sent(tail, stop):
                     summary.records += 1
                     summary.events += record.count
-            except OSError as error:  # unreadable now (permissions, replaced): said once, tried again next pass
+            except OSError as error:  # unreadable now (permissions, replaced): said once, tried again when it changes
                 self._refuse(summary, CorruptionError(f"{path}: cannot be read: {error.strerror or error}"))
                 continue
             except (CorruptionError, FormatUnsupportedError, LayoutError) as error:
                 self._refuse(summary, error, name)
-                tail.position.failed = error.message
-            if tail.position != position:
+                tail.position.failed, tail.position.failed_as = error.message, _mark(path, tail.position.offset)
+            if tail.position != checkpointed:
                 moved[name] = tail.position
         if moved:
             await self._flush()  # broker acks first, then the checkpoint
-            self.checkpoints.positions.update(moved)
+            self.checkpoints.update(moved)
             self.checkpoints.save()
-        states = self.checkpoints.positions.values()
-        SESSIONS.labels("shipping").set(sum(1 for p in states if not p.failed))
-        SESSIONS.labels("refused").set(sum(1 for p in states if p.failed))
+        refused = self.checkpoints.refused
+        summary.skipped = sum(1 for name in refused if name not in moved and self.config.root / name in self._root)
+        SESSIONS.labels("shipping").set(len(self.checkpoints.positions) - len(refused))
+        SESSIONS.labels("refused").set(len(refused))
         return summary
+
+    def _look(self, summary: PassSummary) -> list[Path]:
+        """The logs this pass looks at: every one when the whole root is
+        read, else those of the folders that changed."""
+        refused: list[DshError] = []
+        changed = self._watch.changed() if self._watch is not None else None
+        if changed is None or time.monotonic() >= self._rescan_at:
+            self._rescan_at = time.monotonic() + self.config.rescan_seconds
+            files = self._root.scan(refused.append)
+        else:
+            files = self._root.update(changed, refused.append)
+        for error in refused:
+            self._refuse(summary, error)
+        return files
+
+    def _start(self, path: Path, name: str, position: Position) -> Position | None:
+        """Where to read ``path`` from: ``None`` while it is refused and has
+        not changed since."""
+        if not position.failed:
+            return position
+        now = _mark(path, position.offset)
+        if now is None or now == position.failed_as:
+            if name not in self._reported:  # refused before this process: say so once again
+                self._reported.add(name)
+                self._report(f"refused earlier, not shipped: {position.failed}")
+            return None
+        self._reported.discard(name)
+        was = position.failed_as
+        if now.size < position.offset or (was is not None and (was.size < position.offset or was.inode != now.inode)):
+            self._say(f"{path}: changed since it was refused (shrank or replaced): read again from the start")
+            return Position()
+        self._say(f"{path}: changed since it was refused: read again from byte {position.offset}")
+        return replace(position, failed=None, failed_as=None)
 
     async def _sent(self, tail: SessionTail, stop: asyncio.Event) -> AsyncIterator[SessionRecord]:
         """Send the tail's records, yielding each once sent, until ``stop``;

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
 from ..errors import CorruptionError, DshError, LayoutError, ValidationError
 
 __all__ = ["LAYOUT", "Compression", "encode_segment", "project_dir", "project_key", "session_dir", "log_path",
-           "log_name", "compression_of", "find_session_files", "generation_of"]
+           "log_name", "compression_of", "find_session_files", "generation_of", "SessionRoot"]
 
 Compression = Literal["zstd", "none"]
 
@@ -105,8 +106,11 @@ def generation_of(path: str | os.PathLike[str]) -> int | None:
 
 
 def _sorted_entries(folder: str | os.PathLike[str]) -> list[os.DirEntry[str]]:
-    with os.scandir(folder) as entries:
-        return sorted(entries, key=lambda entry: entry.name)
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(entries, key=lambda entry: entry.name)
+    except FileNotFoundError:  # removed since it was listed: its parent's next listing says so
+        return []
 
 
 def _looks_like_log(name: str) -> bool:
@@ -122,8 +126,165 @@ FolderLog = Path | DshError | None
 _RACY_NS = 2_000_000_000
 
 
-def find_session_files(root: str | os.PathLike[str], refuse: Callable[[DshError], None] | None = None,
-                       folders: dict[str, tuple[int, FolderLog]] | None = None) -> list[Path]:
+class _PathEntry:
+    """One path of a root, answering as the :class:`os.DirEntry` of a listing would."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.name = path, os.path.basename(path)
+        self._stat = os.lstat(path)
+
+    def is_symlink(self) -> bool:
+        return stat.S_ISLNK(self._stat.st_mode)
+
+    def is_dir(self, *, follow_symlinks: bool = False) -> bool:
+        return stat.S_ISDIR(self._stat.st_mode)
+
+    def is_file(self, *, follow_symlinks: bool = False) -> bool:
+        return stat.S_ISREG(self._stat.st_mode)
+
+    def stat(self, *, follow_symlinks: bool = False) -> os.stat_result:
+        return self._stat
+
+
+_Entry = os.DirEntry[str] | _PathEntry
+Refuse = Callable[[DshError], None]
+
+
+def _raise(error: DshError) -> None:
+    raise error
+
+
+class SessionRoot:
+    """The session logs of a sessions root in dsh's layout, kept from one
+    look to the next.
+
+    :meth:`scan` reads the whole root; :meth:`update` only the paths given
+    as changed (a project, a session folder, a file in one), so a follower
+    told what changed (inotify) does work in proportion to it. ``watch``
+    is called with each folder before it is read, so a change made while
+    it is read is told too. A session folder whose mtime did not change
+    since it was read is not read again: what it held stands (files added,
+    removed or renamed in a folder change its mtime).
+    """
+
+    def __init__(self, root: str | os.PathLike[str], watch: Callable[[str], None] = lambda folder: None) -> None:
+        self.root = os.fspath(root)
+        self._watch = watch
+        self._projects: dict[str, dict[str, Path]] = {}  # project folder -> session folder -> its log
+        self._owners: dict[str, str] = {}  # session folder name -> where it was found first
+        self._folders: dict[str, tuple[int, FolderLog]] = {}  # what each session folder held, by its mtime
+
+    def __len__(self) -> int:
+        return sum(len(sessions) for sessions in self._projects.values())
+
+    def __contains__(self, log: Path) -> bool:
+        return self._projects.get(str(log.parent.parent), {}).get(str(log.parent)) == log
+
+    def scan(self, refuse: Refuse = _raise) -> list[Path]:
+        """Read the whole root; every session log, sorted. An entry
+        outside the layout is passed to ``refuse`` (by default, raised)."""
+        self._projects.clear()
+        self._owners.clear()
+        racy = time.time_ns() - _RACY_NS
+        self._watch(self.root)
+        for entry in _sorted_entries(self.root):
+            self._project(entry, refuse, racy)
+        return sorted(log for sessions in self._projects.values() for log in sessions.values())
+
+    def update(self, changed: Iterable[str], refuse: Refuse = _raise) -> list[Path]:
+        """Look again at paths of the root that changed; the logs of the
+        session folders they touch, sorted."""
+        racy = time.time_ns() - _RACY_NS
+        touched: list[Path] = []
+        for path in sorted(set(changed)):  # a folder before what is in it
+            parts = os.path.relpath(path, self.root).split(os.sep)
+            if parts[0] in (".", ".."):
+                continue  # the root itself
+            if len(parts) == 1:  # a project: read again whole
+                self._forget_project(path)
+                sessions = self._project(self._entry(path), refuse, racy)
+                touched += sessions.values() if sessions else ()
+                continue
+            project = os.path.join(self.root, parts[0])
+            folder = os.path.join(project, parts[1])
+            sessions = self._projects.get(project)
+            if sessions is None:
+                continue  # not a project folder
+            self._forget_session(sessions, folder)
+            log = self._session(sessions, self._entry(folder), refuse, racy)
+            if log is not None:
+                touched.append(log)
+        return sorted(set(touched))
+
+    @staticmethod
+    def _entry(path: str) -> _Entry | None:
+        try:
+            return _PathEntry(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def _forget_project(self, project: str) -> None:
+        for folder in self._projects.pop(project, {}):
+            if self._owners.get(os.path.basename(folder)) == folder:
+                del self._owners[os.path.basename(folder)]
+
+    def _forget_session(self, sessions: dict[str, Path], folder: str) -> None:
+        if sessions.pop(folder, None) is not None and self._owners.get(os.path.basename(folder)) == folder:
+            del self._owners[os.path.basename(folder)]
+
+    def _linked(self, entry: _Entry, refuse: Refuse) -> bool:
+        if entry.is_symlink():
+            refuse(CorruptionError(f"{entry.path}: a symbolic link; links in a sessions root are not followed"))
+            return True
+        return False
+
+    def _project(self, entry: _Entry | None, refuse: Refuse, racy: int) -> dict[str, Path] | None:
+        """Read one entry of the root: a project folder, else refused if it is a log."""
+        if entry is None or self._linked(entry, refuse):
+            return None
+        if not entry.is_dir(follow_symlinks=False):
+            if _looks_like_log(entry.name):
+                refuse(LayoutError(f"{entry.path}: a session log directly in the sessions root; {LAYOUT}"))
+            return None
+        self._watch(entry.path)
+        sessions = self._projects[entry.path] = {}
+        for child in _sorted_entries(entry.path):
+            self._session(sessions, child, refuse, racy)
+        return sessions
+
+    def _session(self, sessions: dict[str, Path], entry: _Entry | None, refuse: Refuse, racy: int) -> Path | None:
+        """Read one entry of a project: a session folder, else refused if it is a log."""
+        if entry is None or self._linked(entry, refuse):
+            return None
+        if entry.is_file(follow_symlinks=False) and _looks_like_log(entry.name):
+            what = ("a session folder directly in the sessions root (its project folder is missing)"
+                    if is_log_name(entry.name) else "a flat session file (dsh's obsolete layout)")
+            refuse(LayoutError(f"{entry.path}: {what}; {LAYOUT}"))
+        if not entry.is_dir(follow_symlinks=False):
+            return None
+        self._watch(entry.path)
+        try:
+            mtime = entry.stat(follow_symlinks=False).st_mtime_ns
+        except FileNotFoundError:  # removed since it was listed
+            return None
+        known = self._folders.get(entry.path)
+        log = known[1] if known is not None and known[0] == mtime else _session_log(entry.path)
+        if mtime < racy:
+            self._folders[entry.path] = (mtime, log)
+        if isinstance(log, DshError):
+            refuse(log)
+        if not isinstance(log, Path):
+            return None
+        owner = self._owners.setdefault(entry.name, entry.path)
+        if owner != entry.path:
+            refuse(CorruptionError(f"{entry.path}: session {entry.name!r} is also at {owner}; a root holds one "
+                                   "log per session id"))
+            return None
+        sessions[entry.path] = log
+        return log
+
+
+def find_session_files(root: str | os.PathLike[str], refuse: Refuse | None = None) -> list[Path]:
     """Every session file of a sessions root in dsh's layout, sorted.
 
     A root holds one encoding per session (docs/formats/v0.md §8.1): a session directory
@@ -137,72 +298,21 @@ def find_session_files(root: str | os.PathLike[str], refuse: Callable[[DshError]
     refused too. Where dsh migrated a session to a later format, the newest
     generation is the log (dsh writes on there; the older one stays as it
     was). Without ``refuse`` that raises; with it, the entry is passed over
-    and ``refuse`` gets the error. Folders are read with ``scandir``; with
-    ``folders`` (kept by the caller from one call to the next), a session
-    folder whose mtime did not change is not read again: what it held
-    stands (files added, removed or renamed in a folder change its mtime).
+    and ``refuse`` gets the error. A follower keeps a :class:`SessionRoot`
+    instead, to look again at what changed only.
     """
-    def refused(error: DshError) -> None:
-        if refuse is None:
-            raise error
-        refuse(error)
-
-    def linked(entry: os.DirEntry[str]) -> bool:
-        if entry.is_symlink():
-            refused(CorruptionError(f"{entry.path}: a symbolic link; links in a sessions root are not followed"))
-            return True
-        return False
-
-    found: list[Path] = []
-    first_seen: dict[str, str] = {}  # session folder name -> where it was found first
-    racy = time.time_ns() - _RACY_NS
-    for project in _sorted_entries(root):
-        if linked(project):
-            continue
-        if not project.is_dir(follow_symlinks=False):
-            if _looks_like_log(project.name):
-                refused(LayoutError(f"{project.path}: a session log directly in the sessions root; {LAYOUT}"))
-            continue
-        for entry in _sorted_entries(project.path):
-            if linked(entry):
-                continue
-            if entry.is_file(follow_symlinks=False) and _looks_like_log(entry.name):
-                what = ("a session folder directly in the sessions root (its project folder is missing)"
-                        if is_log_name(entry.name) else "a flat session file (dsh's obsolete layout)")
-                refused(LayoutError(f"{entry.path}: {what}; {LAYOUT}"))
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            if folders is None:
-                log = _session_log(entry.path)
-            else:
-                mtime = entry.stat(follow_symlinks=False).st_mtime_ns
-                known = folders.get(entry.path)
-                log = known[1] if known is not None and known[0] == mtime else _session_log(entry.path)
-                if mtime < racy:
-                    folders[entry.path] = (mtime, log)
-            if isinstance(log, DshError):
-                refused(log)
-            if not isinstance(log, Path):
-                continue
-            if entry.name in first_seen:
-                refused(CorruptionError(f"{entry.path}: session {entry.name!r} is also at {first_seen[entry.name]}; a "
-                                        "root holds one log per session id"))
-                continue
-            first_seen[entry.name] = entry.path
-            found.append(log)
-    return found
+    return SessionRoot(root).scan(refuse or _raise)
 
 
 def _session_log(folder: str) -> FolderLog:
     """The log of one session folder (its newest generation), the refusal
     of what it holds, or None."""
     generations: dict[int, list[os.DirEntry[str]]] = {}
-    with os.scandir(folder) as children:
-        for child in children:
-            named = _LOG_NAME.fullmatch(child.name)
-            if named:
-                generations.setdefault(int(named[1] or 0), []).append(child)
-    files = sorted(generations.get(max(generations, default=0), []), key=lambda child: child.name)
+    for child in _sorted_entries(folder):
+        named = _LOG_NAME.fullmatch(child.name)
+        if named:
+            generations.setdefault(int(named[1] or 0), []).append(child)
+    files = generations.get(max(generations, default=0), [])
     odd = [child for child in files if not child.is_file(follow_symlinks=False)]
     if odd:
         return CorruptionError(f"{odd[0].path}: not a regular file")

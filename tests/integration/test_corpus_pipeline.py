@@ -11,8 +11,9 @@ import json
 import pytest
 
 from dsh_core.jsonvalue import thaw
+from dsh_kafka.admin import cluster_id
 from producers.publisher import Publisher
-from producers.shipper import Shipper, ShipperConfig
+from producers.shipper import Destination, Shipper, ShipperConfig
 from tests.conftest import canonical, corpus_logs, expected_of
 from tests.integration.test_projector import run_until
 from tests.services import auditor, projector
@@ -53,7 +54,8 @@ def test_real_corpus_projects_to_expected_messages(kafka, topics, group_id, tmp_
     async def run() -> list:
         async with Publisher(kafka, names) as publisher:
             await Shipper(ShipperConfig(root, tmp_path / "state", once=True), publisher.send, publisher.flush,
-                          report=pytest.fail, say=print).run(asyncio.Event())
+                          report=pytest.fail, say=print,
+                          destination=Destination(await cluster_id(kafka), names.events)).run(asyncio.Event())
         ends = await end_offsets(kafka, names.events)
         projecting = projector(kafka, names, group_id("projector"), tmp_path / "views.sqlite")
         auditing = auditor(kafka, names, group_id("auditor"))

@@ -21,8 +21,9 @@ from dsh_core.storage.layout import log_path
 from dsh_core.storage.reader import load_session, read_events
 from dsh_core.v4.header import parse_header
 from dsh_core.v4.migrate import V4_NAME, migrate, migrated_log, v4_file
+from dsh_kafka.admin import cluster_id
 from producers.publisher import Publisher
-from producers.shipper import Shipper, ShipperConfig
+from producers.shipper import Destination, Shipper, ShipperConfig
 from tests.conftest import canonical, corpus_logs, expected_of
 from tests.integration.test_corpus_pipeline import AUDIT_EXCEPTIONS
 from tests.integration.test_projector import run_until
@@ -68,7 +69,8 @@ def test_v0_v3_and_v4_sessions_share_a_topic_end_to_end(kafka, topics, group_id,
     async def run() -> tuple[list, list]:
         async with Publisher(kafka, names) as publisher:
             await Shipper(ShipperConfig(root, tmp_path / "state", once=True), publisher.send, publisher.flush,
-                          report=pytest.fail, say=print).run(asyncio.Event())
+                          report=pytest.fail, say=print,
+                          destination=Destination(await cluster_id(kafka), names.events)).run(asyncio.Event())
         ends = await end_offsets(kafka, names.events)
         services = [projector(kafka, names, group_id("projector"), tmp_path / "views.sqlite", hot_sessions=3),
                     auditor(kafka, names, group_id("auditor"), hot_sessions=3),

@@ -98,12 +98,14 @@ def test_real_agents_publish_their_session_files_event_for_event(kafka, topics, 
 
     # the same sessions shipped from disk by the shipper give the same stream
     shipped_names = topics(partitions=6)
-    from producers.shipper import Shipper, ShipperConfig
+    from dsh_kafka.admin import cluster_id
+    from producers.shipper import Destination, Shipper, ShipperConfig
 
     async def ship() -> int:
         async with Publisher(kafka, shipped_names) as publisher:
             shipper = Shipper(ShipperConfig(root=root, state_dir=tmp_path / "state", once=True), publisher.send,
-                              publisher.flush, report=lambda line: pytest.fail(line), say=print)
+                              publisher.flush, report=lambda line: pytest.fail(line), say=print,
+                              destination=Destination(await cluster_id(kafka), shipped_names.events))
             return (await shipper.ship_once()).records
 
     sent = asyncio.run(ship())
@@ -118,12 +120,14 @@ def _the_shipper_completes_what_the_bridges_published(kafka, names, root, files,
     services take the shipper's records, packed otherwise than the bridges'
     one-event records, as duplicates: no dead letter, views and archives
     exactly the files."""
-    from producers.shipper import Shipper, ShipperConfig
+    from dsh_kafka.admin import cluster_id
+    from producers.shipper import Destination, Shipper, ShipperConfig
 
     async def scenario() -> list:
         async with Publisher(kafka, names) as publisher:
             shipper = Shipper(ShipperConfig(root=root, state_dir=tmp_path / "same-topic", once=True), publisher.send,
-                              publisher.flush, report=lambda line: pytest.fail(line), say=print)
+                              publisher.flush, report=lambda line: pytest.fail(line), say=print,
+                              destination=Destination(await cluster_id(kafka), names.events))
             await shipper.ship_once()
         ends = await end_offsets(kafka, names.events)
         services = [projector(kafka, names, "bridged-p", tmp_path / "views.sqlite"),

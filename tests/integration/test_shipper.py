@@ -35,9 +35,15 @@ def _ship_command(kafka, names, root: Path, state: Path, *extra: str) -> list[st
             "--bootstrap", kafka.bootstrap, "--topic-prefix", prefix, "--partitions", "4", "--poll", "0.05", *extra]
 
 
+def _checkpointed(state: Path) -> dict[str, dict]:
+    """The positions of the one destination the state was shipped to."""
+    [destination] = json.loads((state / "shipper-checkpoints.json").read_text())["destinations"]
+    return destination["files"]
+
+
 def _shipped_seq_total(state: Path) -> int:
     try:
-        files = json.loads((state / "shipper-checkpoints.json").read_text())["files"]
+        files = _checkpointed(state)
     except (OSError, ValueError):
         return 0
     return sum(entry["next_seq"] for entry in files.values())
@@ -210,6 +216,41 @@ def test_torn_tail_waits_and_bad_file_is_reported(kafka, topics, tmp_path):
     assert {r.session_id for r in more} == {torn_id, json.loads(bad_log[0])["id"]}
 
 
+def test_a_repaired_log_ships_and_another_topic_prefix_ships_the_root_from_the_start(kafka, topics, tmp_path):
+    names, other = topics(partitions=4), topics(partitions=4)
+    root, state = tmp_path / "root", tmp_path / "state"
+    good = corpus_logs("dsh-real")[6].read_bytes()
+    broken = good.split(b"\n")
+    broken[3] = b'{"type":"turn/start","seq":999,"time":1,"data":{"turn":1}}'
+    log = place(root, b"\n".join(broken), "none")
+    session_id = json.loads(broken[0])["id"]
+
+    def ship(to, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(_ship_command(kafka, to, root, state, "--once", *extra), capture_output=True, text=True,
+                              timeout=120)
+
+    refused = ship(names)
+    assert refused.returncode == 1 and f"expected seq 2, got 999 at {log}: line 4" in refused.stderr
+    unchanged = ship(names)
+    assert unchanged.returncode == 1 and "refused earlier, not shipped" in unchanged.stderr
+    log.write_bytes(good)  # repaired
+    repaired = ship(names)
+    assert repaired.returncode == 0, repaired.stderr
+    assert f"{log}: changed since it was refused: read again from byte " in repaired.stderr
+    expected = 1 + len(storage_lines(good))
+    records = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, expected, settle=1))]
+    assert [r.value for r in records if r.kind == "record"] == storage_lines(good)
+
+    elsewhere = ship(other)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert f"nothing shipped to topic {other.events} of cluster " in elsewhere.stderr
+    assert "(the checkpoints of 1 other destination(s) are kept)" in elsewhere.stderr
+    assert len(asyncio.run(consume_all(kafka, other.events, expected, settle=1))) == expected
+    back = ship(names)
+    assert back.returncode == 0 and "pass done: 1 sessions, 0 records" in back.stderr
+    assert {r.session_id for r in records} == {session_id}
+
+
 def _big_raw_session(root: Path, megabytes: int) -> Path:
     """One long generated session (``benchmarks.bigsession``), a raw log in dsh's layout."""
     from benchmarks.bigsession import write_big_session
@@ -242,7 +283,7 @@ def test_sigint_stops_a_backfill_within_a_second_with_the_checkpoint_of_what_was
             shipper.kill()
     said = stderr_log.read_text()
     assert status == 130 and stopped_in < 1, f"exit {status}, stopped {stopped_in:.2f} s after SIGINT:\n{said}"
-    [position] = json.loads((state / "shipper-checkpoints.json").read_text())["files"].values()
+    [position] = _checkpointed(state).values()
     assert 0 < position["offset"] < big.stat().st_size
     shipped = [decode_kafka_record(r) for r in asyncio.run(consume_all(kafka, names.events, position["lines"]))]
     assert [r.value for r in shipped[1:position["lines"]]] == storage_lines(big.read_bytes()[:position["offset"]])

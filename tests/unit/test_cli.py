@@ -83,7 +83,7 @@ def test_shipper_mistakes_are_named_before_the_cluster_is_asked(tmp_path):
     (tmp_path / "file").write_text("")
     for where, message in ((tmp_path / "missing", "the sessions root does not exist"),
                            (tmp_path / "file", "the sessions root is not a directory"),
-                           (root, "not a shipper checkpoint file (JSONDecodeError")):
+                           (root, "not a shipper checkpoint file (DecodeError: JSON is malformed")):
         done = run("ship", "--once", "--root", str(where), "--bootstrap", "127.0.0.1:1")  # no broker there
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.startswith("dsh-pipeline ship: ") and message in done.stderr, done.stderr

@@ -18,7 +18,8 @@ ALLOWED = {
     "dsh_kafka": {"dsh_core", "msgspec", "aiokafka", "tenacity"},
     "producers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "deepseek_harness_runtime",  # the bridge finds the installed dsh runtime
-                  "aiohttp", "uvicorn"},  # the gateway's upstream client and its ASGI server
+                  "aiohttp", "uvicorn",  # the gateway's upstream client and its ASGI server
+                  "inotify_simple"},  # the following shipper's watches
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
                   "psycopg", "psycopg_pool"},  # the view store on PostgreSQL
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",

@@ -15,7 +15,7 @@ import zstandard
 
 from dsh_core.storage.framing import FRAME_PLAINTEXT_LIMIT, compress_frame
 from dsh_kafka.topics import MAX_MESSAGE_BYTES
-from producers.shipper import Shipper, ShipperConfig
+from producers.shipper import Destination, Shipper, ShipperConfig
 from tests.conftest import corpus_logs, expected_of
 from tests.layout_helpers import place, storage_lines
 
@@ -40,6 +40,9 @@ def _bomb() -> bytes:
     return frame + compressing.flush()
 
 
+DESTINATION = Destination("a-cluster", "dsh.session-events")
+
+
 def _collecting_shipper(root: Path, state: Path) -> tuple[Shipper, list, list[str]]:
     """A shipper of ``root`` whose records and reports are collected."""
     sent: list = []
@@ -51,7 +54,8 @@ def _collecting_shipper(root: Path, state: Path) -> tuple[Shipper, list, list[st
     async def flush() -> None:
         pass
 
-    return Shipper(ShipperConfig(root, state, once=True), send, flush, reports.append, say=reports.append), sent, reports
+    return Shipper(ShipperConfig(root, state, once=True), send, flush, reports.append, say=reports.append,
+                   destination=DESTINATION), sent, reports
 
 
 def test_hostile_entries_are_reported_and_the_honest_session_ships(tmp_path):
@@ -138,12 +142,13 @@ import asyncio, sys
 from pathlib import Path
 from benchmarks import peak_rss_kb
 from dsh_pipeline.cli import main as cli
-from producers.shipper import Shipper, ShipperConfig
+from producers.shipper import Destination, Shipper, ShipperConfig
 
 async def ship(root, state):
     async def discard(record): pass
     async def flush(): pass
-    await Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, print, say=print).ship_once()
+    await Shipper(ShipperConfig(Path(root), Path(state), once=True), discard, flush, print, say=print,
+                  destination=Destination("c", "t")).ship_once()
 
 if sys.argv[1] == "ship":
     asyncio.run(ship(*sys.argv[2:]))
