@@ -22,7 +22,8 @@ from consumers.projector.store_reader import StoreReader
 from dsh_core.storage.reader import read_events
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord
 from producers.publisher import Publisher
-from producers.shipper import Shipper, ShipperConfig
+from dsh_kafka.admin import cluster_id
+from producers.shipper import Destination, Shipper, ShipperConfig
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.integration.test_projector import run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
@@ -44,8 +45,9 @@ def _log(records: list[SessionRecord]) -> bytes:
 
 
 async def _ship(publisher: Publisher, root: Path, state: Path) -> None:
+    destination = Destination(await cluster_id(publisher.kafka), publisher.topics.events)
     await Shipper(ShipperConfig(root, state, once=True), publisher.send, publisher.flush, report=pytest.fail,
-                  say=print).run(asyncio.Event())
+                  say=print, destination=destination).run(asyncio.Event())
 
 
 async def _consume(kafka, names, group_id, tmp_path) -> tuple[list, list]:
