@@ -18,6 +18,7 @@ import json
 from typing import Any, Callable, Iterable
 
 from consumers.projector.reader import DeadLetterFilter, FindingFilter, SessionFilter
+from consumers.projector.session_pages import page_of
 from consumers.projector.store import message_texts
 
 __all__ = ["SUMMARY_FIELDS", "FakeReader"]
@@ -26,6 +27,8 @@ __all__ = ["SUMMARY_FIELDS", "FakeReader"]
 SUMMARY_FIELDS = ("sessionId", "status", "cwd", "createdAt", "lastActivity", "turnCount", "messageCount", "models",
                   "findingCount", "error")
 _HOUR_MS = 3_600_000
+#: A session's fields a page holds only a part of.
+_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings")
 
 
 class FakeReader:
@@ -51,6 +54,21 @@ class FakeReader:
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         return self._sessions.get(session_id)
+
+    def session_page(self, session_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any] | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        facts = {key: value for key, value in session.items() if key not in _PAGED}
+        rows = [(e["seq"], e["type"], e["data"]) for e in sorted(session["surface"], key=lambda e: e["seq"])
+                if after is None or e["seq"] > after]
+        return page_of({**facts, "surfaceCount": len(session["surface"])}, rows, after, limit,
+                       session["requestHeaderChanges"],
+                       sorted(session["findings"], key=lambda f: f["seq"] if isinstance(f["seq"], int) else -1))
+
+    def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
+        session = self._sessions.get(session_id)
+        return next((e for e in session["surface"] if e["seq"] == seq), None) if session else None
 
     def resolve(self, prefix: str) -> list[str]:
         return sorted(session_id for session_id in self._sessions if session_id.startswith(prefix))[:10]

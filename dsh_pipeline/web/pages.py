@@ -1,7 +1,9 @@
 """The transcript viewer: server-rendered pages (Jinja2, autoescaped) over
 the same reader as the API. ``/`` lists sessions with the API's
-filters; ``/sessions/{id}`` shows one conversation, a page of messages at a
-time (:mod:`.paging`): the request header
+filters; ``/sessions/{id}`` shows one conversation, a page of surface
+events at a time by seq (:mod:`consumers.projector.session_pages`), long
+texts cut to previews, each with a link to its whole message
+(``/sessions/{id}?seq=N``): the request header
 (system prompt, tools, model settings) and where in the conversation each
 change of it was logged, every derived message (reasoning
 folded, tool calls with their arguments, tool results), compaction
@@ -32,11 +34,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from consumers.projector.reader import STATUSES, SessionFilter
+from consumers.projector.session_pages import PREVIEW_CHARS
+from dsh_core.v4.session import derive_message
 from dsh_pipeline.transcript import format_time
 
 from .app import client_address, throttled
 from .browser_sessions import CSRF_COOKIE, FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS, SignIn
-from .paging import CURSOR, session_page
 
 __all__ = ["add_pages", "visible"]
 
@@ -137,20 +140,25 @@ def add_pages(app: FastAPI) -> None:
             "chosen": set(statuses or ()), "signed_in": session})
 
     @app.get("/sessions/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
-    def conversation(request: Request, session_id: str,
-                     after: str | None = Query(None, pattern=CURSOR.pattern)) -> Response:
+    def conversation(request: Request, session_id: str, after: int | None = Query(None, ge=-1, le=2 ** 63 - 1),
+                     seq: int | None = Query(None, ge=0, le=2 ** 63 - 1)) -> Response:
         if (signed := signed_in(request)) is None:
             return to_login(request)
-        session = app.state.read("session", session_id)
-        if session is None:
-            return _TEMPLATES.TemplateResponse(request, "missing.html", {"session_id": session_id,
+        page = app.state.read("session_page", session_id, after, min(_MESSAGES_PER_PAGE, app.state.max_page))
+        event = app.state.read("surface_event", session_id, seq) if page is not None and seq is not None else None
+        if page is None or (seq is not None and event is None):
+            return _TEMPLATES.TemplateResponse(request, "missing.html", {"session_id": session_id, "seq": seq,
                                                                          "signed_in": signed}, status_code=404)
-        page = session_page(session, after, min(_MESSAGES_PER_PAGE, app.state.max_page))
+        if event is not None:  # one message whole, as the page showed it cut
+            message = derive_message(event["type"], event["data"])
+            entry = {"message": message, "seq": seq, "findings": [], "kind": _kind(message)} if message else None
+            return _TEMPLATES.TemplateResponse(request, "event.html", {
+                "session": page, "event": event, "entry": entry, "signed_in": signed})
         entries, unplaced = conversation_entries(page)
         more = f"/sessions/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
         return _TEMPLATES.TemplateResponse(request, "session.html", {
             "session": page, "entries": entries, "unplaced": unplaced, "turn_usage": turn_usage(page),
-            "next": more, "signed_in": signed})
+            "next": more, "signed_in": signed, "preview_chars": PREVIEW_CHARS})
 
 
 def local_path(target: str | None) -> str:
@@ -185,8 +193,9 @@ def conversation_entries(session: dict[str, Any]) -> tuple[list[dict[str, Any]],
     last message at or before a finding's seq), each request header change
     after the last message before it; and the findings no message precedes."""
     seqs = session["messageSeqs"]
-    entries = [{"message": message, "seq": seqs.get(message.get("id")), "findings": [],
-                "kind": _kind(message)} for message in session["messages"]]
+    cut = {event["seq"]: event["preview"] for event in session["surface"] if "preview" in event}
+    entries = [{"message": message, "seq": seqs.get(message.get("id")), "findings": [], "kind": _kind(message),
+                "preview": cut.get(seqs.get(message.get("id")))} for message in session["messages"]]
     placed = sorted((entry["seq"], index) for index, entry in enumerate(entries) if entry["seq"] is not None)
     starts = [seq for seq, _ in placed]
 
