@@ -2,7 +2,7 @@
 Playwright), on a laptop screen and a phone: a conversation asked for
 before signing in opens after it, the session list shows the stored fleet,
 a status filter narrows it, a conversation shows the messages ``view
---json`` prints a page at a time, a finding sits at its message, signing
+--json`` prints a page of surface events at a time (by seq), a finding sits at its message, signing
 out ends the session, and the browser reports no Content-Security-Policy
 violation on the way while the stylesheet applies. A failing test leaves screenshots in ``test-artifacts/``."""
 
@@ -81,12 +81,15 @@ def test_the_viewer_lists_filters_and_shows_a_conversation(fleet_store, viewport
             shown, pages = [], 0
             while True:
                 pages += 1
-                shown += page.locator("li.message").evaluate_all("items => items.map(i => i.dataset.id)")
+                on_page = page.locator("li.message").evaluate_all("items => items.map(i => i.dataset.id)")
+                assert len(on_page) <= PER_PAGE  # a page of surface events, never the whole session
+                shown += on_page
                 if page.locator("#next").count() == 0:
                     break
                 page.click("#next")
                 page.wait_for_url("**after=**")
-            assert shown == [m["id"] for m in expected] and pages == -(-len(expected) // PER_PAGE) > 1
+            events = served.reader.session_page(ids[1])["surfaceCount"]
+            assert shown == [m["id"] for m in expected] and pages == -(-events // PER_PAGE) > 1
             page.goto(f"{served.url}/sessions/{ids[1]}")
             first_user = next(m for m in expected if m["role"] == "user")
             assert first_user["content"][0]["text"].strip() in page.locator("li.message").first.inner_text()
