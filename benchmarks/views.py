@@ -13,12 +13,15 @@ would take most of an hour and measure the projector, not the reads).
 - the API's first page, a page in the middle of the session, and one long
   event whole (``/api/v1/events/{seq}``), timed over HTTP on loopback;
 - the viewer's first page in headless Chromium (Debian's, via Playwright),
-  signed in: time from navigation to the load event, then the browser's
+  signed in: time from navigation to the load event (of which ``html_ms``
+  the request until the page's last byte, ``render_ms`` from there to the
+  load event), then the browser's
   memory (the proportional set size of all its processes, and the page's
   JS heap: the viewer runs no script).
 
 The server's peak RSS is its ``VmHWM`` after all of these. The last line is
-one JSON object: ``first_page_ms_<size>`` (the viewer's),
+one JSON object: ``first_page_ms_<size>`` (the viewer's), ``html_ms_<size>``,
+``render_ms_<size>``,
 ``api_first_page_ms_<size>``, ``api_middle_page_ms_<size>``,
 ``whole_event_ms_<size>``, ``server_peak_rss_mb_<size>``,
 ``browser_pss_mb_<size>``, ``browser_js_heap_mb_<size>``, ``page_bytes_<size>``
@@ -113,7 +116,7 @@ def build_store(location: Path, session_id: str, target: int, seed: int = 7) -> 
             result = 200_000 if rng.random() < 0.05 else rng.randint(200, 12_000)
             put("tool/result", {"turn": turn, "step": step, "message": {
                 "id": f"t-{turn}-{step}", "role": "user", "source": {"kind": "tool", "callId": call},
-                "content": [{"type": "tool-result", "callId": call, "isError": False,
+                "content": [{"type": "tool-result", "toolCallId": call, "isError": False,
                              "content": [{"type": "text", "text": _text(rng, result)}]}]}})
         turns.append({"turn": turn, "seq": first, "steps": step, "reason": {"kind": "completed"}})
     if batch:
@@ -230,6 +233,8 @@ def measure(url: str, server: subprocess.Popen, session_id: str, events: int) ->
             started = time.perf_counter()
             page.goto(f"{url}/sessions/{session_id}", wait_until="load")
             viewer = (time.perf_counter() - started) * 1000
+            timing = page.evaluate("(() => { const t = performance.getEntriesByType('navigation')[0]; "
+                                   "return [t.responseEnd - t.requestStart, t.loadEventEnd - t.responseEnd]; })()")
             shown = page.locator("#conversation > li").count()
             metrics = {m["name"]: m["value"] for m in
                        page.context.new_cdp_session(page).send("Performance.getMetrics")["metrics"]}
@@ -237,7 +242,8 @@ def measure(url: str, server: subprocess.Popen, session_id: str, events: int) ->
             page_bytes = len(page.content().encode())
         finally:
             browser.close()
-    return {"first_page_ms": round(viewer, 1), "api_first_page_ms": round(api_first, 1),
+    return {"first_page_ms": round(viewer, 1), "html_ms": round(timing[0], 1), "render_ms": round(timing[1], 1),
+            "api_first_page_ms": round(api_first, 1),
             "api_middle_page_ms": round(api_middle, 1), "whole_event_ms": round(whole, 1),
             "server_peak_rss_mb": round(_status_mb(server.pid, "VmHWM"), 1), "browser_pss_mb": round(browser_memory, 1),
             "browser_js_heap_mb": round(metrics.get("JSHeapUsedSize", 0) / (1 << 20), 1),

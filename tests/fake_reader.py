@@ -18,7 +18,7 @@ import json
 from typing import Any, Callable, Iterable
 
 from consumers.projector.reader import DeadLetterFilter, FindingFilter, SessionFilter
-from consumers.projector.session_pages import page_of
+from consumers.projector.session_pages import NAMING_TURNS, page_of, turn_of
 from consumers.projector.store import message_texts
 
 __all__ = ["SUMMARY_FIELDS", "FakeReader"]
@@ -28,7 +28,7 @@ SUMMARY_FIELDS = ("sessionId", "status", "cwd", "createdAt", "lastActivity", "tu
                   "findingCount", "error")
 _HOUR_MS = 3_600_000
 #: A session's fields a page holds only a part of.
-_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings")
+_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns")
 
 
 class FakeReader:
@@ -60,11 +60,13 @@ class FakeReader:
         if session is None:
             return None
         facts = {key: value for key, value in session.items() if key not in _PAGED}
-        rows = [(e["seq"], e["type"], e["data"]) for e in sorted(session["surface"], key=lambda e: e["seq"])
-                if after is None or e["seq"] > after]
+        rows = [row for row in sorted(_rows(session)) if after is None or row[0] > after]
+        before = [data for seq, kind, data in sorted(_rows(session)) if after is not None and seq <= after
+                  and kind in NAMING_TURNS]
         return page_of({**facts, "surfaceCount": len(session["surface"])}, rows, after, limit,
                        session["requestHeaderChanges"],
-                       sorted(session["findings"], key=lambda f: f["seq"] if isinstance(f["seq"], int) else -1))
+                       sorted(session["findings"], key=lambda f: f["seq"] if isinstance(f["seq"], int) else -1),
+                       session["turns"], turn_of(before[-1]) if before else None)
 
     def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
         session = self._sessions.get(session_id)
@@ -101,6 +103,10 @@ class FakeReader:
                 "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model, "inputTokens": sums[0],
                                           "outputTokens": sums[1]}
                                          for (hour, provider, model), sums in sorted(tokens.items())]}
+
+
+def _rows(session: dict[str, Any]) -> list[tuple[int, str, Any]]:
+    return [(event["seq"], event["type"], event["data"]) for event in session["surface"]]
 
 
 def _session_matches(session: dict[str, Any], where: SessionFilter) -> bool:

@@ -5,7 +5,10 @@ seq above the cursor, in seq order, each with the derived message it
 projects to (dsh's derivation), and the request header changes and
 findings of the same seqs: those above the cursor, up to the last event
 of the page (on the last page, to the end; a finding with no seq goes with
-the first page). The cursor is a seq: ``next``, the seq of the page's last
+the first page), and the turns the page's events name (those numbered
+above the last turn an event before the page named, up to the last its
+events name; on the first page from the first turn, on the last to the
+end). The cursor is a seq: ``next``, the seq of the page's last
 event, or ``None`` on the last page. Concatenating the pages gives each
 surface event, header change and finding of the session once.
 
@@ -22,16 +25,17 @@ offload's projection is not applied (the message is shown as logged).
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable
 
 from dsh_core.jsonvalue import encode_json
 from dsh_core.v4.session import derive_message
 
-__all__ = ["CURSOR", "PREVIEW_CHARS", "page_of", "preview", "within"]
+__all__ = ["NAMING_TURNS", "PREVIEW_CHARS", "page_of", "preview", "turn_of", "within"]
 
-#: What a cursor looks like: a seq.
-CURSOR = re.compile(r"^-?[0-9]{1,19}$")
+#: The surface events whose data names their turn.
+NAMING_TURNS = ("assistant/message", "tool/result")
+#: Below every turn number: where no event named a turn yet.
+_NO_TURN = -(2 ** 63)
 #: The characters of a string a page shows; a longer one is cut.
 PREVIEW_CHARS = 4096
 
@@ -54,6 +58,12 @@ def preview(data: Any) -> tuple[Any, bool]:
     return data, False
 
 
+def turn_of(data: Any) -> int | None:
+    """The turn a surface event's data names (a user message names none)."""
+    turn = data.get("turn") if isinstance(data, dict) else None
+    return turn if isinstance(turn, int) and not isinstance(turn, bool) else None
+
+
 def within(seq: Any, low: int | None, high: int | None) -> bool:
     """``low < seq <= high`` (``None``: from the start, to the end); a seq
     that is not a number goes with the first page."""
@@ -63,14 +73,20 @@ def within(seq: Any, low: int | None, high: int | None) -> bool:
 
 
 def page_of(facts: dict[str, Any], rows: list[tuple[int, str, Any]], after: int | None, limit: int,
-            header_changes: Iterable[dict[str, Any]], findings: Iterable[dict[str, Any]]) -> dict[str, Any]:
+            header_changes: Iterable[dict[str, Any]], findings: Iterable[dict[str, Any]],
+            turns: Iterable[dict[str, Any]], turn_before: int | None) -> dict[str, Any]:
     """The page after ``after`` of a session: ``facts`` (its fields but the
     paged ones), ``rows`` its surface events ``(seq, type, data)`` above
     ``after`` in seq order (at least ``limit + 1`` of them when there are
     that many), ``header_changes`` and ``findings`` at least those of the
-    page's seqs."""
+    page's seqs, ``turns`` its turns and ``turn_before`` the :func:`turn_of`
+    the last event at or before ``after`` that names one."""
     shown = rows[:limit]
-    high = shown[-1][0] if len(rows) > limit else None
+    more = len(rows) > limit
+    high = shown[-1][0] if more else None
+    numbered = [turn for turn in (turn_of(data) for _, _, data in shown) if turn is not None]
+    low_turn = None if after is None else turn_before if turn_before is not None else _NO_TURN
+    high_turn = max(numbered, default=low_turn if low_turn is not None else _NO_TURN) if more else None
     surface, messages, seqs = [], [], {}
     for seq, kind, data in shown:
         event: dict[str, Any] = {"seq": seq, "type": kind}
@@ -86,6 +102,7 @@ def page_of(facts: dict[str, Any], rows: list[tuple[int, str, Any]], after: int 
     return {**facts, "messages": messages, "messageSeqs": seqs, "surface": surface,
             "requestHeaderChanges": [c for c in header_changes if within(c.get("seq"), after, high)],
             "findings": [f for f in findings if within(f.get("seq"), after, high)],
+            "turns": [t for t in turns if within(t.get("turn"), low_turn, high_turn)],
             "next": str(high) if high is not None else None}
 
 

@@ -26,7 +26,7 @@ from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 from ..runtime.postgres import display_location, is_postgres_location, postgres_sql, without_password
 from ..runtime.stored_text import read_row, stored_parameters, stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
-from .session_pages import page_of
+from .session_pages import NAMING_TURNS, page_of, turn_of
 from .store import LAYOUT, TOKEN_COLUMNS
 
 __all__ = ["StoreReader", "LETTER_ID_BASE"]
@@ -178,8 +178,8 @@ class StoreReader:
                  "turnCount": len(view.get("turns") or ()), "messageCount": message_count,
                  "surfaceCount": surface_count, "findingCount": finding_count, "error": view.get("error"),
                  "models": self._models([session_id]).get(session_id, []), "header": header,
-                 "nextSeq": view["nextSeq"], "turns": view.get("turns") or [],
-                 "requestHeader": view.get("requestHeader"), "replaceGeneration": view.get("replaceGeneration", 0),
+                 "nextSeq": view["nextSeq"], "requestHeader": view.get("requestHeader"),
+                 "replaceGeneration": view.get("replaceGeneration", 0),
                  "audit": decode_json(audit[0][0]) if audit else None}
         start = -1 if after is None else after
         events = [(seq, kind, decode_json(data)) for seq, kind, data in self._rows(
@@ -187,7 +187,11 @@ class StoreReader:
             (session_id, start, limit + 1))]
         high = events[limit - 1][0] if len(events) > limit else 2 ** 63 - 1
         findings = self._session_findings(session_id, start, high, with_unnumbered=after is None)
-        return page_of(facts, events, after, limit, view.get("requestHeaderChanges") or (), findings)
+        before = self._rows(f"SELECT data FROM surface WHERE session_id = ? AND seq <= ? AND type IN "
+                            f"({', '.join('?' * len(NAMING_TURNS))}) ORDER BY seq DESC LIMIT 1",
+                            (session_id, after, *NAMING_TURNS)) if after is not None else []
+        return page_of(facts, events, after, limit, view.get("requestHeaderChanges") or (), findings,
+                       view.get("turns") or (), turn_of(decode_json(before[0][0])) if before else None)
 
     def _session_findings(self, session_id: str, low: int, high: int, with_unnumbered: bool) -> list[dict[str, Any]]:
         """A session's findings of seqs ``low < seq <= high`` (and those of

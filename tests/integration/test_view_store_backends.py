@@ -248,6 +248,8 @@ def test_a_session_read_page_by_page_is_the_whole_session(store_location):
             assert {k: v for page in pages for k, v in page["messageSeqs"].items()} == whole["messageSeqs"]
             assert [f for page in pages for f in page["findings"]] == whole["findings"]
             assert [c for page in pages for c in page["requestHeaderChanges"]] == whole["requestHeaderChanges"]
+            assert [t for page in pages for t in page["turns"]] == whole["turns"]
+            assert {page["turnCount"] for page in pages} == {len(whole["turns"])}
             for page in pages:  # the totals are the session's, on every page
                 assert (page["messageCount"], page["surfaceCount"], page["findingCount"]) == \
                     (len(whole["messages"]), len(whole["surface"]), whole["findingCount"])
