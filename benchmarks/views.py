@@ -13,21 +13,21 @@ would take most of an hour and measure the projector, not the reads).
 - the API's first page, a page in the middle of the session, and one long
   event whole (``/api/v1/events/{seq}``), timed over HTTP on loopback;
 - the viewer's first page in headless Chromium (Debian's, via Playwright),
-  signed in: time from navigation to the load event (of which ``html_ms``
-  the request until the page's last byte, ``render_ms`` from there to the
-  load event), then the browser's
-  memory (the proportional set size of all its processes, and the page's
-  JS heap: the viewer runs no script).
+  signed in: time from navigation to the load event (``html_ms`` of it
+  from the request to the page's last byte, ``render_ms`` from there to
+  the load event), then the browser's memory (the proportional set size of
+  all its processes) and the page's DOM nodes.
 
-The server's peak RSS is its ``VmHWM`` after all of these. The last line is
-one JSON object: ``first_page_ms_<size>`` (the viewer's), ``html_ms_<size>``,
-``render_ms_<size>``,
-``api_first_page_ms_<size>``, ``api_middle_page_ms_<size>``,
-``whole_event_ms_<size>``, ``server_peak_rss_mb_<size>``,
-``browser_pss_mb_<size>``, ``browser_js_heap_mb_<size>``, ``page_bytes_<size>``
-and ``session_mb_<size>``, with ``<size>`` as given (``49mb``, ``1gb``).
-Goals: the 1 GB session's first page within 1000 ms, with the server's peak
-RSS within 300 MB.
+Baselines of the same run: the server's RSS before its first read, and the
+browser's memory on the (small) session list before the session opens.
+The last line is one JSON object, each figure's key ending in the size as
+given (``_49mb``, ``_1gb``): ``first_page_ms``, ``html_ms``,
+``render_ms``, ``api_first_page_ms``, ``api_middle_page_ms``,
+``whole_event_ms``, ``server_peak_rss_mb`` (its ``VmHWM`` after all of
+these), ``server_start_rss_mb``, ``browser_pss_mb``,
+``browser_list_pss_mb``, ``dom_nodes``, ``page_bytes``, ``messages_shown``
+and ``session_mb``. Goals: the 1 GB session's first page within 1000 ms,
+with the server's peak RSS within 300 MB.
 """
 
 from __future__ import annotations
@@ -213,6 +213,7 @@ def _timed(client: httpx.Client, path: str, **params: Any) -> tuple[float, httpx
 
 
 def measure(url: str, server: subprocess.Popen, session_id: str, events: int) -> dict[str, float]:
+    started_rss = _status_mb(server.pid, "VmRSS")  # serving, nothing read yet
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120) as client:
         api_first, first = _timed(client, f"/api/v1/sessions/{session_id}")
         api_middle, _ = _timed(client, f"/api/v1/sessions/{session_id}", after=events // 2)
@@ -230,6 +231,7 @@ def measure(url: str, server: subprocess.Popen, session_id: str, events: int) ->
             page.fill("#token", TOKEN)
             page.click("button[type=submit]")
             page.wait_for_selector("main")
+            baseline = _browser_pss_mb()  # signed in, on the session list
             started = time.perf_counter()
             page.goto(f"{url}/sessions/{session_id}", wait_until="load")
             viewer = (time.perf_counter() - started) * 1000
@@ -245,8 +247,10 @@ def measure(url: str, server: subprocess.Popen, session_id: str, events: int) ->
     return {"first_page_ms": round(viewer, 1), "html_ms": round(timing[0], 1), "render_ms": round(timing[1], 1),
             "api_first_page_ms": round(api_first, 1),
             "api_middle_page_ms": round(api_middle, 1), "whole_event_ms": round(whole, 1),
-            "server_peak_rss_mb": round(_status_mb(server.pid, "VmHWM"), 1), "browser_pss_mb": round(browser_memory, 1),
-            "browser_js_heap_mb": round(metrics.get("JSHeapUsedSize", 0) / (1 << 20), 1),
+            "server_peak_rss_mb": round(_status_mb(server.pid, "VmHWM"), 1),
+            "server_start_rss_mb": round(started_rss, 1), "browser_pss_mb": round(browser_memory, 1),
+            "browser_list_pss_mb": round(baseline, 1),
+            "dom_nodes": int(metrics.get("Nodes", 0)),
             "page_bytes": page_bytes, "messages_shown": shown}
 
 

@@ -46,7 +46,7 @@ __all__ = ["add_pages", "visible"]
 _TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
 _FILTERS = ("status", "provider", "model", "cwd", "has_findings", "q")
 _FORM_BYTES = 8192  # the largest form read (sign-in, sign-out)
-_MESSAGES_PER_PAGE = 100
+_EVENTS_PER_PAGE = 50  # a conversation's page: what a browser lays out at once, whatever the session's size
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 #: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
 #: separators, the byte-order mark and lone surrogates: what could make a text show other than it is.
@@ -144,7 +144,7 @@ def add_pages(app: FastAPI) -> None:
                      seq: int | None = Query(None, ge=0, le=2 ** 63 - 1)) -> Response:
         if (signed := signed_in(request)) is None:
             return to_login(request)
-        page = app.state.read("session_page", session_id, after, min(_MESSAGES_PER_PAGE, app.state.max_page))
+        page = app.state.read("session_page", session_id, after, min(_EVENTS_PER_PAGE, app.state.max_page))
         event = app.state.read("surface_event", session_id, seq) if page is not None and seq is not None else None
         if page is None or (seq is not None and event is None):
             return _TEMPLATES.TemplateResponse(request, "missing.html", {"session_id": session_id, "seq": seq,

@@ -159,7 +159,7 @@ def _all_pages(client: _Client, path: str, params: dict[str, Any]) -> tuple[list
 
 
 ROUTES = ("/api/v1/sessions", "/api/v1/sessions/s-001", "/api/v1/findings", "/api/v1/dead-letters",
-          "/api/v1/dead-letters/4", "/api/v1/summary")
+          "/api/v1/dead-letters/4", "/api/v1/summary", "/api/v1/events/1?session=s-001")
 
 
 @pytest.mark.parametrize("route", ROUTES)

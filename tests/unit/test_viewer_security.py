@@ -22,7 +22,8 @@ from consumers.projector.session_pages import PREVIEW_CHARS
 from tests.fake_reader import FakeReader
 from tests.unit.test_read_api import TOKEN, _session, client_of, reader, sign_in, signed_in  # noqa: F401 (fixtures)
 
-PAGES = ("/", "/sessions/s-001", "/api/v1/sessions", "/api/v1/openapi.json", "/api/v1/summary")
+PAGES = ("/", "/sessions/s-001", "/sessions/s-001?seq=1", "/api/v1/sessions", "/api/v1/openapi.json",
+         "/api/v1/summary", "/api/v1/events/1?session=s-001")
 
 
 @pytest.mark.parametrize("path", ["/api/v1/openapi.json", "/api/v1/docs", "/api/v1/redoc", "/docs"])
@@ -46,7 +47,7 @@ def test_every_answer_carries_the_security_headers(client_of, path):
 
 def test_nothing_a_page_loads_comes_from_another_origin(client_of):
     browser = signed_in(client_of)
-    for path in ("/login", "/", "/sessions/s-rich"):
+    for path in ("/login", "/", "/sessions/s-rich", "/sessions/s-rich?seq=5"):
         text = browser.get(path).text
         assert "<script" not in text and " style=" not in text and "http://" not in text and "https://" not in text
 
@@ -243,13 +244,15 @@ def test_the_viewer_shows_a_long_text_cut_and_links_its_whole_message(client_of)
 def test_the_viewer_pages_a_long_conversation(client_of):
     session = _long_session(130)
     browser = signed_in(client_of, app=read_api(FakeReader([session]), frozenset({TOKEN})))
-    first = browser.get("/sessions/s-long")
-    shown = re.findall(r'data-id="(m-\d+)"', first.text)
-    following = re.search(r'<a href="([^"]+)" rel="next" id="next">', first.text).group(1)
-    assert len(shown) == 100 and following == "/sessions/s-long?after=199"
-    second = browser.get(following)
-    shown += re.findall(r'data-id="(m-\d+)"', second.text)
-    assert shown == [m["id"] for m in session["messages"]] and 'rel="next"' not in second.text
+    pages, following = [], "/sessions/s-long"
+    while following is not None:
+        page = browser.get(following).text
+        pages.append(re.findall(r'data-id="(m-\d+)"', page))
+        found = re.search(r'<a href="([^"]+)" rel="next" id="next">', page)
+        following = found.group(1) if found else None
+        assert following in ("/sessions/s-long?after=99", "/sessions/s-long?after=199", None)
+    assert [len(shown) for shown in pages] == [50, 50, 30]
+    assert [m for shown in pages for m in shown] == [m["id"] for m in session["messages"]]
 
 
 # ------------------------------------------------------------ what a page shows
