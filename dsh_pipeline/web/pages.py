@@ -144,7 +144,8 @@ def add_pages(app: FastAPI) -> None:
                      seq: int | None = Query(None, ge=0, le=2 ** 63 - 1)) -> Response:
         if (signed := signed_in(request)) is None:
             return to_login(request)
-        page = app.state.read("session_page", session_id, after, min(_EVENTS_PER_PAGE, app.state.max_page))
+        per_page = min(_EVENTS_PER_PAGE, app.state.max_page) if seq is None else 1  # one event: the facts only
+        page = app.state.read("session_page", session_id, after, per_page)
         event = app.state.read("surface_event", session_id, seq) if page is not None and seq is not None else None
         if page is None or (seq is not None and event is None):
             return _TEMPLATES.TemplateResponse(request, "missing.html", {"session_id": session_id, "seq": seq,
