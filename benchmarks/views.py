@@ -238,8 +238,9 @@ def measure(url: str, server: subprocess.Popen, session_id: str, events: int) ->
             timing = page.evaluate("(() => { const t = performance.getEntriesByType('navigation')[0]; "
                                    "return [t.responseEnd - t.requestStart, t.loadEventEnd - t.responseEnd]; })()")
             shown = page.locator("#conversation > li").count()
-            metrics = {m["name"]: m["value"] for m in
-                       page.context.new_cdp_session(page).send("Performance.getMetrics")["metrics"]}
+            devtools = page.context.new_cdp_session(page)
+            devtools.send("Performance.enable")
+            metrics = {m["name"]: m["value"] for m in devtools.send("Performance.getMetrics")["metrics"]}
             browser_memory = _browser_pss_mb()
             page_bytes = len(page.content().encode())
         finally:
