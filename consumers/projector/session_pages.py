@@ -1,7 +1,8 @@
 """A session a page at a time, by seq, so no read grows with the session.
 
 A page is at most ``limit`` of the session's current surface events with a
-seq above the cursor, in seq order, each with the derived message it
+seq above the cursor, in seq order (and fewer once they hold
+:data:`PAGE_BYTES` of JSON, previews cut), each with the derived message it
 projects to (dsh's derivation), and the request header changes and
 findings of the same seqs: those above the cursor, up to the last event
 of the page (on the last page, to the end; a finding with no seq goes with
@@ -30,7 +31,7 @@ from typing import Any, Iterable
 from dsh_core.jsonvalue import encode_json
 from dsh_core.v4.session import derive_message
 
-__all__ = ["NAMING_TURNS", "PREVIEW_CHARS", "page_of", "preview", "turn_of", "within"]
+__all__ = ["NAMING_TURNS", "PAGE_BYTES", "PREVIEW_CHARS", "page_of", "preview", "turn_of", "within"]
 
 #: The surface events whose data names their turn.
 NAMING_TURNS = ("assistant/message", "tool/result")
@@ -38,6 +39,8 @@ NAMING_TURNS = ("assistant/message", "tool/result")
 _NO_TURN = -(2 ** 63)
 #: The characters of a string a page shows; a longer one is cut.
 PREVIEW_CHARS = 4096
+#: The bytes of surface events (as JSON, previews cut) past which a page ends.
+PAGE_BYTES = 1 << 20
 
 
 def preview(data: Any) -> tuple[Any, bool]:
@@ -81,24 +84,26 @@ def page_of(facts: dict[str, Any], rows: list[tuple[int, str, Any]], after: int 
     that many), ``header_changes`` and ``findings`` at least those of the
     page's seqs, ``turns`` its turns and ``turn_before`` the :func:`turn_of`
     the last event at or before ``after`` that names one."""
-    shown = rows[:limit]
-    more = len(rows) > limit
-    high = shown[-1][0] if more else None
-    numbered = [turn for turn in (turn_of(data) for _, _, data in shown) if turn is not None]
-    low_turn = None if after is None else turn_before if turn_before is not None else _NO_TURN
-    high_turn = max(numbered, default=low_turn if low_turn is not None else _NO_TURN) if more else None
-    surface, messages, seqs = [], [], {}
-    for seq, kind, data in shown:
+    surface, messages, seqs, size = [], [], {}, 0
+    for seq, kind, data in rows[:limit]:
+        if size >= PAGE_BYTES:
+            break
         event: dict[str, Any] = {"seq": seq, "type": kind}
         event["data"], cut = preview(data)
         if cut:
             event["preview"] = {"size": len(encode_json(data))}
+        size += len(encode_json(event["data"]))
         surface.append(event)
         message = derive_message(kind, event["data"])
         if message is not None:
             messages.append(message)
             if isinstance(message.get("id"), str):
                 seqs[message["id"]] = seq
+    more = len(rows) > len(surface)
+    high = surface[-1]["seq"] if more else None
+    numbered = [turn for turn in (turn_of(event["data"]) for event in surface) if turn is not None]
+    low_turn = None if after is None else turn_before if turn_before is not None else _NO_TURN
+    high_turn = max(numbered, default=low_turn if low_turn is not None else _NO_TURN) if more else None
     return {**facts, "messages": messages, "messageSeqs": seqs, "surface": surface,
             "requestHeaderChanges": [c for c in header_changes if within(c.get("seq"), after, high)],
             "findings": [f for f in findings if within(f.get("seq"), after, high)],

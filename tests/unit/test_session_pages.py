@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import tracemalloc
 
-from consumers.projector.session_pages import PREVIEW_CHARS, preview
+from consumers.projector.session_pages import PAGE_BYTES, PREVIEW_CHARS, page_of, preview
 from consumers.projector.store_reader import StoreReader
 from dsh_core.jsonvalue import encode_json
 from tests.view_store_helpers import stored_fleet
@@ -47,3 +47,20 @@ def test_a_preview_cuts_every_long_string_and_says_so():
     data = {"a": ["x" * (PREVIEW_CHARS + 1), {"b": "short"}], "n": 1}
     assert preview(data) == ({"a": ["x" * PREVIEW_CHARS, {"b": "short"}], "n": 1}, True)
     assert preview({"a": ["short", 2]}) == ({"a": ["short", 2]}, False)
+
+
+def test_a_page_ends_past_its_bytes_and_the_pages_still_hold_every_event():
+    rows = [(seq, "user/message", {"id": f"m-{seq}", "role": "user", "source": {"kind": "user"},
+                                   "content": [{"type": "text", "text": f"{seq % 10}" * PREVIEW_CHARS}] * 3})
+            for seq in range(300)]
+    pages, after = [], None
+    while True:
+        page = page_of({}, [row for row in rows if after is None or row[0] > after], after, 200, (), (), (), None)
+        pages.append(page)
+        if page["next"] is None:
+            break
+        after = int(page["next"])
+    sizes = [len(encode_json(page["surface"])) for page in pages]
+    assert len(pages) == 4 and all(size < PAGE_BYTES + 4 * PREVIEW_CHARS for size in sizes), sizes
+    assert [event["seq"] for page in pages for event in page["surface"]] == list(range(300))
+    assert [m["id"] for page in pages for m in page["messages"]] == [f"m-{seq}" for seq in range(300)]
