@@ -91,13 +91,14 @@ chromium:
 kafka-jars: setup
 	$(VPY) -c "from dsh_pipeline.kafka_jars import ensure_kafka_jars; print('kafka jars:', ensure_kafka_jars())"
 
-bench: setup reference kafka-jars postgres
+bench: setup reference kafka-jars postgres chromium
 	$(VPY) -m benchmarks.core
 	$(VPY) -m benchmarks.produce
 	$(VPY) -m benchmarks.pipeline
 	$(VPY) -m benchmarks.limits
 	$(VPY) -m benchmarks.gateway
 	$(VPY) -m benchmarks.store
+	$(VPY) -m benchmarks.views
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build

@@ -19,8 +19,8 @@ Servers: the local Kafka broker and the local PostgreSQL the project starts
 3. The PostgreSQL store of (1), its sessions copied under new ids by SQL to
    ``--listed`` sessions (default 50k); the read API (``serve``'s app on
    uvicorn) is asked ``--requests`` times (default 400) for the first page
-   of the session list, a page filtered by status, and one conversation
-   (derived messages rebuilt from the fold snapshot and surface rows):
+   of the session list, a page filtered by status, and one conversation's
+   first page (its surface events by seq, with their derived messages):
    p50 and p99 of each, over HTTP on loopback.
 
 The last line is one JSON object with the figures.

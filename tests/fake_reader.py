@@ -18,6 +18,7 @@ import json
 from typing import Any, Callable, Iterable
 
 from consumers.projector.reader import DeadLetterFilter, FindingFilter, SessionFilter
+from consumers.projector.session_pages import NAMING_TURNS, page_of, turn_of
 from consumers.projector.store import TOKEN_COLUMNS, message_texts
 
 __all__ = ["SUMMARY_FIELDS", "FakeReader"]
@@ -26,6 +27,8 @@ __all__ = ["SUMMARY_FIELDS", "FakeReader"]
 SUMMARY_FIELDS = ("sessionId", "status", "cwd", "createdAt", "lastActivity", "turnCount", "messageCount", "models",
                   "findingCount", "error")
 _HOUR_MS = 3_600_000
+#: A session's fields a page holds only a part of.
+_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns")
 
 
 class FakeReader:
@@ -51,6 +54,23 @@ class FakeReader:
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         return self._sessions.get(session_id)
+
+    def session_page(self, session_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any] | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        facts = {key: value for key, value in session.items() if key not in _PAGED}
+        rows = [row for row in sorted(_rows(session)) if after is None or row[0] > after]
+        before = [data for seq, kind, data in sorted(_rows(session)) if after is not None and seq <= after
+                  and kind in NAMING_TURNS]
+        return page_of({**facts, "surfaceCount": len(session["surface"])}, rows, after, limit,
+                       session["requestHeaderChanges"],
+                       sorted(session["findings"], key=lambda f: f["seq"] if isinstance(f["seq"], int) else -1),
+                       session["turns"], turn_of(before[-1]) if before else None)
+
+    def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
+        session = self._sessions.get(session_id)
+        return next((e for e in session["surface"] if e["seq"] == seq), None) if session else None
 
     def resolve(self, prefix: str) -> list[str]:
         return sorted(session_id for session_id in self._sessions if session_id.startswith(prefix))[:10]
@@ -83,6 +103,10 @@ class FakeReader:
         return {"sessionsByStatus": dict(sorted(statuses.items())),
                 "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model, **sums}
                                          for (hour, provider, model), sums in sorted(tokens.items())]}
+
+
+def _rows(session: dict[str, Any]) -> list[tuple[int, str, Any]]:
+    return [(event["seq"], event["type"], event["data"]) for event in session["surface"]]
 
 
 def _session_matches(session: dict[str, Any], where: SessionFilter) -> bool:

@@ -94,6 +94,18 @@ class ViewReader(Protocol):
     def session(self, session_id: str) -> dict[str, Any] | None:
         """One session (``None``: not in the store)."""
 
+    def session_page(self, session_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any] | None:
+        """A page of one session (:mod:`consumers.projector.session_pages`):
+        the session's fields, ``surfaceCount``, and at most ``limit`` surface
+        events above the seq ``after`` with their derived messages, header
+        changes and findings, long texts cut to previews; ``next``, the
+        cursor of the page after it (``None``: none). ``None``: not in the
+        store."""
+
+    def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
+        """One surface event whole, ``{"seq", "type", "data"}`` (``None``: no
+        such session or seq)."""
+
     def resolve(self, prefix: str) -> list[str]:
         """The session ids starting with ``prefix`` (at most 10)."""
 

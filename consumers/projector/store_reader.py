@@ -26,6 +26,7 @@ from ..runtime.postgres import display_location, first_line, postgres_sql, witho
 from ..runtime.store_location import store_backend
 from ..runtime.stored_text import read_row, stored_parameters, stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
+from .session_pages import NAMING_TURNS, page_of, turn_of
 from .store import LAYOUT, TOKEN_COLUMNS
 
 __all__ = ["StoreReader", "LETTER_ID_BASE"]
@@ -168,6 +169,55 @@ class StoreReader:
                 "surface": [{"seq": seq, "type": kind, "data": data} for seq, kind, data in surface],
                 "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"],
                 "audit": decode_json(audit[0][0]) if audit else None}
+
+    def session_page(self, session_id: str, after: int | None = None, limit: int = 100) -> dict[str, Any] | None:
+        """One page of a session (:mod:`.session_pages`): its stored facts and
+        totals, and at most ``limit`` surface events above ``after``, read
+        by seq with no more rows than the page holds."""
+        rows = self._rows(f"SELECT s.view, s.status, s.message_count, s.last_activity, {_FINDING_COUNT}, "
+                          "(SELECT COUNT(*) FROM surface e WHERE e.session_id = s.session_id) "
+                          "FROM sessions s WHERE s.session_id = ?", (session_id,))
+        if not rows:
+            return None
+        view_text, status, message_count, last_activity, finding_count, surface_count = rows[0]
+        view = decode_json(view_text)
+        header = view.get("header") or {}
+        audit = self._rows("SELECT counts FROM audit_verdicts WHERE session_id = ?", (session_id,))
+        facts = {"sessionId": session_id, "status": status, "cwd": header.get("cwd"),
+                 "createdAt": header.get("createdAt"), "lastActivity": last_activity,
+                 "turnCount": len(view.get("turns") or ()), "messageCount": message_count,
+                 "surfaceCount": surface_count, "findingCount": finding_count, "error": view.get("error"),
+                 "models": self._models([session_id]).get(session_id, []), "header": header,
+                 "nextSeq": view["nextSeq"], "requestHeader": view.get("requestHeader"),
+                 "replaceGeneration": view.get("replaceGeneration", 0),
+                 "audit": decode_json(audit[0][0]) if audit else None}
+        start = -1 if after is None else after
+        events = [(seq, kind, decode_json(data)) for seq, kind, data in self._rows(
+            "SELECT seq, type, data FROM surface WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (session_id, start, limit + 1))]
+        high = events[limit - 1][0] if len(events) > limit else 2 ** 63 - 1
+        findings = self._session_findings(session_id, start, high, with_unnumbered=after is None)
+        before = self._rows(f"SELECT data FROM surface WHERE session_id = ? AND seq <= ? AND type IN "
+                            f"({', '.join('?' * len(NAMING_TURNS))}) ORDER BY seq DESC LIMIT 1",
+                            (session_id, after, *NAMING_TURNS)) if after is not None else []
+        return page_of(facts, events, after, limit, view.get("requestHeaderChanges") or (), findings,
+                       view.get("turns") or (), turn_of(decode_json(before[0][0])) if before else None)
+
+    def _session_findings(self, session_id: str, low: int, high: int, with_unnumbered: bool) -> list[dict[str, Any]]:
+        """A session's findings of seqs ``low < seq <= high`` (and those of
+        no seq), in seq order."""
+        rows = self._rows(
+            "SELECT at, partition, \"offset\", rule, severity, seq, turn, step, detail FROM findings "
+            "WHERE session_id = ? AND ((seq > ? AND seq <= ?)" + (" OR seq IS NULL" if with_unnumbered else "")
+            + ") ORDER BY seq, at, partition, \"offset\"", (session_id, low, high))
+        return [{"id": f"{partition}-{offset}", "at": at, "sessionId": session_id, "rule": rule, "severity": severity,
+                 "seq": seq, "turn": turn, "step": step, "detail": detail}
+                for at, partition, offset, rule, severity, seq, turn, step, detail in rows]
+
+    def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
+        """One surface event of a session, whole: ``{"seq", "type", "data"}``."""
+        rows = self._rows("SELECT seq, type, data FROM surface WHERE session_id = ? AND seq = ?", (session_id, seq))
+        return {"seq": rows[0][0], "type": rows[0][1], "data": decode_json(rows[0][2])} if rows else None
 
     def session_exists(self, session_id: str) -> bool:
         return bool(self._rows("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)))

@@ -40,7 +40,6 @@ from dsh_core.errors import StateStoreError
 from dsh_pipeline.prices import PriceTable, load_prices
 from producers.http_limits import ListenerLimits
 from .browser_sessions import SESSION_COOKIE, BrowserSessions
-from .paging import CURSOR, session_page
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter, ViewReader
 
 __all__ = ["API_LIMITS", "SECURITY_HEADERS", "read_api"]
@@ -103,7 +102,7 @@ class _Guarded:
         if method == "sessions":
             return answer | {"items": [item | {"models": priced(item.get("models") or [])}
                                        for item in answer["items"]]}
-        if method == "session" and answer is not None:
+        if method == "session_page" and answer is not None:
             return answer | {"models": priced(answer.get("models") or [])}
         if method == "summary":
             return answer | {"tokensByModelPerHour": priced(answer["tokensByModelPerHour"]),
@@ -172,17 +171,26 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
         return read("sessions", where, cursor, limit)
 
     @app.get("/api/v1/sessions/{session_id:path}", dependencies=guard,
-             summary="one session: header, turns, usage, a page of derived messages (dsh's) and the surface "
-                     "events, header changes and findings of their seqs")
+             summary="one session: header, turns, totals, and a page of its surface events by seq with their "
+                     "derived messages (dsh's), header changes and findings; long texts as previews")
     def session(session_id: str,
-                after: str | None = Query(None, pattern=CURSOR.pattern,
-                                          description="the page after this cursor (the last page's `next`)"),
-                limit: int = Query(max_page, ge=1, le=max_page, description=f"messages per page (1 to {max_page})"),
+                after: int | None = Query(None, ge=-1, le=2 ** 63 - 1,
+                                          description="the page after this seq (the last page's `next`)"),
+                limit: int = Query(max_page, ge=1, le=max_page, description=f"events per page (1 to {max_page})"),
                 ) -> dict[str, Any]:
-        found = read("session", session_id)
+        found = read("session_page", session_id, after, limit)
         if found is None:
             raise HTTPException(404, f"no session {session_id!r} in the view store")
-        return session_page(found, after, limit)
+        return found
+
+    @app.get("/api/v1/events/{seq}", dependencies=guard,
+             summary="one surface event of a session whole (a page shows long texts cut)")
+    def surface_event(seq: int = Path(ge=0, le=2 ** 63 - 1),
+                      session: str = Query(max_length=_TEXT, description="the session's id")) -> dict[str, Any]:
+        found = read("surface_event", session, seq)
+        if found is None:
+            raise HTTPException(404, f"no surface event at seq {seq} of session {session!r} in the view store")
+        return found
 
     @app.get("/api/v1/findings", dependencies=guard, summary="the auditor's findings, newest first")
     def findings(rule: str | None = Query(None, max_length=_TEXT),

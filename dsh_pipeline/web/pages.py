@@ -3,8 +3,10 @@ the same reader as the API. ``/`` lists sessions with the API's
 filters; ``/findings`` and ``/dead-letters`` list the auditor's findings and
 the services' dead letters, newest first, with theirs (a letter's page,
 ``/dead-letters/{id}``, shows what it kept of its record);
-``/sessions/{id}`` shows one conversation, a page of messages at a
-time (:mod:`.paging`): the request header
+``/sessions/{id}`` shows one conversation, a page of surface
+events at a time by seq (:mod:`consumers.projector.session_pages`), long
+texts cut to previews, each with a link to its whole message
+(``/sessions/{id}?seq=N``): the request header
 (system prompt, tools, model settings) and where in the conversation each
 change of it was logged, every derived message (reasoning
 folded, tool calls with their arguments, tool results), compaction
@@ -35,11 +37,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
+from consumers.projector.session_pages import PREVIEW_CHARS
+from dsh_core.v4.session import derive_message
 from dsh_pipeline.transcript import format_time
 
 from .app import client_address, throttled
 from .browser_sessions import CSRF_COOKIE, FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS, SignIn
-from .paging import CURSOR, session_page
 
 __all__ = ["add_pages", "visible"]
 
@@ -49,7 +52,7 @@ _FORM_BYTES = 8192  # the largest form read (sign-in, sign-out)
 _ROWS_PER_PAGE = 50  # sessions, findings or dead letters a list shows at a time
 _SEVERITIES = ("error", "warning")
 _SERVICES = ("projector", "auditor", "archiver")
-_MESSAGES_PER_PAGE = 100
+_EVENTS_PER_PAGE = 50  # a conversation's page: what a browser lays out at once, whatever the session's size
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 #: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
 #: separators, the byte-order mark and lone surrogates: what could make a text show other than it is.
@@ -183,9 +186,12 @@ def add_pages(app: FastAPI) -> None:
             return to_login(request)
         letter = app.state.read("dead_letter", letter_id)
         if letter is None:
-            return _TEMPLATES.TemplateResponse(request, "missing.html", {"what": f"dead letter {letter_id}",
-                                                                         "signed_in": session}, status_code=404)
+            return missing(request, f"dead letter {letter_id}", session)
         return _TEMPLATES.TemplateResponse(request, "dead_letter.html", {"letter": letter, "signed_in": session})
+
+    def missing(request: Request, what: str, session: SignIn) -> Response:
+        return _TEMPLATES.TemplateResponse(request, "missing.html", {"what": what, "signed_in": session},
+                                           status_code=404)
 
     def listing(request: Request, method: str, where: Any, template: str, session: SignIn,
                 **context: Any) -> Response:
@@ -198,20 +204,26 @@ def add_pages(app: FastAPI) -> None:
             "items": page["items"], "next": more, "signed_in": session, **context})
 
     @app.get("/sessions/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
-    def conversation(request: Request, session_id: str,
-                     after: str | None = Query(None, pattern=CURSOR.pattern)) -> Response:
+    def conversation(request: Request, session_id: str, after: int | None = Query(None, ge=-1, le=2 ** 63 - 1),
+                     seq: int | None = Query(None, ge=0, le=2 ** 63 - 1)) -> Response:
         if (signed := signed_in(request)) is None:
             return to_login(request)
-        session = app.state.read("session", session_id)
-        if session is None:
-            return _TEMPLATES.TemplateResponse(request, "missing.html", {"what": f"session {session_id}",
-                                                                         "signed_in": signed}, status_code=404)
-        page = session_page(session, after, min(_MESSAGES_PER_PAGE, app.state.max_page))
+        per_page = min(_EVENTS_PER_PAGE, app.state.max_page) if seq is None else 1  # one event: the facts only
+        page = app.state.read("session_page", session_id, after, per_page)
+        event = app.state.read("surface_event", session_id, seq) if page is not None and seq is not None else None
+        if page is None or (seq is not None and event is None):
+            return missing(request, f"surface event at seq {seq} of session {session_id}" if page is not None
+                           else f"session {session_id}", signed)
+        if event is not None:  # one message whole, as the page showed it cut
+            message = derive_message(event["type"], event["data"])
+            entry = {"message": message, "seq": seq, "findings": [], "kind": _kind(message)} if message else None
+            return _TEMPLATES.TemplateResponse(request, "event.html", {
+                "session": page, "event": event, "entry": entry, "signed_in": signed})
         entries, unplaced = conversation_entries(page)
         more = f"/sessions/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
         return _TEMPLATES.TemplateResponse(request, "session.html", {
             "session": page, "entries": entries, "unplaced": unplaced, "turn_usage": turn_usage(page),
-            "next": more, "signed_in": signed})
+            "next": more, "signed_in": signed, "preview_chars": PREVIEW_CHARS})
 
 
 def _given(request: Request, names: tuple[str, ...]) -> dict[str, str | None]:
@@ -255,8 +267,9 @@ def conversation_entries(session: dict[str, Any]) -> tuple[list[dict[str, Any]],
     last message at or before a finding's seq), each request header change
     after the last message before it; and the findings no message precedes."""
     seqs = session["messageSeqs"]
-    entries = [{"message": message, "seq": seqs.get(message.get("id")), "findings": [],
-                "kind": _kind(message)} for message in session["messages"]]
+    cut = {event["seq"]: event["preview"] for event in session["surface"] if "preview" in event}
+    entries = [{"message": message, "seq": seqs.get(message.get("id")), "findings": [], "kind": _kind(message),
+                "preview": cut.get(seqs.get(message.get("id")))} for message in session["messages"]]
     placed = sorted((entry["seq"], index) for index, entry in enumerate(entries) if entry["seq"] is not None)
     starts = [seq for seq, _ in placed]
 

@@ -266,6 +266,44 @@ def test_the_reader_lists_filters_and_pages_thesimulated_fleet(store_location):
         reader.close()
 
 
+def test_a_session_read_page_by_page_is_the_whole_session(store_location):
+    fleet = stored_fleet(store_location)
+    reader = StoreReader(store_location)
+    try:
+        for truth, _ in fleet:
+            whole, pages, after = reader.session(truth.session_id), [], None
+            while True:
+                pages.append(reader.session_page(truth.session_id, after, 2))
+                if (after := pages[-1]["next"]) is None:
+                    break
+                after = int(after)
+            assert len(pages) == max(1, -(-len(whole["surface"]) // 2))
+            assert [event for page in pages for event in page["surface"]] == whole["surface"]
+            assert _in_order([m for page in pages for m in page["messages"]]) == _in_order(whole["messages"])
+            assert {k: v for page in pages for k, v in page["messageSeqs"].items()} == whole["messageSeqs"]
+            assert [f for page in pages for f in page["findings"]] == whole["findings"]
+            assert [c for page in pages for c in page["requestHeaderChanges"]] == whole["requestHeaderChanges"]
+            assert [t for page in pages for t in page["turns"]] == whole["turns"]
+            assert {page["turnCount"] for page in pages} == {len(whole["turns"])}
+            for page in pages:  # the totals are the session's, on every page
+                assert (page["messageCount"], page["surfaceCount"], page["findingCount"]) == \
+                    (len(whole["messages"]), len(whole["surface"]), whole["findingCount"])
+                assert [(m["model"], m["inputTokens"], m["outputTokens"]) for m in page["models"]] == \
+                    [(m["model"], m["inputTokens"], m["outputTokens"]) for m in whole["models"]]
+            if whole["surface"]:
+                event = whole["surface"][-1]
+                assert reader.surface_event(truth.session_id, event["seq"]) == event
+        assert reader.surface_event(fleet[0][0].session_id, 10 ** 9) is None
+        assert reader.session_page("no-such-session") is None
+    finally:
+        reader.close()
+
+
+def _in_order(messages: list) -> list:
+    """Messages by their JSON (a page gives them in seq order, dsh's history after a compaction not)."""
+    return sorted(messages, key=lambda message: json.dumps(message, sort_keys=True))
+
+
 def test_a_reader_never_creates_a_store(tmp_path):
     with pytest.raises(StateStoreError, match=r"missing.sqlite: no view store there"):
         StoreReader(tmp_path / "missing.sqlite")

@@ -2,19 +2,23 @@
 Playwright), on a laptop screen and a phone: a conversation asked for
 before signing in opens after it, the session list shows the stored fleet,
 a status filter narrows it, a conversation shows the messages ``view
---json`` prints a page at a time, a finding sits at its message, signing
-out ends the session, and the browser reports no Content-Security-Policy
-violation on the way while the stylesheet applies. A failing test leaves screenshots in ``test-artifacts/``."""
+--json`` prints a page of surface events at a time (by seq), a finding
+sits at its message, a long text opens cut with a link to its whole
+message, signing out ends the session, and the browser reports no
+Content-Security-Policy violation on the way while the stylesheet applies.
+A failing test leaves screenshots in ``test-artifacts/``."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from consumers.projector.store import ViewStore
+from consumers.projector.session_pages import PREVIEW_CHARS
 from consumers.projector.store_reader import StoreReader
 from dsh_pipeline.cli import main
 from dsh_pipeline.ops_server import OpsServer
@@ -82,12 +86,15 @@ def test_the_viewer_lists_filters_and_shows_a_conversation(fleet_store, viewport
             shown, pages = [], 0
             while True:
                 pages += 1
-                shown += page.locator("li.message").evaluate_all("items => items.map(i => i.dataset.id)")
+                on_page = page.locator("li.message").evaluate_all("items => items.map(i => i.dataset.id)")
+                assert len(on_page) <= PER_PAGE  # a page of surface events, never the whole session
+                shown += on_page
                 if page.locator("#next").count() == 0:
                     break
                 page.click("#next")
                 page.wait_for_url("**after=**")
-            assert shown == [m["id"] for m in expected] and pages == -(-len(expected) // PER_PAGE) > 1
+            events = served.reader.session_page(ids[1])["surfaceCount"]
+            assert shown == [m["id"] for m in expected] and pages == -(-events // PER_PAGE) > 1
             page.goto(f"{served.url}/sessions/{ids[1]}")
             first_user = next(m for m in expected if m["role"] == "user")
             assert first_user["content"][0]["text"].strip() in page.locator("li.message").first.inner_text()
@@ -173,6 +180,34 @@ def test_the_findings_and_dead_letter_pages_filter_and_lead_to_their_session(fle
         except BaseException:
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "viewer-lists-failure.png"), full_page=True)
+def test_a_long_text_opens_cut_and_its_whole_message_a_click_away(tmp_path):
+    store = tmp_path / "views.sqlite"
+    session_id = stored_fleet(store, count=2)[0][0].session_id
+    long_text = "".join(f"line {n} of a long tool output\n" for n in range(2_000))  # 60 KB
+    with sqlite3.connect(store) as db:
+        seq, data = db.execute("SELECT seq, data FROM surface WHERE session_id = ? AND type = 'user/message' "
+                               "ORDER BY seq LIMIT 1", (session_id,)).fetchone()
+        message = json.loads(data)
+        message["content"] = [{"type": "text", "text": long_text}]
+        db.execute("UPDATE surface SET data = ? WHERE session_id = ? AND seq = ?",
+                   (json.dumps(message), session_id, seq))
+    with _Served(store) as served, playwright.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport=VIEWPORTS["laptop"])
+        try:
+            page.goto(f"{served.url}/login")
+            page.fill("#token", TOKEN)
+            page.click("button[type=submit]")
+            page.goto(f"{served.url}/sessions/{session_id}")
+            cut = page.locator(f"li.message[data-seq='{seq}']")
+            assert cut.locator(".text").inner_text() == long_text[:PREVIEW_CHARS]
+            assert f"({len(json.dumps(message, separators=(',', ':')))} bytes in all)" in cut.inner_text()
+            cut.locator("a.whole").click()
+            page.wait_for_url(f"**seq={seq}")
+            assert page.locator("li.message .text").inner_text().rstrip("\n") == long_text.rstrip("\n")
+        except BaseException:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "viewer-long-text-failure.png"), full_page=True)
             raise
         finally:
             browser.close()

@@ -67,6 +67,26 @@ def test_sessions_findings_and_summary_match_the_store_readers(readers):
     assert fake.resolve(ids[1][:12]) == store.resolve(ids[1][:12])
 
 
+def _paged(page: dict[str, Any]) -> dict[str, Any]:
+    """A page but its ``models`` (as :func:`_listed`)."""
+    return {field: value for field, value in page.items() if field != "models"}
+
+
+def test_session_pages_match_the_store_readers(readers):
+    store, fake, ids = readers
+    for session_id in ids:
+        after: int | None = None
+        while True:
+            page = store.session_page(session_id, after, 3)
+            assert _paged(fake.session_page(session_id, after, 3)) == _paged(page)
+            if page["next"] is None:
+                break
+            after = int(page["next"])
+        whole = store.surface_event(session_id, page["surface"][-1]["seq"]) if page["surface"] else None
+        assert whole is None or fake.surface_event(session_id, whole["seq"]) == whole
+    assert fake.session_page("no-such-session") is None and store.session_page("no-such-session") is None
+
+
 def test_text_search_finds_message_text_not_the_json_around_it(readers):
     store, _, ids = readers
     assert store.sessions(SessionFilter(text="role"))["items"] == []  # every surface row's JSON holds "role"

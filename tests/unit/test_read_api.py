@@ -68,6 +68,10 @@ def _rich_session() -> dict[str, Any]:
     session = _session(1)
     session.update(sessionId="s-rich", messages=messages, messageCount=len(messages),
                    messageSeqs={"u-1": 2, "a-1": 5, "t-1": 8, "c-1": 12},
+                   surface=[{"seq": 2, "type": "user/message", "data": messages[0]},
+                            {"seq": 5, "type": "assistant/message", "data": {"turn": 1, "step": 1, "message": messages[1]}},
+                            {"seq": 8, "type": "tool/result", "data": {"turn": 1, "message": messages[2]}},
+                            {"seq": 12, "type": "user/message", "data": messages[3]}],
                    requestHeaderChanges=[{"seq": 1, "reason": "initial", "system": f"be brief {INJECTED}",
                                           "toolsAdded": ["shell"], "config": {"model": "m-0"}},
                                          {"seq": 9, "reason": "change", "toolsRemoved": ["shell"],
@@ -164,7 +168,7 @@ def _all_pages(client: _Client, path: str, params: dict[str, Any]) -> tuple[list
 
 
 ROUTES = ("/api/v1/sessions", "/api/v1/sessions/s-001", "/api/v1/findings", "/api/v1/dead-letters",
-          "/api/v1/dead-letters/4", "/api/v1/summary")
+          "/api/v1/dead-letters/4", "/api/v1/summary", "/api/v1/events/1?session=s-001")
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -228,9 +232,8 @@ def test_the_unfiltered_listing_is_the_whole_fleet_most_recently_active_first(cl
 
 def test_a_session_is_the_readers_and_a_missing_one_is_a_404_naming_it(client_of, reader):
     client = client_of()
-    session = reader.session("s-rich")
-    assert client.get("/api/v1/sessions/s-rich").json() == {**session, "models": _priced(session["models"]),
-                                                             "next": None}
+    page = reader.session_page("s-rich", None, MAX_PAGE)
+    assert client.get("/api/v1/sessions/s-rich").json() == {**page, "models": _priced(page["models"])}
     missing = client.get("/api/v1/sessions/no such <session>")
     assert missing.status_code == 404 and missing.json() == {"error": "no session 'no such <session>' in the view store"}
 
@@ -344,7 +347,8 @@ def test_cors_is_off_unless_origins_are_given(client_of):
 def test_the_openapi_document_describes_every_route_and_its_parameters(client_of):
     document = client_of().get("/api/v1/openapi.json").json()
     assert set(document["paths"]) == {"/api/v1/sessions", "/api/v1/sessions/{session_id}", "/api/v1/findings",
-                                      "/api/v1/dead-letters", "/api/v1/dead-letters/{letter_id}", "/api/v1/summary"}
+                                      "/api/v1/dead-letters", "/api/v1/dead-letters/{letter_id}", "/api/v1/summary",
+                                      "/api/v1/events/{seq}"}
     listing = {p["name"]: p for p in document["paths"]["/api/v1/sessions"]["get"]["parameters"]}
     assert set(listing) == {"status", "provider", "model", "cwd", "created_from", "created_to", "active_from",
                             "active_to", "has_findings", "q", "cursor", "limit"}

@@ -18,12 +18,12 @@ import pytest
 from dsh_pipeline.web import browser_sessions, read_api
 from dsh_pipeline.web.app import SECURITY_HEADERS
 from dsh_pipeline.web.browser_sessions import CSRF_COOKIE, SESSION_COOKIE, BrowserSessions
-from dsh_pipeline.web.paging import PAGE_BYTES
+from consumers.projector.session_pages import PREVIEW_CHARS
 from tests.fake_reader import FakeReader
 from tests.unit.test_read_api import TOKEN, _session, client_of, reader, sign_in, signed_in  # noqa: F401 (fixtures)
 
-PAGES = ("/", "/sessions/s-001", "/findings", "/dead-letters", "/dead-letters/4", "/api/v1/sessions",
-         "/api/v1/openapi.json", "/api/v1/summary")
+PAGES = ("/", "/sessions/s-001", "/sessions/s-001?seq=1", "/findings", "/dead-letters", "/dead-letters/4",
+         "/api/v1/sessions", "/api/v1/openapi.json", "/api/v1/summary", "/api/v1/events/1?session=s-001")
 
 
 @pytest.mark.parametrize("path", ["/api/v1/openapi.json", "/api/v1/docs", "/api/v1/redoc", "/docs"])
@@ -47,7 +47,8 @@ def test_every_answer_carries_the_security_headers(client_of, path):
 
 def test_nothing_a_page_loads_comes_from_another_origin(client_of):
     browser = signed_in(client_of)
-    for path in ("/login", "/", "/sessions/s-rich", "/findings", "/dead-letters", "/dead-letters/4"):
+    for path in ("/login", "/", "/sessions/s-rich", "/sessions/s-rich?seq=5", "/findings", "/dead-letters",
+                 "/dead-letters/4"):
         text = browser.get(path).text
         assert "<script" not in text and " style=" not in text and "http://" not in text and "https://" not in text
 
@@ -203,36 +204,56 @@ def test_a_session_is_paged_by_seq_and_the_pages_hold_it_all(client_of):
         assert answer.status_code == 422 and f"'{next(iter(wrong))}'" in answer.json()["error"]
 
 
-def test_messages_out_of_seq_order_are_each_on_one_page(client_of):
-    session = _long_session(9)  # a compaction's summary (seq 10) before the messages it kept (4, 5, 6)
-    seqs = [1, 2, 3, 10, 4, 5, 6, 11, None]
-    session["messageSeqs"] = {m["id"]: seq for m, seq in zip(session["messages"], seqs) if seq is not None}
-    client = client_of(app=read_api(FakeReader([session]), frozenset({TOKEN}), max_page=3))
+def test_a_compacted_session_is_paged_in_seq_order_each_event_on_one_page(client_of):
+    session = _long_session(9)  # a compaction's summary (seq 17) before the messages it kept, in dsh's history
+    session["messages"] = [session["messages"][8], *session["messages"][:8]]
+    client = client_of(app=read_api(FakeReader([session]), frozenset({TOKEN}), max_page=4))
     pages = _api_pages(client, "s-long")
-    assert [m for page in pages for m in page["messages"]] == session["messages"]
-    assert [page["next"] for page in pages] == ["3", "10.3", None]  # 10, 4, 5, 6 share the key 10
-    surface = [event["seq"] for page in pages for event in page["surface"]]
-    assert sorted(surface) == sorted(event["seq"] for event in session["surface"])  # each on one page
+    assert [page["next"] for page in pages] == ["7", "15", None]
+    assert [e for page in pages for e in page["surface"]] == session["surface"]
+    assert sorted(m["id"] for page in pages for m in page["messages"]) == sorted(m["id"] for m in session["messages"])
 
 
-def test_a_page_is_bounded_in_bytes_whatever_the_session_holds(client_of):
-    session = _long_session(12, text_bytes=PAGE_BYTES // 4)  # 3 MiB of messages
+def test_a_long_text_is_a_preview_with_its_size_and_its_event_comes_whole(client_of):
+    session = _long_session(3, text_bytes=3 * PREVIEW_CHARS)
     client = client_of(app=read_api(FakeReader([session]), frozenset({TOKEN})))
-    pages = _api_pages(client, "s-long")
-    assert [len(page["messages"]) for page in pages] == [4, 4, 4]
-    assert len(client.get("/api/v1/sessions/s-long").content) < 3 * PAGE_BYTES  # its messages and their surface
+    answer = client.get("/api/v1/sessions/s-long")
+    page, whole = answer.json(), session["surface"][1]
+    assert page["surface"][1]["preview"] == {"size": len(json.dumps(whole["data"], separators=(",", ":")))}
+    assert page["messages"][1]["content"][0]["text"] == whole["data"]["content"][0]["text"][:PREVIEW_CHARS]
+    assert len(answer.content) < 2 * 3 * (PREVIEW_CHARS + 1024)  # three cut messages and their events
+    event = client.get("/api/v1/events/3", params={"session": "s-long"})
+    assert event.status_code == 200 and event.json() == whole
+    missing = client.get("/api/v1/events/4", params={"session": "s-long"})
+    assert missing.status_code == 404 and "seq 4 of session 's-long'" in missing.json()["error"]
+    assert client.get("/api/v1/events/3").status_code == 422  # which session's
+
+
+def test_the_viewer_shows_a_long_text_cut_and_links_its_whole_message(client_of):
+    session = _long_session(2, text_bytes=3 * PREVIEW_CHARS)
+    browser = signed_in(client_of, app=read_api(FakeReader([session]), frozenset({TOKEN})))
+    page = browser.get("/sessions/s-long")
+    assert "1:" + "x" * (PREVIEW_CHARS - 2) + "</div>" in page.text
+    links = re.findall(r'<a href="([^"]+)" class="whole">', page.text)
+    assert links == ["/sessions/s-long?seq=1", "/sessions/s-long?seq=3"]
+    whole = browser.get(links[1])
+    assert whole.status_code == 200 and "1:" + "x" * 3 * PREVIEW_CHARS in whole.text
+    assert 'class="whole"' not in whole.text
+    assert browser.get("/sessions/s-long?seq=2").status_code == 404
 
 
 def test_the_viewer_pages_a_long_conversation(client_of):
     session = _long_session(130)
     browser = signed_in(client_of, app=read_api(FakeReader([session]), frozenset({TOKEN})))
-    first = browser.get("/sessions/s-long")
-    shown = re.findall(r'data-id="(m-\d+)"', first.text)
-    following = re.search(r'<a href="([^"]+)" rel="next" id="next">', first.text).group(1)
-    assert len(shown) == 100 and following == "/sessions/s-long?after=199"
-    second = browser.get(following)
-    shown += re.findall(r'data-id="(m-\d+)"', second.text)
-    assert shown == [m["id"] for m in session["messages"]] and 'rel="next"' not in second.text
+    pages, following = [], "/sessions/s-long"
+    while following is not None:
+        page = browser.get(following).text
+        pages.append(re.findall(r'data-id="(m-\d+)"', page))
+        found = re.search(r'<a href="([^"]+)" rel="next" id="next">', page)
+        following = found.group(1) if found else None
+        assert following in ("/sessions/s-long?after=99", "/sessions/s-long?after=199", None)
+    assert [len(shown) for shown in pages] == [50, 50, 30]
+    assert [m for shown in pages for m in shown] == [m["id"] for m in session["messages"]]
 
 
 # ------------------------------------------------------------ what a page shows

@@ -1,0 +1,113 @@
+"""A session a page at a time, by seq, so no read grows with the session.
+
+A page is at most ``limit`` of the session's current surface events with a
+seq above the cursor, in seq order (and fewer once they hold
+:data:`PAGE_BYTES` of JSON, previews cut), each with the derived message it
+projects to (dsh's derivation), and the request header changes and
+findings of the same seqs: those above the cursor, up to the last event
+of the page (on the last page, to the end; a finding with no seq goes with
+the first page), and the turns the page's events name (those numbered
+above the last turn an event before the page named, up to the last its
+events name; on the first page from the first turn, on the last to the
+end). The cursor is a seq: ``next``, the seq of the page's last
+event, or ``None`` on the last page. Concatenating the pages gives each
+surface event, header change and finding of the session once.
+
+A long text is a preview: each string of an event's data longer than
+:data:`PREVIEW_CHARS` is cut to its first :data:`PREVIEW_CHARS`
+characters, the event then carries ``"preview": {"size": n}`` (``n``: the
+bytes of its whole data as JSON), and its derived message is cut alike.
+The whole event is one read of its own (``surface_event``).
+
+Messages come in seq order: after a compaction, the messages it kept
+come before its summary (dsh's history puts the summary first); an image
+offload's projection is not applied (the message is shown as logged).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from dsh_core.jsonvalue import encode_json
+from dsh_core.v4.session import derive_message
+
+__all__ = ["NAMING_TURNS", "PAGE_BYTES", "PREVIEW_CHARS", "page_of", "preview", "turn_of", "within"]
+
+#: The surface events whose data names their turn.
+NAMING_TURNS = ("assistant/message", "tool/result")
+#: Below every turn number: where no event named a turn yet.
+_NO_TURN = -(2 ** 63)
+#: The characters of a string a page shows; a longer one is cut.
+PREVIEW_CHARS = 4096
+#: The bytes of surface events (as JSON, previews cut) past which a page ends.
+PAGE_BYTES = 1 << 20
+
+
+def preview(data: Any) -> tuple[Any, bool]:
+    """``data`` with each string longer than :data:`PREVIEW_CHARS` cut, and
+    whether one was."""
+    if isinstance(data, str):
+        return (data[:PREVIEW_CHARS], True) if len(data) > PREVIEW_CHARS else (data, False)
+    if isinstance(data, dict):
+        cut = False
+        out = {}
+        for key, value in data.items():
+            out[key], shortened = preview(value)
+            cut = cut or shortened
+        return out, cut
+    if isinstance(data, (list, tuple)):
+        items = [preview(value) for value in data]
+        return [value for value, _ in items], any(shortened for _, shortened in items)
+    return data, False
+
+
+def turn_of(data: Any) -> int | None:
+    """The turn a surface event's data names (a user message names none)."""
+    turn = data.get("turn") if isinstance(data, dict) else None
+    return turn if isinstance(turn, int) and not isinstance(turn, bool) else None
+
+
+def within(seq: Any, low: int | None, high: int | None) -> bool:
+    """``low < seq <= high`` (``None``: from the start, to the end); a seq
+    that is not a number goes with the first page."""
+    if not isinstance(seq, int):
+        return low is None
+    return (low is None or seq > low) and (high is None or seq <= high)
+
+
+def page_of(facts: dict[str, Any], rows: list[tuple[int, str, Any]], after: int | None, limit: int,
+            header_changes: Iterable[dict[str, Any]], findings: Iterable[dict[str, Any]],
+            turns: Iterable[dict[str, Any]], turn_before: int | None) -> dict[str, Any]:
+    """The page after ``after`` of a session: ``facts`` (its fields but the
+    paged ones), ``rows`` its surface events ``(seq, type, data)`` above
+    ``after`` in seq order (at least ``limit + 1`` of them when there are
+    that many), ``header_changes`` and ``findings`` at least those of the
+    page's seqs, ``turns`` its turns and ``turn_before`` the :func:`turn_of`
+    the last event at or before ``after`` that names one."""
+    surface, messages, seqs, size = [], [], {}, 0
+    for seq, kind, data in rows[:limit]:
+        if size >= PAGE_BYTES:
+            break
+        event: dict[str, Any] = {"seq": seq, "type": kind}
+        event["data"], cut = preview(data)
+        if cut:
+            event["preview"] = {"size": len(encode_json(data))}
+        size += len(encode_json(event["data"]))
+        surface.append(event)
+        message = derive_message(kind, event["data"])
+        if message is not None:
+            messages.append(message)
+            if isinstance(message.get("id"), str):
+                seqs[message["id"]] = seq
+    more = len(rows) > len(surface)
+    high = surface[-1]["seq"] if more else None
+    numbered = [turn for turn in (turn_of(event["data"]) for event in surface) if turn is not None]
+    low_turn = None if after is None else turn_before if turn_before is not None else _NO_TURN
+    high_turn = max(numbered, default=low_turn if low_turn is not None else _NO_TURN) if more else None
+    return {**facts, "messages": messages, "messageSeqs": seqs, "surface": surface,
+            "requestHeaderChanges": [c for c in header_changes if within(c.get("seq"), after, high)],
+            "findings": [f for f in findings if within(f.get("seq"), after, high)],
+            "turns": [t for t in turns if within(t.get("turn"), low_turn, high_turn)],
+            "next": str(high) if high is not None else None}
+
+
