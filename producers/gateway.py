@@ -90,6 +90,7 @@ class GatewayConfig:
     body_timeout: float = 60.0  # a request body arrives within this many seconds, or 408
     max_body_bytes: int = 32 * 1024 * 1024  # a larger body is refused (413)
     body_memory_bytes: int = 256 * 1024 * 1024  # bodies held at once; a request beyond is refused (503)
+    inline_read_bytes: int = 4 * 1024  # a body this small is read on the event loop (well under a millisecond)
     parse_limit_bytes: int = 8 * 1024 * 1024  # a larger body is attested by the digest of its bytes, ...
     attest_queue_bytes: int = 64 * 1024 * 1024  # ... and so is one finding this many waiting to be read
     attest_workers: int = 2
@@ -110,8 +111,9 @@ class Gateway:
         self._arrivals = itertools.count(1)
         self._rates = SessionRates(config.session_rate, config.session_burst, config.sessions_kept)
         self._memory = BodyMemory(config.body_memory_bytes)
-        self._attesting = Attesting(self.instance, attest, config.attest_workers, config.parse_limit_bytes,
-                                    config.attest_queue_bytes, self._give_back)
+        self._attesting = Attesting(self.instance, attest, workers=config.attest_workers,
+                                    inline_limit=config.inline_read_bytes, parse_limit=config.parse_limit_bytes,
+                                    queue_bytes=config.attest_queue_bytes, release=self._give_back)
         self._client: aiohttp.ClientSession | None = None
 
     def _upstream_client(self) -> aiohttp.ClientSession:
