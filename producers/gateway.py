@@ -90,7 +90,7 @@ class GatewayConfig:
     body_timeout: float = 60.0  # a request body arrives within this many seconds, or 408
     max_body_bytes: int = 32 * 1024 * 1024  # a larger body is refused (413)
     body_memory_bytes: int = 256 * 1024 * 1024  # bodies held at once; a request beyond is refused (503)
-    inline_read_bytes: int = 4 * 1024  # a body this small is read on the event loop (well under a millisecond)
+    inline_read_bytes: int = 2 * 1024  # a body this small is read on the event loop (0.5 ms at most, of tiny messages)
     parse_limit_bytes: int = 8 * 1024 * 1024  # a larger body is attested by the digest of its bytes, ...
     attest_queue_bytes: int = 64 * 1024 * 1024  # ... and so is one finding this many waiting to be read
     attest_workers: int = 2

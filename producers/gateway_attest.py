@@ -2,8 +2,8 @@
 
 Reading a request (parse, normalize, classify, digest) costs time that
 grows with its size, so only a body within a small bound (the inline limit,
-a few KiB: a fraction of a millisecond) is read on the event loop, at once;
-a larger one goes to a process pool (a thread would hold the GIL). The
+2 KiB by default: half a millisecond at most) is read on the event loop, at
+once; a larger one goes to a process pool (a thread would hold the GIL). The
 bodies waiting for a worker go to it together, one hand-off per batch
 rather than per exchange, so under load the pool's cost per exchange
 shrinks instead of growing. Each session's attestations are published in
@@ -78,7 +78,7 @@ class Exchange:
 def read_request(wire: Wire, body: bytes, compact_header: bool) -> dict[str, Any]:
     """The attestation's reading of a request body: ``kind``, ``algorithm``,
     ``digest`` and ``parts`` (``problem`` instead of a digest when the body
-    is no request of ``wire``). Runs in a pool worker."""
+    is no request of ``wire``). Runs in a pool worker, or at once for a small body."""
     unread = {"kind": "agent", "algorithm": ALGORITHM, "digest": None, "parts": None}
     try:
         parsed = json.loads(body)
@@ -183,7 +183,7 @@ class Attesting:
             UNREAD.labels(why).inc()
             self.release(size)
             reading.set_result(_raw_reading(exchange, compact_header, why))
-        elif size <= self.inline_limit:  # a fraction of a millisecond: less than a hand-off to the pool costs
+        elif size <= self.inline_limit:  # about what a hand-off to the pool costs
             try:
                 reading.set_result(read_request(exchange.wire, body, compact_header))
             except Exception as error:  # noqa: BLE001 - reported by _attest, as a worker's fault would be

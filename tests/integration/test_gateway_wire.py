@@ -189,7 +189,7 @@ def _read_or_fail(wire, body, compact_header):
     return read_request(wire, body, compact_header)
 
 
-@pytest.mark.parametrize("inline_read_bytes", [4096, 0], ids=["read-at-once", "read-by-the-pool"])
+@pytest.mark.parametrize("inline_read_bytes", [2048, 0], ids=["read-at-once", "read-by-the-pool"])
 def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_spares_the_rest(
         monkeypatch, caplog, inline_read_bytes):
     from producers import gateway_attest
