@@ -53,6 +53,7 @@ REQUESTS = Counter("dsh_gateway_requests_total", "Requests through the gateway, 
                    ["wire", "kind", "outcome"])
 ATTESTED = Counter("dsh_gateway_attestations_total", "Wire attestations handed to the publisher, by result.",
                    ["result"])
+_SENT, _FAILED = ATTESTED.labels("sent"), ATTESTED.labels("failed")
 UNREAD = Counter("dsh_gateway_unread_requests_total", "Requests attested by their bytes' digest, unread, by why.",
                  ["why"])
 
@@ -237,16 +238,16 @@ class Attesting:
             REQUESTS.labels(exchange.wire, read["kind"], exchange.outcome).inc()
             await self._publish(exchange, exchange.value(self.instance, read))
         except Exception:  # noqa: BLE001 - a fault of ours in one exchange must not stop the others' attestations
-            ATTESTED.labels("failed").inc()
+            _FAILED.inc()
             log.exception("session %r arrival %d (%s) was not attested", exchange.session_id, exchange.arrival,
                           exchange.wire)
 
     async def _publish(self, exchange: Exchange, value: dict[str, Any]) -> None:
         try:
             await self.attest(wire_attestation_record(exchange.session_id, exchange.arrival, encode_json(value)))
-            ATTESTED.labels("sent").inc()
+            _SENT.inc()
         except Exception as error:  # noqa: BLE001 - the agent's exchange is over; say what was lost, go on
-            ATTESTED.labels("failed").inc()
+            _FAILED.inc()
             log.error("the attestation of session %r arrival %d (%s) was not published: %s", exchange.session_id,
                       exchange.arrival, exchange.wire, error)
 
