@@ -19,7 +19,7 @@ and arrival, the wire, its classification (an agent step, a session title,
 a compaction summary), the upstream status and how the exchange ended
 (``refused`` when the upstream answered 401 or 403: the model saw
 nothing), and the digest and parts of the request's ``dsh-request/1`` form
-(:mod:`dsh_core.wire_request`), read off the event loop
+(:mod:`dsh_core.wire_request`), read off the event loop but for a small body
 (:mod:`producers.gateway_attest`). The auditor matches it to the request
 boundary of the log.
 
