@@ -194,6 +194,7 @@ def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_s
         monkeypatch, caplog, inline_read_bytes):
     from producers import gateway_attest
     monkeypatch.setattr(gateway_attest, "read_request", _read_or_fail)
+    hand_overs = _count_hand_overs(monkeypatch)
 
     async def scenario(upstream: WireUpstream):
         records, publishing = [], asyncio.Event()
@@ -221,16 +222,23 @@ def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_s
     assert [answer.status_code for answer in answers] == [200] * 20
     assert sorted(record.session_id for record in records) == sorted(f"ok-{index}" for index in range(20))
     assert "session 'bad' arrival 1 (messages) was not attested" in caplog.text
+    assert (sum(hand_overs) == 21) is (inline_read_bytes == 0)  # bodies of 200 bytes: read at once, or all in the pool
+
+
+def _count_hand_overs(monkeypatch) -> list[int]:
+    """The number of bodies in each batch the gateway hands to its attesting pool."""
+    from producers.gateway_attest import Attesting
+    hand_overs: list[int] = []
+    hand_over = Attesting._hand_over
+    monkeypatch.setattr(Attesting, "_hand_over", lambda self: hand_overs.append(len(self._waiting)) or hand_over(self))
+    return hand_overs
 
 
 def test_bodies_waiting_for_a_busy_worker_are_read_as_one_batch_and_a_fault_in_one_spares_the_rest(
         monkeypatch, caplog, tmp_path):
     from producers import gateway_attest
     monkeypatch.setattr(gateway_attest, "read_request", _read_or_fail)
-    hand_overs = []
-    hand_over = gateway_attest.Attesting._hand_over
-    monkeypatch.setattr(gateway_attest.Attesting, "_hand_over",
-                        lambda self: hand_overs.append(len(self._waiting)) or hand_over(self))
+    hand_overs = _count_hand_overs(monkeypatch)
     go_ahead = tmp_path / "go-ahead"
 
     async def scenario(upstream: WireUpstream):
