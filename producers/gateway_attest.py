@@ -2,8 +2,9 @@
 
 Reading a request (parse, normalize, classify, digest) costs time that
 grows with its size, so only a body within a small bound (the inline limit,
-2 KiB by default: half a millisecond at most) is read on the event loop, at
-once; a larger one goes to a process pool (a thread would hold the GIL). The
+2 KiB by default: half a millisecond at most) is read on the event loop, one
+at a time with the loop's other work between two; a larger one goes to a
+process pool (a thread would hold the GIL). The
 bodies waiting for a worker go to it together, one hand-off per batch
 rather than per exchange, so under load the pool's cost per exchange
 shrinks instead of growing. Each session's attestations are published in
@@ -140,11 +141,12 @@ class Attesting:
     """Reads finished exchanges and hands their attestations to ``attest``,
     each session's in the order its exchanges finished (one session's large
     request holds back no other's). A body of at most ``inline_limit`` bytes
-    is read at once; a larger one by a pool of ``workers`` processes, the
-    bodies waiting for a free worker handed to it as one batch. At most
-    ``queue_bytes`` of bodies wait for a worker: a body past that, or past
-    ``parse_limit``, is attested unread, by its bytes' digest. ``release`` is
-    called with a body's size once it is read (or not to be read)."""
+    is read on the loop, one at a time; a larger one by a pool of
+    ``workers`` processes, the bodies waiting for a free worker handed to it
+    as one batch. At most ``queue_bytes`` of bodies wait for a worker: a body
+    past that, or past ``parse_limit``, is attested unread, by its bytes'
+    digest. ``release`` is called with a body's size once it is read (or not
+    to be read)."""
 
     def __init__(self, instance: str, attest: Attest, *, workers: int, inline_limit: int, parse_limit: int,
                  queue_bytes: int, release: Callable[[int], None]) -> None:
@@ -154,6 +156,8 @@ class Attesting:
         self._pool = _pool(workers)
         self._pool.submit(int).result()  # the workers are up before the first exchange needs one
         self._queued = 0  # bytes of bodies waiting for a worker or being read by one
+        self._small: asyncio.Queue[tuple[Exchange, bytes, bool, asyncio.Future]] = asyncio.Queue()
+        self._reader: asyncio.Task | None = None  # reads the small bodies, made at the first
         self._waiting: list[tuple[Exchange, bytes, bool, asyncio.Future]] = []  # for the next free worker
         self._batches = 0  # batches being read by a worker
         self._pending = asyncio.Semaphore(_PENDING)
@@ -185,17 +189,29 @@ class Attesting:
             self.release(size)
             reading.set_result(_raw_reading(exchange, compact_header, why))
         elif size <= self.inline_limit:  # about what a hand-off to the pool costs
-            try:
-                reading.set_result(read_request(exchange.wire, body, compact_header))
-            except Exception as error:  # noqa: BLE001 - reported by _attest, as a worker's fault would be
-                reading.set_exception(error)
-            self.release(size)
+            if self._reader is None:
+                self._reader = asyncio.create_task(self._read_small())
+            self._small.put_nowait((exchange, body, compact_header, reading))
         else:
             self._queued += size
             self._waiting.append((exchange, body, compact_header, reading))
             if self._batches < self.workers:
                 self._hand_over()
         return reading
+
+    async def _read_small(self) -> None:
+        """Read the small bodies on the loop, one at a time, letting it
+        forward and relay between two: when many streams end together (and
+        their clients' next requests arrive), those requests' first bytes do
+        not wait for every reading of the round."""
+        while True:
+            exchange, body, compact_header, reading = await self._small.get()
+            try:
+                reading.set_result(read_request(exchange.wire, body, compact_header))
+            except Exception as error:  # noqa: BLE001 - reported by _attest, as a worker's fault would be
+                reading.set_exception(error)
+            self.release(exchange.body_bytes)
+            await asyncio.sleep(0)
 
     def _hand_over(self) -> None:
         """Hand every body waiting to a free worker, as one batch."""
@@ -255,4 +271,6 @@ class Attesting:
         """Attest every exchange that is over, then stop the workers."""
         while self._attesting:
             await asyncio.wait(set(self._attesting))
+        if self._reader is not None:
+            self._reader.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
