@@ -19,7 +19,7 @@ and arrival, the wire, its classification (an agent step, a session title,
 a compaction summary), the upstream status and how the exchange ended
 (``refused`` when the upstream answered 401 or 403: the model saw
 nothing), and the digest and parts of the request's ``dsh-request/1`` form
-(:mod:`dsh_core.wire_request`), read off the event loop
+(:mod:`dsh_core.wire_request`), read off the event loop but for a small body
 (:mod:`producers.gateway_attest`). The auditor matches it to the request
 boundary of the log.
 
@@ -90,6 +90,7 @@ class GatewayConfig:
     body_timeout: float = 60.0  # a request body arrives within this many seconds, or 408
     max_body_bytes: int = 32 * 1024 * 1024  # a larger body is refused (413)
     body_memory_bytes: int = 256 * 1024 * 1024  # bodies held at once; a request beyond is refused (503)
+    inline_read_bytes: int = 2 * 1024  # a body this small is read on the event loop (0.5 ms at most, of tiny messages)
     parse_limit_bytes: int = 8 * 1024 * 1024  # a larger body is attested by the digest of its bytes, ...
     attest_queue_bytes: int = 64 * 1024 * 1024  # ... and so is one finding this many waiting to be read
     attest_workers: int = 2
@@ -110,8 +111,12 @@ class Gateway:
         self._arrivals = itertools.count(1)
         self._rates = SessionRates(config.session_rate, config.session_burst, config.sessions_kept)
         self._memory = BodyMemory(config.body_memory_bytes)
-        self._attesting = Attesting(self.instance, attest, config.attest_workers, config.parse_limit_bytes,
-                                    config.attest_queue_bytes, self._give_back)
+        # read when scraped, not set at every change: two gauges fewer to set per request
+        SESSIONS.set_function(lambda: len(self._rates))
+        BODY_BYTES.set_function(lambda: self._memory.held)
+        self._attesting = Attesting(self.instance, attest, workers=config.attest_workers,
+                                    inline_limit=config.inline_read_bytes, parse_limit=config.parse_limit_bytes,
+                                    queue_bytes=config.attest_queue_bytes, release=self._memory.give)
         self._client: aiohttp.ClientSession | None = None
 
     def _upstream_client(self) -> aiohttp.ClientSession:
@@ -144,7 +149,6 @@ class Gateway:
             if session_id and not self._rates.allow(session_id):
                 raise Refusal(429, f"session {session_id!r} sends over {self.config.session_rate:g} requests a "
                                    f"second")
-            SESSIONS.set(len(self._rates))
             exchange = Exchange(wire, session_id, next(self._arrivals), client) if session_id and wire != "catalog" \
                 else None
             body = await self._body(receive, named.get("content-length"), exchange)
@@ -159,7 +163,7 @@ class Gateway:
                                  named.get(COMPACT_HEADER) == "1")
         finally:
             if exchange is None:
-                self._give_back(len(body))
+                self._memory.give(len(body))
 
     async def _exchange(self, scope: dict[str, Any], wire: str, headers: list[tuple[str, str]], body: bytes,
                         receive: Callable, send: Callable, exchange: Exchange | None, compact_header: bool) -> None:
@@ -178,15 +182,6 @@ class Gateway:
             if exchange is not None:  # read once the exchange is over: none of it delays a response
                 await self._attesting.finished(exchange, body, compact_header)
 
-    def _take(self, size: int) -> bool:
-        taken = self._memory.take(size)
-        BODY_BYTES.set(self._memory.held)
-        return taken
-
-    def _give_back(self, size: int) -> None:
-        self._memory.give(size)
-        BODY_BYTES.set(self._memory.held)
-
     async def _body(self, receive: Callable, declared: str | None, exchange: Exchange | None) -> bytes | None:
         """The request body, within the size, memory and time limits
         (:class:`Refusal` beyond), digested as it arrives; ``None`` if the
@@ -198,7 +193,7 @@ class Gateway:
         reserved = int(declared) if declared is not None and declared.isdigit() else 0
         if reserved > limit:
             raise Refusal(413, f"request body of {reserved} bytes, over {limit}")
-        if not self._take(reserved):
+        if not self._memory.take(reserved):
             raise self._crowded()
         chunks, size, digest = [], 0, hashlib.sha256()
         try:
@@ -206,13 +201,13 @@ class Gateway:
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        self._give_back(reserved)
+                        self._memory.give(reserved)
                         return None
                     chunk = message.get("body", b"")
                     if size + len(chunk) > limit:
                         raise Refusal(413, f"request body over {limit} bytes")
                     if size + len(chunk) > reserved:  # a body of no declared length: counted as it comes
-                        if not self._take(size + len(chunk) - reserved):
+                        if not self._memory.take(size + len(chunk) - reserved):
                             raise self._crowded()
                         reserved = size + len(chunk)
                     size += len(chunk)
@@ -221,12 +216,12 @@ class Gateway:
                     if not message.get("more_body"):
                         break
         except TimeoutError:
-            self._give_back(reserved)
+            self._memory.give(reserved)
             raise Refusal(408, f"the request body did not arrive within {self.config.body_timeout:g} s") from None
         except Refusal:
-            self._give_back(reserved)
+            self._memory.give(reserved)
             raise
-        self._give_back(reserved - size)
+        self._memory.give(reserved - size)
         if exchange is not None:
             exchange.body_bytes, exchange.raw_digest = size, digest.hexdigest()
         return b"".join(chunks)

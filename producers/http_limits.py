@@ -77,6 +77,7 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
         _head_bytes = 0  # of the request head being read
         _reading_head = True  # the next bytes are a request head's
         _mid_request = False  # a request began and is not all read
+        _extend = False  # its head is read: the rest of it gets what is left of its deadline, unless read at once
         _requests = _responses = 0  # requests whose head was read; responses sent
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
@@ -100,6 +101,9 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
                 open_connections.move_to_end(self)
             reading_head = self._reading_head
             super().data_received(data)
+            if self._extend:  # (a request read whole in one read, as most are, needs no deadline of its own)
+                self._extend = False
+                self._arm(self._ready_at + limits.request_seconds - self.loop.time())
             if reading_head and self._reading_head:  # no complete head yet: what came counts against the bound
                 self._head_bytes += len(data)  # (a body sent in the same read as its head does not)
                 if self._head_bytes > limits.max_head_bytes:
@@ -113,12 +117,11 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
         def on_headers_complete(self) -> None:
             self._requests += 1
             self._reading_head = False
-            if head_seconds < limits.request_seconds:  # the rest of the request: what is left of its deadline
-                self._arm(self._ready_at + limits.request_seconds - self.loop.time())
+            self._extend = head_seconds < limits.request_seconds
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._mid_request, self._reading_head, self._head_bytes = False, True, 0
+            self._mid_request, self._reading_head, self._head_bytes, self._extend = False, True, 0, False
             self._disarm()
             super().on_message_complete()
 

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -22,7 +23,8 @@ from dsh_kafka.config import Secret
 from producers.asgi_server import AsgiServer
 from producers.gateway import Gateway, GatewayConfig
 from producers.gateway_admission import CREDENTIAL_HEADER, Credentials
-from tests.waiting import until
+from producers.gateway_attest import read_request
+from tests.waiting import until, wait_for
 from tests.wire_upstream import WireUpstream, sse_bytes
 
 SECRET = "sk-test-4c1d2e9f0a7b"
@@ -177,16 +179,22 @@ def test_secrets_reach_the_upstream_and_no_record_log_line_or_metric(caplog):
 
 
 def _read_or_fail(wire, body, compact_header):
-    """The gateway's reading of a request, failing on one (run in its worker processes)."""
-    from producers.gateway_attest import read_request
-    if json.loads(body).get("system") == "fail here":
+    """The gateway's reading of a request, failing on one, and reading one
+    only once a file exists (at once, or in its worker processes)."""
+    system = json.loads(body).get("system")
+    if system == "fail here":
         raise RuntimeError("a fault of the gateway's own")
+    if system.startswith("read once there is "):
+        wait_for(Path(system.removeprefix("read once there is ")).exists, 30, "the test's go-ahead")
     return read_request(wire, body, compact_header)
 
 
-def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_spares_the_rest(monkeypatch, caplog):
+@pytest.mark.parametrize("inline_read_bytes", [2048, 0], ids=["read-at-once", "read-by-the-pool"])
+def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_spares_the_rest(
+        monkeypatch, caplog, inline_read_bytes):
     from producers import gateway_attest
     monkeypatch.setattr(gateway_attest, "read_request", _read_or_fail)
+    hand_overs = _count_hand_overs(monkeypatch)
 
     async def scenario(upstream: WireUpstream):
         records, publishing = [], asyncio.Event()
@@ -195,7 +203,8 @@ def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_s
             await publishing.wait()
             records.append(record)
 
-        gateway = Gateway(GatewayConfig(upstream=upstream.url, credentials=CREDENTIALS), attest)
+        gateway = Gateway(GatewayConfig(upstream=upstream.url, credentials=CREDENTIALS,
+                                        inline_read_bytes=inline_read_bytes), attest)
         closing = gateway.aclose
 
         async def aclose() -> None:  # the server has stopped: Kafka takes records again
@@ -213,6 +222,44 @@ def test_exchanges_over_when_the_gateway_stops_are_attested_and_a_fault_in_one_s
     assert [answer.status_code for answer in answers] == [200] * 20
     assert sorted(record.session_id for record in records) == sorted(f"ok-{index}" for index in range(20))
     assert "session 'bad' arrival 1 (messages) was not attested" in caplog.text
+    assert (sum(hand_overs) == 21) is (inline_read_bytes == 0)  # bodies of 200 bytes: read at once, or all in the pool
+
+
+def _count_hand_overs(monkeypatch) -> list[int]:
+    """The number of bodies in each batch the gateway hands to its attesting pool."""
+    from producers.gateway_attest import Attesting
+    hand_overs: list[int] = []
+    hand_over = Attesting._hand_over
+    monkeypatch.setattr(Attesting, "_hand_over", lambda self: hand_overs.append(len(self._waiting)) or hand_over(self))
+    return hand_overs
+
+
+def test_bodies_waiting_for_a_busy_worker_are_read_as_one_batch_and_a_fault_in_one_spares_the_rest(
+        monkeypatch, caplog, tmp_path):
+    from producers import gateway_attest
+    monkeypatch.setattr(gateway_attest, "read_request", _read_or_fail)
+    hand_overs = _count_hand_overs(monkeypatch)
+    go_ahead = tmp_path / "go-ahead"
+
+    async def scenario(upstream: WireUpstream):
+        server, records = await _gateway(upstream.url, inline_read_bytes=0, attest_workers=1)
+        async with server, httpx.AsyncClient(timeout=30) as client:
+            await client.post(f"{server.url}/v1/messages", json={**BODY, "system": f"read once there is {go_ahead}"},
+                              headers=_headers("first"))  # the one worker reads this one until told to go on
+            answers = await asyncio.gather(*(client.post(f"{server.url}/v1/messages", json=BODY if index else
+                                                         {**BODY, "system": "fail here"}, headers=_headers(f"s-{index}"))
+                                             for index in range(20)))
+            await until(lambda: len(server.app._attesting._waiting) == 20, 10, "20 bodies waiting behind the first")
+            go_ahead.touch()
+            await until(lambda: len(records) == 20, 30, "20 attestations")
+        return answers, records
+
+    with WireUpstream() as upstream:
+        answers, records = asyncio.run(scenario(upstream))
+    assert [answer.status_code for answer in answers] == [200] * 20
+    assert hand_overs == [1, 20]  # the first body alone, then the 20 that waited for the worker, together
+    assert sorted(record.session_id for record in records) == sorted(["first"] + [f"s-{i}" for i in range(1, 20)])
+    assert "session 's-0' arrival 2 (messages) was not attested" in caplog.text
 
 
 def test_a_stream_the_stopping_server_cuts_off_is_attested_as_such():
