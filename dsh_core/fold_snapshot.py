@@ -21,7 +21,7 @@ is read by an unpickler that builds nothing but this package's classes and
 plain containers.
 
 Evolution: a new layout gets a new :data:`FOLD_SNAPSHOT_VERSION` (v0) or
-:data:`V4_SNAPSHOT_LAYOUT` (v3/v4; ``tests/unit/test_fold_snapshot_v4.py``
+:data:`V4_SNAPSHOT_LAYOUT` (v3/v4; ``tests/unit/dsh_core/test_fold_snapshot_v4.py``
 pins the attributes it saves); a blob of any other version is refused with
 :class:`FormatUnsupportedError`, never read by guesswork.
 """
