@@ -16,9 +16,10 @@ demo: setup kafka-jars
 test: setup reference kafka-jars prometheus postgres chromium docs
 	$(VPY) -m pytest
 
-# The unit tier alone: no broker, no servers; the contributor's fast loop.
+# The unit tier alone: no broker, no servers; the contributor's fast loop,
+# spread over the machine's cores (pytest-xdist: one worker per core).
 check: setup
-	$(VPY) -m pytest tests/unit tests/docs -q
+	$(VPY) -m pytest tests/unit tests/docs -q -n auto
 
 # The documentation site (Sphinx), warnings as errors.
 docs: setup

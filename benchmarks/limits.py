@@ -25,7 +25,7 @@ Every case runs in a process of its own, which reports its own peak RSS:
 
 A record over the limit after decompression never reaches a consumer: the
 events topic is stored uncompressed, so the broker refuses the batch
-(``tests/integration/test_record_limits.py``). The last line is one JSON
+(``tests/integration/dsh_kafka/test_record_limits.py``). The last line is one JSON
 object with all figures.
 """
 

@@ -36,3 +36,23 @@ def expected_of(log: Path) -> dict:
 @pytest.fixture
 def corpus_dir() -> Path:
     return CORPUS
+
+
+def _escaped(value: object) -> object:
+    """``value`` with each string's lone surrogates written as ``\\udXXX``."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {key: _escaped(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_escaped(item) for item in value)
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config, report):
+    """A report as pytest-xdist's workers send it, lone surrogates escaped:
+    the fuzzers feed the services lone surrogates on purpose, the services'
+    warnings quote them, and a report whose captured log holds one cannot be
+    sent as UTF-8 (pytest-xdist#843: the worker would crash)."""
+    return _escaped((yield))

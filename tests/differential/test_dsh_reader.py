@@ -138,7 +138,7 @@ def test_v3_logs_and_their_mutations_read_as_dsh_migrates_them(oracle, tmp_path)
 def test_v0_logs_of_dsh_0_1_2_are_read_by_both(oracle, tmp_path):
     """dsh 0.2.1 reads v0 only through its migration chain (its messages are
     the migrated ones), so here the verdict is what is compared; what 0.1.2
-    itself derives is checked in ``tests/unit/test_dsh_012.py``."""
+    itself derives is checked in ``tests/unit/dsh_core/storage/test_dsh_012.py``."""
     logs = sorted((FIXTURES.parent / "dsh-0.1.2").glob("*.jsonl.zstd"))
     ids = {place_log(log, tmp_path): log for log in logs}
     theirs = run_oracle(tmp_path)

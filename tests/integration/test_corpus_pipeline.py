@@ -15,7 +15,7 @@ from dsh_kafka.admin import cluster_id
 from producers.publisher import Publisher
 from producers.shipper import Destination, Shipper, ShipperConfig
 from tests.conftest import canonical, corpus_logs, expected_of
-from tests.integration.test_projector import run_until
+from tests.integration.consumers.projector.test_projector import run_until
 from tests.services import auditor, projector
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
 from tests.layout_helpers import place

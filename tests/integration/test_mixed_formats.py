@@ -26,11 +26,11 @@ from producers.publisher import Publisher
 from producers.shipper import Destination, Shipper, ShipperConfig
 from tests.conftest import canonical, corpus_logs, expected_of
 from tests.integration.test_corpus_pipeline import AUDIT_EXCEPTIONS
-from tests.integration.test_projector import run_until
+from tests.integration.consumers.projector.test_projector import run_until
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
 from tests.layout_helpers import place
 from tests.services import archiver, auditor, projector
-from tests.unit.test_fold_snapshot_v4 import LOGS, stored_lines
+from tests.unit.dsh_core.test_fold_snapshot_v4 import LOGS, stored_lines
 
 pytestmark = pytest.mark.kafka
 

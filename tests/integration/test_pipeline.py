@@ -14,7 +14,7 @@ from dsh_core.storage.layout import find_session_files
 from producers.simulator import messages_digest
 from consumers.projector import ViewStore
 from producers.simulator import FaultPlan, SimulatorConfig
-from tests.integration.test_projector import publish_fleet, run_until
+from tests.integration.consumers.projector.test_projector import publish_fleet, run_until
 from tests.services import archiver, auditor, projector
 from tests.kafka_fixtures import caught_up, consume_all, end_offsets
 

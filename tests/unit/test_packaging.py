@@ -54,3 +54,11 @@ def test_the_wheel_carries_its_license_and_metadata():
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert (ROOT / "LICENSE").is_file() and project["readme"] == "README.md"
     assert "Programming Language :: Python :: 3.11" in project["classifiers"]
+
+
+def test_the_wheel_names_where_the_project_lives():
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert sorted(urls) == ["Documentation", "Homepage", "Issues", "Source"]
+    home = urls["Homepage"]
+    assert home.startswith("https://") and urls["Source"] == home, urls
+    assert urls["Issues"] == f"{home}/issues" and urls["Documentation"].startswith(f"{home}/"), urls

@@ -1,0 +1,51 @@
+"""The public surface of dsh_core is pinned: changing it is a decision.
+
+Each package's ``__all__`` must be exactly the public names it binds, and
+the sorted list must match its pin file in ``tests/unit/dsh_core/api/``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import dsh_core
+import dsh_core.storage
+
+PINS = Path(__file__).parent / "api"
+
+
+def _bound_public_names(module: ModuleType) -> set[str]:
+    return {name for name, value in vars(module).items()
+            if not name.startswith("_") and not inspect.ismodule(value)} - {"annotations"}
+
+
+@pytest.mark.parametrize("module", [dsh_core, dsh_core.storage], ids=lambda m: m.__name__)
+def test_exports_are_pinned(module):
+    exported = set(module.__all__)
+    assert len(exported) == len(module.__all__), f"{module.__name__}.__all__ lists a name twice"
+    assert exported == _bound_public_names(module), (
+        f"{module.__name__}.__all__ must list exactly the public names its __init__ binds")
+    for name in module.__all__:
+        assert hasattr(module, name), f"{module.__name__}.{name} does not resolve"
+    pin = PINS / f"{module.__name__}.txt"
+    shown = pin.relative_to(PINS.parents[3])
+    pinned = pin.read_text("utf-8").splitlines()
+    if sorted(exported) != pinned:
+        added, removed = sorted(exported - set(pinned)), sorted(set(pinned) - exported)
+        pytest.fail(f"the public API of {module.__name__} no longer matches {shown}: exported but not pinned "
+                    f"{added}, pinned but not exported {removed}. If the change is deliberate, edit {shown} "
+                    "to list __all__ (one name a line, sorted) in the same commit as the change.")
+
+
+def test_error_tree_and_categories():
+    assert issubclass(dsh_core.SurfaceError, dsh_core.ValidationError)
+    assert issubclass(dsh_core.ValidationError, dsh_core.DshError)
+    assert dsh_core.CorruptionError("x").category == "corrupt-storage"
+    assert dsh_core.FormatUnsupportedError("x").category == "unsupported-format"
+    assert dsh_core.SurfaceError("x").category == "invalid-log"
+    assert str(dsh_core.SequenceGapError("s", 3, 5, "dsh.session-events[2]@17")) == (
+        "session 's': expected seq 3, got 5 at dsh.session-events[2]@17")
