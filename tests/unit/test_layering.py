@@ -25,7 +25,8 @@ ALLOWED = {
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",
                                      "fastapi", "starlette",  # the read API and the viewer (FastAPI is Starlette)
                                      "itsdangerous",  # the viewer's signed session cookies
-                                     "uvloop"},  # the event loop of the long-running commands
+                                     "uvloop",  # the event loop of the long-running commands
+                                     "pyarrow"},  # export --format parquet (the export extra)
 }
 
 
