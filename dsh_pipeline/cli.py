@@ -66,11 +66,22 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _kafka(args: argparse.Namespace) -> int:
+    from dsh_pipeline.local_cluster import LocalCluster, cluster_nodes, stop_detached_cluster
     from dsh_pipeline.local_kafka import LocalKafka, probe_metadata, read_state, stop_detached
     from dsh_pipeline.runtime import default_broker_dir
     data_dir = Path(args.data_dir) if args.data_dir else default_broker_dir()
     state = read_state(data_dir)
+    nodes = cluster_nodes(data_dir)
     if args.action == "start":
+        size = len(nodes) if nodes is not None else args.nodes  # None: a single broker
+        if args.nodes is not None and (args.secure or args.port):
+            raise PipelineError("--nodes starts a plaintext cluster on ports of its own: it takes no --secure or --port")
+        if args.nodes is not None and size != args.nodes:
+            raise PipelineError(f"{data_dir} holds a cluster of {size} nodes, not {args.nodes}: give another --data-dir")
+        if size is not None:  # a cluster folder: LocalCluster refuses a single broker's folder by name
+            print(state.bootstrap if state is not None and probe_metadata(state.client())
+                  else LocalCluster(size, data_dir, attached=False).start())
+            return EXIT_OK
         if state is not None and probe_metadata(state.client()):
             if args.secure and not state.secured_bootstrap:
                 raise PipelineError(f"the broker of {data_dir} runs without --secure: stop it first")
@@ -89,10 +100,14 @@ def _kafka(args: argparse.Namespace) -> int:
         print(broker.start())
         return EXIT_OK
     if args.action == "stop":
-        stopped = stop_detached(data_dir)
+        stopped = stop_detached_cluster(data_dir) if nodes is not None else stop_detached(data_dir)
         print("stopped" if stopped else "no broker was running")
         return EXIT_OK
     if state is not None and probe_metadata(state.client()):
+        if nodes is not None:
+            print(f"running {len(nodes)} nodes at {state.bootstrap} (data {state.data_dir}, logs "
+                  f"{state.data_dir}/node-N/broker.log)")
+            return EXIT_OK
         print(f"running pid {state.pid} at {state.bootstrap} (data {state.data_dir}, log {state.log})")
         return EXIT_OK
     print("not running")
@@ -257,7 +272,7 @@ def build_parser() -> _Cli:
                                                   "layout, or their session folders")
     migrate.set_defaults(run=_migrate)
 
-    kafka = commands.add_parser("kafka", help="the local single-node Kafka broker (Maven jars, KRaft)")
+    kafka = commands.add_parser("kafka", help="the local Kafka broker, or a cluster of several (Maven jars, KRaft)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
     kafka.add_argument("--data-dir", help="broker data folder (default: ~/.cache/dsh-pipeline/broker)")
     kafka.add_argument("--port", type=int, help="start: the client port on 127.0.0.1 (default: the folder's last "
@@ -266,6 +281,10 @@ def build_parser() -> _Cli:
                        help="start: also serve SASL_SSL (a CA made at first start, a SCRAM user per service, ACLs "
                             "letting each do only its part) and print that address; <data>/clients/SERVICE.toml "
                             "configures each service")
+    kafka.add_argument("--nodes", type=int, metavar="N",
+                       help="start: a cluster of N broker-and-controller nodes on loopback (plaintext), each in "
+                            "<data>/node-K; it keeps 3 copies of new topics (fewer with fewer nodes), all but one of which "
+                            "must acknowledge; its bootstrap is every node's address (default: one broker)")
     kafka.set_defaults(run=_kafka)
 
     ship = commands.add_parser(
