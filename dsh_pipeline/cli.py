@@ -193,15 +193,17 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-create-topics", action="store_true",
                         help="only verify the topics (a cluster where they are created by its operators)")
     parser.add_argument("--replication", type=int, metavar="N",
-                        help="copies of each partition of new topics (default: 3 on a cluster of 3 brokers or more, "
-                             "else one per broker)")
+                        help="copies of each partition of new topics, never lowered to the brokers up; existing "
+                             "topics must have at least these (default: the cluster's default.replication.factor)")
     parser.add_argument("--min-insync-replicas", type=int, metavar="N",
-                        help="copies that must have a record before it counts as written (default: all but one)")
+                        help="copies that must have a record before it counts as written; existing topics must "
+                             "have at least this (default: all but one)")
     parser.add_argument("--retention", type=_retention, default={}, metavar="TOPIC=MS[,...]",
                         help="retention of new topics: events, findings, dead-letter (milliseconds; -1, the "
                              "default, keeps forever; the views topic is compacted)")
     parser.add_argument("--wait-for-cluster", type=float, default=30.0, metavar="SECONDS",
-                        help="while no broker answers at all, try again with backoff this long (default 30; 0: "
+                        help="while no broker answers at all, a broker the cluster lists does not answer, or fewer "
+                             "are up than a new topic's copies, try again with backoff this long (default 30; 0: "
                              "fail at once); a broker that refuses this client is named at once")
 
 

@@ -163,8 +163,10 @@ class LocalCluster:
     def stop(self) -> None:
         """Stop every node (idempotent); a temporary data dir is removed."""
         for node, broker in self.nodes.items():
-            if self.running(node):
+            if self.running(node):  # all at once: the last nodes would wait for a quorum that has left
                 self.resume(node)  # a paused node cannot take its SIGTERM
+                broker.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        for broker in self.nodes.values():
             broker.stop()
         if self._temporary:
             shutil.rmtree(self.data_dir, ignore_errors=True)
