@@ -16,6 +16,7 @@ detached, recording every node's state beside its own.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from pathlib import Path
 from dsh_core.errors import PipelineError
 from dsh_pipeline.kafka_jars import ensure_kafka_jars
 from dsh_pipeline.local_kafka import (BrokerState, ClusterNode, LocalKafka, free_ports, ports_if_free, private_file,
-                                      stop_detached, sweep_abandoned_data_dirs)
+                                      read_state, stop_detached, sweep_abandoned_data_dirs)
 
 __all__ = ["LocalCluster", "cluster_nodes", "stop_detached_cluster"]
 
@@ -181,6 +182,10 @@ class LocalCluster:
 
 def stop_detached_cluster(data_dir: Path) -> bool:
     """Stop every node of the detached cluster in ``data_dir``; False if none ran."""
-    stopped = [stop_detached(folder) for folder in cluster_nodes(data_dir) or []]
+    folders = cluster_nodes(data_dir) or []
+    for state in filter(None, map(read_state, folders)):  # all at once, as LocalCluster.stop does
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state.pid, signal.SIGTERM)
+    stopped = [stop_detached(folder) for folder in folders]
     (data_dir / "broker-state.json").unlink(missing_ok=True)
     return any(stopped)

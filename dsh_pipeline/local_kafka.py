@@ -232,6 +232,7 @@ class LocalKafka:
         self.attached = attached
         self.heap = heap
         self.process: subprocess.Popen | None = None
+        self._log_start = 0  # where the running process's lines begin in the log
         self.bootstrap: str | None = None
         #: How the listeners take their clients (:class:`ListenerSecurity`).
         self.security = ListenerSecurity(dict(sasl_users or {}), tls_keystore, authorize, unsigned_oauth, client_ca,
@@ -335,6 +336,7 @@ class LocalKafka:
         properties = self._write_config(port, controller, secured_port)
         self._format(lib, properties)
         with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+            self._log_start = log.tell()  # a restart appends: only this run's lines say it started
             self.process = subprocess.Popen(
                 self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached,
@@ -368,7 +370,7 @@ class LocalKafka:
             if code is not None:
                 return f"exited with code {code}; log {self.log_path}:\n{self._log_tail()}"
             if not started:
-                started = _READY_LINE in self.log_path.read_text(errors="replace")
+                started = _READY_LINE.encode() in self.log_path.read_bytes()[self._log_start:]
             if started and probe_metadata(client):
                 return None
             time.sleep(0.2)  # wait-ok: polling a child process with a deadline
