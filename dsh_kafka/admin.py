@@ -63,34 +63,36 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int,
 async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool,
                           layout: TopicLayout) -> None:
     admin = make_admin(kafka, request_timeout_ms=_REQUEST_MS)
+    started = False
     try:
-        try:
-            await admin.start()  # a broker of the bootstrap took this client (and its login)
-        except _NODE_ERRORS:
-            reason, absent = await why_unreachable(kafka)
-            raise (BrokerAbsentError if absent else ClusterUnavailableError)(
-                f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: {reason}") from None
-        try:
-            replication = layout.replication or await _default_replication(admin)
-            await ensure_topics(admin, topic_specs(names, partitions, replication, layout),
-                                f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)
-        except _NODE_ERRORS as error:
-            raise await _outage(kafka, error) from None
+        await admin.start()  # a broker of the bootstrap took this client (and its login)
+        started = True
+        replication = layout.replication or await _default_replication(admin)
+        await ensure_topics(admin, topic_specs(names, partitions, replication, layout),
+                            f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)
+        return
+    except _NODE_ERRORS as error:
+        failure = error
     finally:
-        await admin.close()
+        await admin.close()  # before any probe: the diagnosis opens connections of its own
+    if not started:
+        reason, absent = await why_unreachable(kafka)
+        raise (BrokerAbsentError if absent else ClusterUnavailableError)(
+            f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: {reason}") from None
+    raise await _outage(kafka, failure) from None
 
 
-async def _outage(kafka: KafkaConfig, error: BaseException) -> ClusterUnavailableError:
-    """A broker of a cluster that took this client did not answer: an
-    outage, unless the client has credentials every broker refuses (a login
-    refused only on its first request, like an expired token)."""
+async def _outage(kafka: KafkaConfig, error: BaseException) -> BrokerOutageError:
+    """A broker of a cluster that took this client did not answer: tried
+    again while the deadline allows. A client with credentials may also be
+    refused only on its first request after the bootstrap (an expired
+    token): the probe's reading is added, as the other possibility."""
+    message = f"a broker of the Kafka cluster at {kafka.bootstrap} did not answer ({error}): it may be down or paused"
     if kafka.sasl_mechanism or kafka.uses_tls:
         reason, absent = await why_unreachable(kafka)
         if not absent:
-            return ClusterUnavailableError(f"cannot use the Kafka cluster at {kafka.bootstrap} over "
-                                           f"{kafka.security_protocol}: {reason}")
-    return BrokerOutageError(f"a broker of the Kafka cluster at {kafka.bootstrap} did not answer "
-                             f"({error}): it may be down or paused")
+            message += f"; if none is, {reason}"
+    return BrokerOutageError(message)
 
 
 async def _default_replication(admin: AIOKafkaAdminClient) -> int:
