@@ -54,16 +54,14 @@ class Polled(Protocol):
     last_poll: float  # time.monotonic() of its last poll
 
     def silent_for(self) -> float | None:
-        """Seconds since the cluster last answered for the assigned partition it answered least recently
-        (``None``: cannot tell)."""
+        """Seconds since the cluster last answered (``None``: cannot tell)."""
 
 
 def consumers_health(services: Mapping[str, Polled], stale_after: float = 60.0,
                      clock: Callable[[], float] = time.monotonic) -> HealthCheck:
     """Healthy while every service (by name) is ``healthy``, polled within
     the last ``stale_after`` seconds of ``clock`` and heard from the cluster
-    for every assigned partition within as long (a stopped broker, or one
-    that leads a partition and stopped, makes it unhealthy); none at all is
+    within as long (a stopped broker makes it unhealthy); none at all is
     unhealthy."""
     def check() -> tuple[bool, str]:
         if not services:
@@ -77,8 +75,7 @@ def consumers_health(services: Mapping[str, Polled], stale_after: float = 60.0,
             elif now - service.last_poll >= stale_after:
                 problems.append(f"{name}: last poll {now - service.last_poll:.1f} s ago (stale after {stale_after:g} s)")
             elif silent is not None and silent >= stale_after:
-                problems.append(f"{name}: no answer from the cluster for one of its partitions for {silent:.1f} s "
-                                f"(stale after {stale_after:g} s)")
+                problems.append(f"{name}: no answer from the cluster for {silent:.1f} s (stale after {stale_after:g} s)")
         return (False, "; ".join(problems)) if problems else (True, "ok")
     return check
 

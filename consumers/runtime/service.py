@@ -103,9 +103,7 @@ class ConsumerService:
         self._counters: dict[str, Any] = {}
         self.log = logging.getLogger(f"dsh.{self.name}")
         self._behind = True  # since assignment, until every partition is read to its end
-        #: time.time() of the cluster's answer to the assigned partition it answered least recently
-        self._oldest_answer: float | None = None
-        self._assigned_at: dict[TopicPartition, float] = {}  # time.time() of each partition's assignment
+        self._last_answer: float | None = None  # time.time() of the cluster's newest fetch answer
 
     # ------------------------------------------------------------ read-outs
 
@@ -118,13 +116,11 @@ class ConsumerService:
         return dict(self._positions)
 
     def silent_for(self) -> float | None:
-        """Seconds the cluster has not answered a fetch of one of the
-        assigned partitions, the one it answered least recently (it answers
-        every long poll, records or not; a partition not fetched since its
-        assignment counts from then): a member is answered only when all of
-        its partitions are. ``None`` with nothing assigned. Safe from
-        another thread: the run loop notes the answers, this only reads the note."""
-        answered = self._oldest_answer
+        """Seconds since the cluster last answered a fetch of an assigned
+        partition (it answers every long poll, records or not); ``None``
+        with nothing assigned or nothing fetched yet. Safe from another
+        thread: the run loop notes the answers, this only reads the note."""
+        answered = self._last_answer
         return None if answered is None else max(0.0, time.time() - answered)
 
     # ------------------------------------------------------------------ run
@@ -285,7 +281,6 @@ class ConsumerService:
             for partition in partitions:
                 self._positions.pop(partition, None)
                 self._ends.pop(partition, None)
-                self._assigned_at.pop(partition, None)
                 with contextlib.suppress(KeyError):
                     LAG.remove(self.name, str(partition.partition))
 
@@ -295,7 +290,6 @@ class ConsumerService:
         await self.policy.assigned(partitions, self.consumer.committed)
         await self._start_positions(partitions)
         self._ends.update(await self.consumer.end_offsets(list(partitions)))
-        self._assigned_at.update(dict.fromkeys(partitions, time.time()))
         self._behind = True
         behind = self._update_lag()
         self.log.info("assigned partitions %s: %d record(s) to read", _numbers(partitions), behind or 0,
@@ -326,9 +320,9 @@ class ConsumerService:
         assert self.consumer is not None
         behind: int | None = 0
         assigned = self.consumer.assignment()
-        answered = {tp: self.consumer.last_poll_timestamp(tp) for tp in assigned}
-        self._oldest_answer = min((stamp / 1000 if stamp is not None else self._assigned_at.get(tp, time.time())
-                                   for tp, stamp in answered.items()), default=None)
+        answered = [self.consumer.last_poll_timestamp(tp) for tp in assigned]
+        newest = max((stamp for stamp in answered if stamp is not None), default=None)
+        self._last_answer = None if newest is None else newest / 1000
         for partition in assigned:
             end = self.consumer.highwater(partition)
             if end is None:
