@@ -28,7 +28,9 @@
         ├── DeliveryError         a record was not acknowledged by the cluster
         │   └── RecordTooLargeError   a record over the topic's message limit, refused before sending
         ├── ClusterUnavailableError   no broker answered, or the cluster refused this client
-        │   └── BrokerAbsentError     no broker answered at all (waiting may help)
+        │   ├── BrokerAbsentError     no broker answered at all (waiting may help)
+        │   └── BrokerOutageError     the cluster answered, some of its brokers did not (waiting may help)
+        ├── TopicMismatchError    an existing topic is not what was asked (partitions, copies, settings)
         ├── FencedError           a newer group member took this member's partition over
         ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
         │   └── StoreLocationError    a store location whose scheme no backend of this build takes
@@ -70,6 +72,8 @@ __all__ = [
     "RecordTooLargeError",
     "BrokerAbsentError",
     "ClusterUnavailableError",
+    "BrokerOutageError",
+    "TopicMismatchError",
     "FencedError",
     "StateStoreError",
     "StoreLocationError",
@@ -231,6 +235,19 @@ class ClusterUnavailableError(PipelineError):
 class BrokerAbsentError(ClusterUnavailableError):
     """Raised when no broker of the bootstrap answers at all (none listens,
     the name does not resolve): unlike a refusal, waiting may help."""
+
+
+class BrokerOutageError(ClusterUnavailableError):
+    """Raised when the cluster took this client but some of its brokers did
+    not answer until the deadline (down, paused, or fewer up than a topic's
+    copies need): not a refusal; waiting may help."""
+
+
+class TopicMismatchError(PipelineError):
+    """Raised when a topic exists but is not what was asked: other
+    partitions, fewer copies or in-sync copies, another cleanup policy,
+    compression or a smaller message limit. It names the topic, what it has
+    and what was asked."""
 
 
 class FencedError(PipelineError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 
@@ -9,35 +10,51 @@ from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (GroupCoordinatorNotAvailableError, GroupLoadInProgressError, KafkaConnectionError,
-                             NodeNotReadyError)
+                             KafkaTimeoutError, NodeNotReadyError, NotControllerError, RequestTimedOutError)
 from aiokafka.protocol.offset import OffsetRequest, OffsetResetStrategy
 from tenacity import AsyncRetrying, retry, retry_if_exception_type, retry_if_result, stop_after_delay, wait_exponential
 
-from dsh_core.errors import BrokerAbsentError, ClusterUnavailableError, PipelineError
+from dsh_core.errors import (BrokerAbsentError, BrokerOutageError, ClusterUnavailableError, PipelineError,
+                             TopicMismatchError)
 
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig
 from .diagnose import why_unreachable
-from .topics import TopicLayout, TopicNames, TopicSpec, replication_for, topic_specs
+from .topics import TopicLayout, TopicNames, TopicSpec, topic_specs
 
 __all__ = ["await_group_coordinator", "cluster_id", "end_offsets", "ensure_topics", "prepare_topics"]
 
 _log = logging.getLogger("dsh.kafka")
 #: How long topics just created may take to be listed and served by their leaders (seconds).
 _READY_WITHIN = 30
+#: How long one set-up request may wait for its broker (a paused broker answers nothing).
+_REQUEST_MS = 15_000
+#: What one broker's outage looks like to a client that reached the cluster
+#: (a node down, paused, not yet fenced, or not yet known as the controller).
+_NODE_ERRORS = (KafkaConnectionError, NodeNotReadyError, RequestTimedOutError, NotControllerError,
+                KafkaTimeoutError, asyncio.TimeoutError)
+#: create-topics error codes another attempt may not meet: REQUEST_TIMED_OUT,
+#: INVALID_REPLICATION_FACTOR (fewer brokers up than copies), NOT_CONTROLLER.
+_RETRIED_CODES = {7: "the request timed out", 38: "fewer brokers are up than the topic's copies",
+                  41: "the broker asked was not the controller"}
 
 
 async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True,
                          wait: float = 0.0, layout: TopicLayout = TopicLayout()) -> None:
     """Create or verify the pipeline's topics on ``kafka`` (every command's
-    first call to the cluster: one that no broker answers is named here),
-    with three copies of each partition on a cluster of three brokers or
-    more (:func:`~.topics.replication_for`). While no broker answers at all,
-    it tries again with exponential backoff for up to ``wait`` seconds (a
-    cluster still starting); a broker that refuses this client is named at once.
+    first call to the cluster: one that no broker answers is named here).
+
+    Missing topics get ``layout.replication`` copies (``None``: the cluster's
+    ``default.replication.factor``), never fewer: with fewer brokers up than
+    that, creating them fails. Existing topics are verified against the same
+    (:func:`ensure_topics`). While no broker answers at all, or the cluster
+    answers but a broker it lists does not (down or paused) or too few are
+    up, it tries again with exponential backoff for up to ``wait`` seconds,
+    each time anew from the bootstrap, so requests reach the brokers that
+    serve; a broker that refuses this client is named at once.
     ``layout`` sets copies, acknowledgements and retention of missing topics."""
-    retrying = AsyncRetrying(retry=retry_if_exception_type(BrokerAbsentError), stop=stop_after_delay(wait),
-                             wait=wait_exponential(multiplier=0.5, max=5), reraise=True,
+    retrying = AsyncRetrying(retry=retry_if_exception_type((BrokerAbsentError, BrokerOutageError)),
+                             stop=stop_after_delay(wait), wait=wait_exponential(multiplier=0.5, max=5), reraise=True,
                              before_sleep=lambda state: _log.warning(
                                  "%s; trying again for up to %g s", state.outcome.exception().message, wait))
     async for attempt in retrying:
@@ -47,24 +64,50 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int,
 
 async def _prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool,
                           layout: TopicLayout) -> None:
-    admin = make_admin(kafka)
+    admin = make_admin(kafka, request_timeout_ms=_REQUEST_MS)
+    started = False
     try:
-        await admin.start()
-        brokers = len((await admin.describe_cluster())["brokers"])  # a refused login may surface only here
-    except (KafkaConnectionError, NodeNotReadyError):
-        await admin.close()
+        await admin.start()  # a broker of the bootstrap took this client (and its login)
+        started = True
+        replication = layout.replication or await _default_replication(admin)
+        await ensure_topics(admin, topic_specs(names, partitions, replication, layout),
+                            f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)
+        return
+    except _NODE_ERRORS as error:
+        failure = error
+    finally:
+        await admin.close()  # before any probe: the diagnosis opens connections of its own
+    if not started:
         reason, absent = await why_unreachable(kafka)
         raise (BrokerAbsentError if absent else ClusterUnavailableError)(
             f"cannot reach the Kafka cluster at {kafka.bootstrap} over {kafka.security_protocol}: {reason}") from None
-    try:
-        replication = layout.replication or replication_for(brokers)
-        if replication > brokers:
-            raise PipelineError(f"--replication {replication}: the cluster has {brokers} broker(s), and each copy "
-                                "of a partition needs its own")
-        await ensure_topics(admin, topic_specs(names, partitions, replication, layout),
-                            f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client", create)
-    finally:
-        await admin.close()
+    raise await _outage(kafka, failure) from None
+
+
+async def _outage(kafka: KafkaConfig, error: BaseException) -> BrokerOutageError:
+    """A broker of a cluster that took this client did not answer: tried
+    again while the deadline allows. A client with credentials may also be
+    refused only on its first request after the bootstrap (an expired
+    token): the probe's reading is added, as the other possibility."""
+    message = f"a broker of the Kafka cluster at {kafka.bootstrap} did not answer ({error}): it may be down or paused"
+    if kafka.sasl_mechanism or kafka.uses_tls:
+        reason, absent = await why_unreachable(kafka)
+        if not absent:
+            message += f"; if none is, {reason}"
+    return BrokerOutageError(message)
+
+
+async def _default_replication(admin: AIOKafkaAdminClient) -> int:
+    """The cluster's ``default.replication.factor``: the copies of topics
+    created without ``--replication``, as the cluster's operators set them."""
+    node = (await admin.describe_cluster())["brokers"][0]["node_id"]
+    [response] = await admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, str(node),
+                                                              {"default.replication.factor": None})])
+    for _, _, _, _, entries, *_ in response.resources:
+        for name, value, *_ in entries:
+            if name == "default.replication.factor":
+                return int(value)
+    return 1  # Kafka's own default
 
 
 @retry(retry=retry_if_result(bool), stop=stop_after_delay(_READY_WITHIN),
@@ -149,9 +192,13 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
     """Create missing topics and verify existing ones (idempotent).
 
     ``admin`` is a started admin client; without ``create`` a missing
-    topic is an error naming how to create it. An existing topic with a
-    different partition count, cleanup policy or compression type, or a
-    smaller message limit, is an error naming the topic and the setting.
+    topic is an error naming how to create it. A topic the cluster cannot
+    create yet (fewer brokers up than its copies) is a
+    :class:`BrokerOutageError`. An existing topic with a different partition
+    count, fewer copies of a partition or a lower ``min.insync.replicas``
+    than asked, another cleanup policy or compression type, or a smaller
+    message limit, is a :class:`TopicMismatchError` naming the topic, what
+    it has and what was asked.
     """
     existing = set(await admin.list_topics())
     missing = [spec for spec in specs if spec.name not in existing]
@@ -160,6 +207,7 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
                             f"not created here (--no-create-topics): create it with {missing[0].partitions} "
                             f"partitions and {dict(missing[0].configs)}")
     if missing:
+        replication = {spec.name: spec.replication for spec in missing}
         response = await admin.create_topics(
             [NewTopic(spec.name, spec.partitions, spec.replication, topic_configs=spec.configs) for spec in missing])
         for topic, code, *rest in response.topic_errors:
@@ -167,6 +215,9 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
                 raise ClusterUnavailableError(f"the cluster refused {principal} to create topic {topic}: it needs the "
                                               "ACLs "
                                     "`dsh-pipeline acls` lists")
+            if code in _RETRIED_CODES:
+                raise BrokerOutageError(f"creating topic {topic} with {replication[topic]} copies failed: "
+                                        f"{_RETRIED_CODES[code]} ({rest[-1] if rest else f'error {code}'})")
             if code not in (0, 36):  # 36: TOPIC_ALREADY_EXISTS (a concurrent creator)
                 raise PipelineError(f"creating topic {topic} failed: error {code} {rest[-1] if rest else ''}")
         unready = await _unready(admin, {spec.name for spec in missing})
@@ -188,18 +239,29 @@ async def ensure_topics(admin: AIOKafkaAdminClient, specs: list[TopicSpec], prin
                 raise PipelineError(f"reading the configs of topic {name} failed: error {code} {message or ''}")
             configs[name] = {entry[0]: entry[1] for entry in entries}
     for spec in present:
-        partitions = len(described[spec.name]["partitions"])
-        if partitions != spec.partitions:
-            raise PipelineError(f"topic {spec.name} exists with {partitions} partitions, expected {spec.partitions}: "
-                                "keys would map to other partitions; use another topic prefix or recreate it")
-        actual = configs.get(spec.name, {})
-        for setting in ("cleanup.policy", "compression.type"):
-            wanted_value = spec.configs.get(setting)
-            if wanted_value and actual.get(setting) != wanted_value:
-                raise PipelineError(f"topic {spec.name} has {setting}={actual.get(setting)}, expected {wanted_value} "
-                                    f"(kafka-configs --alter --entity-type topics --entity-name {spec.name} "
-                                    f"--add-config {setting}={wanted_value} sets it)")
-        wanted = int(spec.configs.get("max.message.bytes", "0"))
-        if wanted and int(actual.get("max.message.bytes", "0")) < wanted:
-            raise PipelineError(f"topic {spec.name} has max.message.bytes={actual.get('max.message.bytes')}, "
-                                f"below the {wanted} the pipeline needs")
+        _verify(spec, described[spec.name]["partitions"], configs.get(spec.name, {}))
+
+
+def _verify(spec: TopicSpec, partitions: list[dict], actual: dict[str, str]) -> None:
+    """An existing topic against its spec (:func:`ensure_topics`)."""
+    if len(partitions) != spec.partitions:
+        raise TopicMismatchError(f"topic {spec.name} exists with {len(partitions)} partitions, expected "
+                                 f"{spec.partitions}: keys would map to other partitions; use another topic prefix "
+                                 "or recreate it")
+    copies = min(len(partition["replicas"]) for partition in partitions)
+    if copies < spec.replication:
+        raise TopicMismatchError(f"topic {spec.name} has {copies} copies of a partition, {spec.replication} were asked "
+                                 "(--replication): a weaker topic is not used in its place; reassign its partitions "
+                                 "(kafka-reassign-partitions) or use another topic prefix")
+    for setting in ("cleanup.policy", "compression.type"):
+        wanted_value = spec.configs.get(setting)
+        if wanted_value and actual.get(setting) != wanted_value:
+            raise TopicMismatchError(f"topic {spec.name} has {setting}={actual.get(setting)}, expected {wanted_value} "
+                                     f"(kafka-configs --alter --entity-type topics --entity-name {spec.name} "
+                                     f"--add-config {setting}={wanted_value} sets it)")
+    for setting, what in (("min.insync.replicas", "--min-insync-replicas"), ("max.message.bytes", "the pipeline")):
+        wanted = int(spec.configs.get(setting, "0"))
+        if wanted and int(actual.get(setting, "0")) < wanted:
+            raise TopicMismatchError(f"topic {spec.name} has {setting}={actual.get(setting)}, below the {wanted} "
+                                     f"{what} asked (kafka-configs --alter --entity-type topics --entity-name "
+                                     f"{spec.name} --add-config {setting}={wanted} sets it)")

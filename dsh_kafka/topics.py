@@ -9,7 +9,7 @@ from typing import Mapping
 from dsh_core.errors import PipelineError
 
 __all__ = ["BATCH_OVERHEAD_BYTES", "DEFAULT_PARTITIONS", "MAX_MESSAGE_BYTES", "PREFIX_SEPARATORS", "RETAINED",
-           "TopicLayout", "TopicNames", "TopicSpec", "replication_for", "topic_specs"]
+           "TopicLayout", "TopicNames", "TopicSpec", "topic_specs"]
 
 #: Large enough for big tool outputs (a 5 MiB result plus its envelope).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -62,19 +62,14 @@ RETAINED = ("events", "findings", "dead-letter")
 @dataclass(frozen=True)
 class TopicLayout:
     """How the pipeline's topics are made where they are missing: copies of
-    each (``None``: :func:`replication_for` the cluster's brokers) and how
-    many must acknowledge (``None``: all copies but one); retention by topic
+    each (``None``: the cluster's ``default.replication.factor``, never the
+    brokers up at the time) and how many must acknowledge (``None``: all
+    copies but one); retention by topic
     (:data:`RETAINED`, milliseconds, -1 forever; default forever)."""
 
     replication: int | None = None
     min_insync_replicas: int | None = None
     retention_ms: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-
-
-def replication_for(brokers: int) -> int:
-    """Copies of each partition on a cluster of ``brokers``: three where
-    there are three brokers or more, so ``acks=all`` survives a broker."""
-    return max(1, min(3, brokers))
 
 
 def topic_specs(names: TopicNames, partitions: int = DEFAULT_PARTITIONS, replication: int = 1,

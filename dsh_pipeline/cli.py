@@ -67,6 +67,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _kafka(args: argparse.Namespace) -> int:
+    from dsh_pipeline.local_cluster import LocalCluster, cluster_nodes, stop_detached_cluster
     from dsh_pipeline.local_kafka import LocalKafka, probe_metadata, read_state, stop_detached
     from dsh_pipeline.runtime import local_broker, remember_broker_dir
     if args.data_dir:
@@ -75,10 +76,19 @@ def _kafka(args: argparse.Namespace) -> int:
         if state is not None and not probe_metadata(state.client()):
             state = None
     else:
-        data_dir, state = local_broker()
+        data_dir, state = local_broker()  # state: the broker that answers, else None
+    nodes = cluster_nodes(data_dir)
     if args.action == "start":
+        size = len(nodes) if nodes is not None else args.nodes  # None: a single broker
+        if args.nodes is not None and (args.secure or args.port):
+            raise PipelineError("--nodes starts a plaintext cluster on ports of its own: it takes no --secure or --port")
+        if args.nodes is not None and size != args.nodes:
+            raise PipelineError(f"{data_dir} holds a cluster of {size} nodes, not {args.nodes}: give another --data-dir")
         if args.data_dir:  # every other command finds it there while it runs
             remember_broker_dir(data_dir)
+        if size is not None:  # a cluster folder: LocalCluster refuses a single broker's folder by name
+            print(state.bootstrap if state is not None else LocalCluster(size, data_dir, attached=False).start())
+            return EXIT_OK
         if state is not None:
             if args.secure and not state.secured_bootstrap:
                 raise PipelineError(f"the broker of {data_dir} runs without --secure: stop it first")
@@ -97,10 +107,14 @@ def _kafka(args: argparse.Namespace) -> int:
         print(broker.start())
         return EXIT_OK
     if args.action == "stop":
-        stopped = stop_detached(data_dir)
+        stopped = stop_detached_cluster(data_dir) if nodes is not None else stop_detached(data_dir)
         print("stopped" if stopped else "no broker was running")
         return EXIT_OK
     if state is not None:
+        if nodes is not None:
+            print(f"running {len(nodes)} nodes at {state.bootstrap} (data {state.data_dir}, logs "
+                  f"{state.data_dir}/node-N/broker.log)")
+            return EXIT_OK
         print(f"running pid {state.pid} at {state.bootstrap} (data {state.data_dir}, log {state.log})")
         return EXIT_OK
     print("not running")
@@ -187,15 +201,17 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-create-topics", action="store_true",
                         help="only verify the topics (a cluster where they are created by its operators)")
     parser.add_argument("--replication", type=int, metavar="N",
-                        help="copies of each partition of new topics (default: 3 on a cluster of 3 brokers or more, "
-                             "else one per broker)")
+                        help="copies of each partition of new topics, never lowered to the brokers up; existing "
+                             "topics must have at least these (default: the cluster's default.replication.factor)")
     parser.add_argument("--min-insync-replicas", type=int, metavar="N",
-                        help="copies that must have a record before it counts as written (default: all but one)")
+                        help="copies that must have a record before it counts as written; existing topics must "
+                             "have at least this (default: all but one)")
     parser.add_argument("--retention", type=_retention, default={}, metavar="TOPIC=MS[,...]",
                         help="retention of new topics: events, findings, dead-letter (milliseconds; -1, the "
                              "default, keeps forever; the views topic is compacted)")
     parser.add_argument("--wait-for-cluster", type=float, default=30.0, metavar="SECONDS",
-                        help="while no broker answers at all, try again with backoff this long (default 30; 0: "
+                        help="while no broker answers at all, a broker the cluster lists does not answer, or fewer "
+                             "are up than a new topic's copies, try again with backoff this long (default 30; 0: "
                              "fail at once); a broker that refuses this client is named at once")
 
 
@@ -266,7 +282,7 @@ def build_parser() -> _Cli:
                                                   "layout, or their session folders")
     migrate.set_defaults(run=_migrate)
 
-    kafka = commands.add_parser("kafka", help="the local single-node Kafka broker (Maven jars, KRaft)")
+    kafka = commands.add_parser("kafka", help="the local Kafka broker, or a cluster of several (Maven jars, KRaft)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
     kafka.add_argument("--data-dir", help="broker data folder (default: ~/.cache/dsh-pipeline/broker, unless only "
                                           "the broker the last `kafka start --data-dir` started runs: commands "
@@ -277,6 +293,10 @@ def build_parser() -> _Cli:
                        help="start: also serve SASL_SSL (a CA made at first start, a SCRAM user per service, ACLs "
                             "letting each do only its part) and print that address; <data>/clients/SERVICE.toml "
                             "configures each service")
+    kafka.add_argument("--nodes", type=int, metavar="N",
+                       help="start: a cluster of N broker-and-controller nodes on loopback (plaintext), each in "
+                            "<data>/node-K; it keeps 3 copies of new topics (fewer with fewer nodes), all but one of which "
+                            "must acknowledge; its bootstrap is every node's address (default: one broker)")
     kafka.set_defaults(run=_kafka)
 
     ship = commands.add_parser(

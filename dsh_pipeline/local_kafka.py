@@ -40,8 +40,8 @@ from dsh_pipeline.kafka_jars import KAFKA_VERSION, ensure_kafka_jars, java_major
 from dsh_kafka.clients import make_admin
 from dsh_kafka.config import KafkaConfig
 
-__all__ = ["LocalKafka", "BrokerState", "free_ports", "private_file", "read_state", "probe_metadata", "stop_detached",
-           "sweep_abandoned_data_dirs"]
+__all__ = ["LocalKafka", "BrokerState", "ClusterNode", "free_ports", "ports_if_free", "private_file", "read_state",
+           "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
 
 _READY_LINE = "Kafka Server started"
 
@@ -67,7 +67,7 @@ def free_ports(count: int) -> list[int]:
         return [probe.getsockname()[1] for probe in probes]
 
 
-def _ports_if_free(ports: list[int]) -> list[int] | None:
+def ports_if_free(ports: list[int]) -> list[int] | None:
     """``ports`` if each can be bound on loopback now, else ``None``. Like
     the broker's own listeners, the probe ignores connections of a previous
     run still in TIME_WAIT on the port."""
@@ -123,6 +123,27 @@ def probe_metadata(kafka: KafkaConfig | str) -> bool:
     thread.start()
     thread.join(15)
     return bool(outcome and outcome[0])
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """A broker's place in a cluster of one or more combined broker and
+    controller nodes: its id, the controller quorum (``ID@HOST:PORT,...``),
+    the copies the cluster keeps of its internal topics and of topics
+    created without a replication factor (all but one must acknowledge),
+    and the cluster id every node is formatted with (``None``: a new one)."""
+
+    node_id: int
+    voters: str
+    replicas: int
+    cluster_id: str | None = None
+
+    def replication_settings(self) -> list[str]:
+        copies, insync = self.replicas, max(1, self.replicas - 1)
+        return [f"default.replication.factor={copies}", f"min.insync.replicas={insync}",
+                f"offsets.topic.replication.factor={copies}", f"transaction.state.log.replication.factor={copies}",
+                f"transaction.state.log.min.isr={insync}", f"share.coordinator.state.topic.replication.factor={copies}",
+                f"share.coordinator.state.topic.min.isr={insync}"]
 
 
 def _java_argument(value: str) -> str:
@@ -200,7 +221,7 @@ class LocalKafka:
                  sasl_users: Mapping[str, str] | None = None, tls_keystore: Path | None = None,
                  authorize: bool = False, port: int | None = None, unsigned_oauth: bool = False,
                  client_ca: Path | None = None, admin: str | None = None, admin_password_file: Path | None = None,
-                 tls_ca: Path | None = None) -> None:
+                 tls_ca: Path | None = None, node: ClusterNode | None = None) -> None:
         self._temporary = data_dir is None
         if data_dir is None:
             sweep_abandoned_data_dirs()
@@ -211,12 +232,15 @@ class LocalKafka:
         self.attached = attached
         self.heap = heap
         self.process: subprocess.Popen | None = None
+        self._log_start = 0  # where the running process's lines begin in the log
         self.bootstrap: str | None = None
         #: How the listeners take their clients (:class:`ListenerSecurity`).
         self.security = ListenerSecurity(dict(sasl_users or {}), tls_keystore, authorize, unsigned_oauth, client_ca,
                                          admin, admin_password_file, tls_ca)
         self.port = port  # the client port (None: the folder's last one while free, else any)
         self.secured_bootstrap: str | None = None
+        #: Its place in a cluster of several nodes (``None``: a cluster of its own).
+        self.node = node
 
     @property
     def log_path(self) -> Path:
@@ -237,22 +261,19 @@ class LocalKafka:
             return None
         found = re.search(r"^listeners=(?:PLAINTEXT|SECURED)://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)",
                           properties.read_text(), re.MULTILINE)
-        return _ports_if_free([int(found[1]), int(found[2])]) if found else None
+        return ports_if_free([int(found[1]), int(found[2])]) if found else None
 
     def _write_config(self, port: int, controller: int, secured_port: int | None = None) -> Path:
         (self.data_dir / "tmp").mkdir(mode=0o700, exist_ok=True)
         private_file(self.data_dir / "log4j2.properties", _LOG4J2)
+        node = self.node or ClusterNode(1, f"1@127.0.0.1:{controller}", 1)
         # it holds the SASL users' passwords: the owner's eyes only
         return private_file(self.data_dir / "server.properties", "\n".join([
-            "process.roles=broker,controller", "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller}",
+            "process.roles=broker,controller", f"node.id={node.node_id}", f"controller.quorum.voters={node.voters}",
             *self.security.listeners(port, controller, secured_port), "controller.listener.names=CONTROLLER",
             f"log.dirs={self.data_dir / 'logs'}", "num.partitions=1", "auto.create.topics.enable=false",
-            "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
-            "transaction.state.log.num.partitions=1", "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1", "group.initial.rebalance.delay.ms=0",
-            "message.max.bytes=16777216", "replica.fetch.max.bytes=16777216",
+            *node.replication_settings(), "offsets.topic.num.partitions=1", "transaction.state.log.num.partitions=1",
+            "group.initial.rebalance.delay.ms=0", "message.max.bytes=16777216", "replica.fetch.max.bytes=16777216",
         ]) + "\n")
 
     def _format(self, lib: Path, properties: Path) -> None:
@@ -260,8 +281,9 @@ class LocalKafka:
             return  # formatted before: keep the cluster id and node id
         java = require_tool("java", "format the Kafka storage")
         log4j = f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}"
-        cluster = subprocess.run([java, log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "random-uuid"],
-                                 capture_output=True, text=True, check=False, umask=0o077).stdout.strip().splitlines()
+        cluster = [self.node.cluster_id] if self.node and self.node.cluster_id else subprocess.run(
+            [java, log4j, "-cp", f"{lib}/*", "kafka.tools.StorageTool", "random-uuid"],
+            capture_output=True, text=True, check=False, umask=0o077).stdout.strip().splitlines()
         if not cluster:
             raise PipelineError("kafka StorageTool random-uuid printed no cluster id")
         scram = [argument for name, password in self.security.sasl_users.items() for mechanism in SCRAM
@@ -283,13 +305,11 @@ class LocalKafka:
     def start(self, timeout: float = 90.0) -> str:
         """Start the broker; returns its bootstrap address once it serves."""
         lib = ensure_kafka_jars()
-        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.data_dir.chmod(0o700)  # topics, users' credentials and keys: the owner's only
         last_error = ""
         # A folder that served before keeps its ports while they are free, so
         # a pinned DSH_KAFKA_BOOTSTRAP and running clients outlive a restart.
         ports = self._previous_ports()
-        if self.port is not None and _ports_if_free([self.port]) is None:
+        if self.port is not None and ports_if_free([self.port]) is None:
             raise PipelineError(f"127.0.0.1:{self.port} is in use: the broker needs another port")
         for _ in range(3):  # a port taken between probe and bind: try new ports
             fresh = free_ports(3)
@@ -298,28 +318,43 @@ class LocalKafka:
                 port, controller = self.port, fresh[1]
             ports = None
             secured_port = fresh[2] if self.security.protocol and self.security.admin is None else None
-            properties = self._write_config(port, controller, secured_port)
-            self._format(lib, properties)
-            with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
-                self.process = subprocess.Popen(
-                    self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached,
-                    umask=0o077)
-            bootstrap = f"127.0.0.1:{port}"
-            secured = bootstrap if self.security.admin is not None else f"127.0.0.1:{secured_port}" if secured_port else None
-            state = BrokerState(self.process.pid, bootstrap, str(self.data_dir), str(self.log_path), secured,
-                                self.security.admin_settings())
-            outcome = self._wait_ready(state.client(), time.monotonic() + timeout)
+            state = self.launch(lib, port, controller, secured_port)
+            outcome = self.wait_ready(state, time.monotonic() + timeout)
             if outcome is None:
-                self.bootstrap, self.secured_bootstrap = bootstrap, secured
-                if not self.attached:
-                    private_file(_state_file(self.data_dir), json.dumps(state.__dict__))
-                return bootstrap
+                return state.bootstrap
             last_error = outcome
             self._terminate()
             if "BindException" not in outcome or self.port is not None:  # a pinned port is not swapped for another
                 break
         raise PipelineError(f"Kafka broker did not start: {last_error}")
+
+    def launch(self, lib: Path, port: int, controller: int, secured_port: int | None = None) -> BrokerState:
+        """Write the configuration, format the storage once and start the
+        broker process; :meth:`wait_ready` then waits until it serves."""
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.data_dir.chmod(0o700)  # topics, users' credentials and keys: the owner's only
+        properties = self._write_config(port, controller, secured_port)
+        self._format(lib, properties)
+        with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+            self._log_start = log.tell()  # a restart appends: only this run's lines say it started
+            self.process = subprocess.Popen(
+                self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached,
+                umask=0o077)
+        bootstrap = f"127.0.0.1:{port}"
+        secured = bootstrap if self.security.admin is not None else f"127.0.0.1:{secured_port}" if secured_port else None
+        return BrokerState(self.process.pid, bootstrap, str(self.data_dir), str(self.log_path), secured,
+                           self.security.admin_settings())
+
+    def wait_ready(self, state: BrokerState, deadline: float) -> str | None:
+        """Wait until the launched broker serves (None; its state recorded)
+        or the deadline passes (why not, the log's tail)."""
+        outcome = self._wait_ready(state.client(), deadline)
+        if outcome is None:
+            self.bootstrap, self.secured_bootstrap = state.bootstrap, state.secured_bootstrap
+            if not self.attached:
+                private_file(_state_file(self.data_dir), json.dumps(state.__dict__))
+        return outcome
 
     def admin_config(self, client_id: str = "dsh-pipeline-kafka-admin") -> KafkaConfig:
         """How the broker's own work reaches it once started: as the admin user, if it has one."""
@@ -335,7 +370,7 @@ class LocalKafka:
             if code is not None:
                 return f"exited with code {code}; log {self.log_path}:\n{self._log_tail()}"
             if not started:
-                started = _READY_LINE in self.log_path.read_text(errors="replace")
+                started = _READY_LINE.encode() in self.log_path.read_bytes()[self._log_start:]
             if started and probe_metadata(client):
                 return None
             time.sleep(0.2)  # wait-ok: polling a child process with a deadline

@@ -44,6 +44,25 @@ def kafka_bootstrap() -> Iterator[str]:
         yield broker.bootstrap
 
 
+@pytest.fixture(scope="session")
+def _local_cluster() -> Iterator[Any]:
+    from dsh_pipeline.local_cluster import LocalCluster
+    with LocalCluster(3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def kafka_cluster(_local_cluster: Any) -> Iterator[Any]:
+    """The session's three-node cluster (:class:`~dsh_pipeline.local_cluster.LocalCluster`):
+    a test may kill, stop or pause its nodes; each serves again after the test."""
+    yield _local_cluster
+    for node in _local_cluster.nodes:
+        if _local_cluster.running(node):
+            _local_cluster.resume(node)
+        else:
+            _local_cluster.start_node(node)
+
+
 @pytest.fixture
 def kafka(kafka_bootstrap: str) -> KafkaConfig:
     return KafkaConfig(bootstrap=kafka_bootstrap)

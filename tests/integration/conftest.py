@@ -1,1 +1,2 @@
-from tests.kafka_fixtures import group_id, kafka, kafka_bootstrap, topics  # noqa: F401  (fixtures)
+from tests.kafka_fixtures import (_local_cluster, group_id, kafka, kafka_bootstrap, kafka_cluster,  # noqa: F401
+                                  topics)

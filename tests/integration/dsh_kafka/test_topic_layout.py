@@ -50,7 +50,17 @@ def test_new_topics_get_the_retention_and_acknowledgements_asked_for(kafka):
 
 
 def test_more_copies_than_brokers_is_named(kafka):
-    done = _simulate(kafka, f"layout{uuid.uuid4().hex[:6]}.", "--replication", "3")
+    prefix = f"layout{uuid.uuid4().hex[:6]}."
+    done = _simulate(kafka, prefix, "--replication", "3", "--wait-for-cluster", "1")
+    assert done.returncode == 69 and "Traceback" not in done.stderr, done.stderr
+    assert (f"BrokerOutageError: creating topic {prefix}dsh.session-events with 3 copies failed: fewer brokers are up "
+            "than the topic's copies") in done.stderr
+
+
+def test_a_weaker_existing_topic_is_named(kafka):
+    prefix = f"layout{uuid.uuid4().hex[:6]}."
+    assert _simulate(kafka, prefix, "--replication", "1", "--min-insync-replicas", "1").returncode == 0
+    done = _simulate(kafka, prefix, "--replication", "1", "--min-insync-replicas", "2")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert "PipelineError: --replication 3: the cluster has 1 broker(s), and each copy of a partition needs its own" \
-        in done.stderr
+    assert (f"TopicMismatchError: topic {prefix}dsh.session-events has min.insync.replicas=1, below the 2 "
+            "--min-insync-replicas asked") in done.stderr

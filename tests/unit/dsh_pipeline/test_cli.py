@@ -69,6 +69,21 @@ def test_an_unreachable_cluster_is_named_not_a_traceback(tmp_path):
            "again for up to 2 s" in unresolved.stderr  # a broker still starting is waited for, then named
 
 
+def test_kafka_start_nodes_refuses_what_it_cannot_start_by_name(tmp_path):
+    secure = run("kafka", "start", "--nodes", "3", "--secure", "--data-dir", str(tmp_path / "a"))
+    assert secure.returncode == 1 and "Traceback" not in secure.stderr, secure.stderr
+    assert "--nodes starts a plaintext cluster on ports of its own: it takes no --secure or --port" in secure.stderr
+    single = tmp_path / "single"
+    (single / "logs").mkdir(parents=True)  # a single broker's folder
+    done = run("kafka", "start", "--nodes", "3", "--data-dir", str(single))
+    assert done.returncode == 1 and f"{single} holds a single broker: give the cluster another --data-dir" in done.stderr
+    other = tmp_path / "two"
+    other.mkdir()
+    (other / "cluster.json").write_text(json.dumps({"nodes": [str(other / "node-1"), str(other / "node-2")]}))
+    done = run("kafka", "start", "--nodes", "3", "--data-dir", str(other))
+    assert done.returncode == 1 and f"{other} holds a cluster of 2 nodes, not 3: give another --data-dir" in done.stderr
+
+
 def test_each_command_names_its_kafka_clients(monkeypatch):
     from dsh_pipeline.runtime import resolve_kafka
     monkeypatch.delenv("DSH_KAFKA_BOOTSTRAP", raising=False)
