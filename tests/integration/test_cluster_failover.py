@@ -24,7 +24,7 @@ from dsh_kafka.records import KIND_RECORD, decode_kafka_record
 from dsh_kafka.topics import TopicLayout, TopicNames
 from dsh_pipeline.ground_truth import compare
 from producers.simulator import FaultPlan, SimulatorConfig
-from tests.integration.test_projector import publish_fleet
+from tests.integration.consumers.projector.test_projector import publish_fleet
 from tests.kafka_fixtures import caught_up, consume_all
 from tests.services import archiver, auditor, projector
 from tests.waiting import until
