@@ -42,6 +42,13 @@ def test_found_inputs_are_read_and_served_without_a_crash(found):
     check_log(found.read_bytes())
 
 
+def test_an_input_nesting_one_deep_value_in_another_is_built():
+    """Input 349,785 of seed 1207 nests a value past what Python's json
+    writes: the fuzzer keeps the line as it was instead of stopping."""
+    source, data = Fuzzer(1207).input(349_785)
+    assert source and data.endswith(b"\n")
+
+
 def test_fuzz_a_few_thousand_inputs():
     seed = int(os.environ.get("DSH_FUZZ_SEED", "20261207"))
     Fuzzer(seed, services_every=8).run(0, 3000)
