@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dsh_core.errors import ClusterUnavailableError, DshError, PipelineError
+from dsh_core.errors import ClusterUnavailableError, DshError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.v4.migrate import migrate
 from dsh_core.jsonvalue import encode_json
-from dsh_pipeline import producer_commands, service_commands
+from dsh_pipeline import kafka_command, producer_commands, service_commands
 from dsh_pipeline.export_command import add_export_command
 from dsh_pipeline.reader_commands import add_reader_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
@@ -64,61 +64,6 @@ def _migrate(args: argparse.Namespace) -> int:
             print(f"dsh-pipeline migrate: {path}: {exc.strerror or exc}", file=sys.stderr)
             status = EXIT_REFUSED
     return status
-
-
-def _kafka(args: argparse.Namespace) -> int:
-    from dsh_pipeline.local_cluster import LocalCluster, cluster_nodes, stop_detached_cluster
-    from dsh_pipeline.local_kafka import LocalKafka, probe_metadata, read_state, stop_detached
-    from dsh_pipeline.runtime import local_broker, remember_broker_dir
-    if args.data_dir:
-        data_dir = Path(args.data_dir)
-        state = read_state(data_dir)
-        if state is not None and not probe_metadata(state.client()):
-            state = None
-    else:
-        data_dir, state = local_broker()  # state: the broker that answers, else None
-    nodes = cluster_nodes(data_dir)
-    if args.action == "start":
-        size = len(nodes) if nodes is not None else args.nodes  # None: a single broker
-        if args.nodes is not None and (args.secure or args.port):
-            raise PipelineError("--nodes starts a plaintext cluster on ports of its own: it takes no --secure or --port")
-        if args.nodes is not None and size != args.nodes:
-            raise PipelineError(f"{data_dir} holds a cluster of {size} nodes, not {args.nodes}: give another --data-dir")
-        if args.data_dir:  # every other command finds it there while it runs
-            remember_broker_dir(data_dir)
-        if size is not None:  # a cluster folder: LocalCluster refuses a single broker's folder by name
-            print(state.bootstrap if state is not None else LocalCluster(size, data_dir, attached=False).start())
-            return EXIT_OK
-        if state is not None:
-            if args.secure and not state.secured_bootstrap:
-                raise PipelineError(f"the broker of {data_dir} runs without --secure: stop it first")
-            print(state.secured_bootstrap if args.secure else state.bootstrap)
-            return EXIT_OK
-        if args.secure:
-            from dsh_pipeline.secure_broker import USERS, SecureBroker
-            secure = SecureBroker(data_dir, attached=False, port=args.port)
-            print(secure.start())
-            print(f"SASL_SSL only, with a user per service; each service's configuration: dsh-pipeline --config "
-                  f"{secure.clients}/{{{','.join(USERS)}}}.toml COMMAND ...", file=sys.stderr)
-            return EXIT_OK
-        if (data_dir / "secrets").is_dir():  # a plaintext listener would hand its topics to anyone
-            raise PipelineError(f"the broker of {data_dir} was started with --secure: start it with --secure again")
-        broker = LocalKafka(data_dir, attached=False, port=args.port)
-        print(broker.start())
-        return EXIT_OK
-    if args.action == "stop":
-        stopped = stop_detached_cluster(data_dir) if nodes is not None else stop_detached(data_dir)
-        print("stopped" if stopped else "no broker was running")
-        return EXIT_OK
-    if state is not None:
-        if nodes is not None:
-            print(f"running {len(nodes)} nodes at {state.bootstrap} (data {state.data_dir}, logs "
-                  f"{state.data_dir}/node-N/broker.log)")
-            return EXIT_OK
-        print(f"running pid {state.pid} at {state.bootstrap} (data {state.data_dir}, log {state.log})")
-        return EXIT_OK
-    print("not running")
-    return EXIT_REFUSED
 
 
 def _formats(text: str) -> tuple[int, ...]:
@@ -297,7 +242,7 @@ def build_parser() -> _Cli:
                        help="start: a cluster of N broker-and-controller nodes on loopback (plaintext), each in "
                             "<data>/node-K; it keeps 3 copies of new topics (fewer with fewer nodes), all but one of which "
                             "must acknowledge; its bootstrap is every node's address (default: one broker)")
-    kafka.set_defaults(run=_kafka)
+    kafka.set_defaults(run=kafka_command.kafka)
 
     ship = commands.add_parser(
         "ship", help="ship a dsh sessions root to Kafka, following new records",
