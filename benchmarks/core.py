@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dsh_core.storage.reader import load_session, load_session_bytes
+from dsh_core.loader import load_session, load_session_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("DSH_CORPUS", ROOT / "tests" / "corpus"))

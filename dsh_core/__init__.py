@@ -31,15 +31,14 @@ from .jsonvalue import canonical_json, check_lossless, decode_json, encode_json,
 from .request import Boundary, BoundaryTracker, build_request, request_digest
 from .session import SessionLog, SessionState
 from .session_header import FORMAT_VERSION, SessionHeader
+from .formats.v0.repair import interrupted_turn_closers
+from .loader import load_session, load_session_bytes
 from .storage import (
     LoadResult,
     SessionFileWriter,
     commit_repair,
     encode_batch,
     encode_segment,
-    interrupted_turn_closers,
-    load_session,
-    load_session_bytes,
     pack_chunk_runs,
     project_key,
 )

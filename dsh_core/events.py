@@ -8,7 +8,7 @@ JSON value.
 
 Evolution rules: a new payload field gets a default; an event type tag, once
 written to a log, is forever; the on-disk format version only changes through
-a named upgrade step (see :mod:`dsh_core.storage.legacy`).
+a named upgrade step (see :mod:`dsh_core.formats.v0.legacy`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from .analysis import LogAnalysis
 from .errors import DshError
 from .jsonvalue import encode_json
 from .storage.framing import frame_pieces, iter_frames
-from .storage.reader import LoadResult, load_session
+from .loader import load_session
+from .storage.reader import LoadResult
 
 __all__ = ["InspectReport", "inspect_path", "expand_inputs", "error_json"]
 

@@ -7,11 +7,11 @@ import filecmp
 import shutil
 from pathlib import Path
 
-from ..errors import LayoutError
-from ..folds import read_header
-from .layout import compression_of, log_path
-from .reader import header_line_of
-from .writer import create_file
+from .errors import LayoutError
+from .formats.registry import read_header
+from .storage.layout import compression_of, log_path
+from .storage.reader import header_line_of
+from .storage.writer import create_file
 
 __all__ = ["lay_out"]
 

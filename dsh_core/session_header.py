@@ -14,7 +14,7 @@ from .jsonvalue import MAX_SAFE_INTEGER, encode_json
 __all__ = ["FORMAT_VERSION", "SessionHeader", "parse_header_line", "version_refusal"]
 
 #: The session format version of dsh 0.1.0–0.1.2 (this module's header);
-#: v3 and v4 headers are read by :mod:`dsh_core.v4.header`.
+#: v3 and v4 headers are read by :mod:`dsh_core.formats.v4.header`.
 FORMAT_VERSION = 0
 #: The newest format version this build reads.
 NEWEST_VERSION = 4

@@ -3,7 +3,7 @@
 The gateway normalizes each request body as it goes on the wire; the
 auditor normalizes the body it rebuilds from the log prefix
 (:func:`dsh_core.chat_wire.chat_completions_body` for v0,
-:func:`dsh_core.v4.wire.messages_body` for v4) the same way, so equal
+:func:`dsh_core.formats.v4.wire.messages_body` for v4) the same way, so equal
 digests mean the model saw exactly what the log holds. The form
 (``dsh-request/1``, defined for other tools in docs/concepts/request-digest.md)::
 

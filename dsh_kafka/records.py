@@ -28,7 +28,7 @@ from dsh_core.errors import (ConflictingWriterError, DecodeError, DshError, Iden
 from dsh_core.events import ROW_TAGS, Event, is_row
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
 from dsh_core.request import DIGEST_ALGORITHM
-from dsh_core.folds import read_header
+from dsh_core.formats import read_header
 from dsh_core.session_header import FORMAT_VERSION, SessionHeader
 from dsh_core.storage.records import decode_row, pack_chunk_runs
 

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from dsh_core.errors import ClusterUnavailableError, DshError
 from dsh_core.inspect import expand_inputs, inspect_path
-from dsh_core.v4.migrate import migrate
+from dsh_core.migration.migrate import migrate
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import kafka_command, producer_commands, service_commands
 from dsh_pipeline.export_command import add_export_command

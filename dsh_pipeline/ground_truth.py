@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from dsh_core.storage.layout import encode_segment, find_session_files
-from dsh_core.storage.reader import load_session, read_events
+from dsh_core.loader import load_session, read_events
 from producers.simulator import messages_digest
 
 __all__ = ["EXPECTED_RULE", "compare", "compare_findings", "compare_real_sessions", "compare_sessions"]

@@ -75,7 +75,7 @@ def _lay_out(sources: list[str], root: Path, report) -> int:
     """Copy session logs into ``root`` in dsh's layout; returns how many were refused."""
     from dsh_core.errors import DshError
     from dsh_core.inspect import expand_inputs
-    from dsh_core.storage.lay_out import lay_out
+    from dsh_core.lay_out import lay_out
 
     laid = kept = refused = 0
     for given in sources:

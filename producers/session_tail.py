@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
 
 from dsh_core.errors import CorruptionError, DecodeError, LayoutError, SequenceGapError
-from dsh_core.folds import read_header
+from dsh_core.formats import read_header
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import READ_SIZE, Frame, frame_pieces, iter_frames
 from dsh_core.storage.layout import LAYOUT, compression_of, encode_segment, generation_of

@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 
 from msgspec import UNSET
 
-from dsh_core.folds import open_fold
+from dsh_core.formats import open_fold
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
 from dsh_kafka.records import SessionRecord, record_from_line, records_for_batch, writer_of

@@ -3,7 +3,7 @@ tagged with the writer of their own header (as its shipper tags them)."""
 
 from __future__ import annotations
 
-from dsh_core.folds import read_header
+from dsh_core.formats import read_header
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, writer_of
 
 

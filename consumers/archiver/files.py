@@ -20,9 +20,9 @@ from dsh_core.errors import DshError
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.layout import (Compression, compression_of, encode_segment, generation_of, is_log_name, log_name,
                                      project_dir)
-from dsh_core.storage.reader import load_session, read_events
+from dsh_core.loader import load_session, read_events
 from dsh_core.storage.writer import SessionFileWriter, replace_file
-from dsh_core.v4.migrate import V4_NAME, migrated_log, v4_file
+from dsh_core.migration.migrate import V4_NAME, migrated_log, v4_file
 
 __all__ = ["archive_segment", "archived_files", "existing_file", "new_file", "remove_session", "resume",
            "write_v4_copy"]

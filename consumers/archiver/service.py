@@ -35,7 +35,7 @@ from pathlib import Path
 from prometheus_client import Counter
 
 from dsh_core.errors import DeletedSessionError, DshError
-from dsh_core.folds import read_header
+from dsh_core.formats import read_header
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.layout import Compression, generation_of
 from dsh_core.storage.reader import header_line_of

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dsh_core.errors import DecodeError, DshError, HeldLimitError
-from dsh_core.folds import SessionFold, open_fold
+from dsh_core.formats import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.invariants import InvariantChecker
 from dsh_core.jsonvalue import decode_json, dump_json, thaw

@@ -40,7 +40,7 @@ from dsh_core.chat_wire import chat_completions_body
 from dsh_core.errors import ValidationError
 from dsh_core.jsonvalue import thaw
 from dsh_core.request import Boundary
-from dsh_core.v4.wire import messages_body
+from dsh_core.formats.v4.wire import messages_body
 from dsh_core.wire_request import ALGORITHM, RAW_ALGORITHM, differences, normalize, request_parts, wire_digest
 
 from .findings import Report

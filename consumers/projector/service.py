@@ -1,6 +1,6 @@
 """The projector: every session's derived, model-visible conversation.
 
-Per session it runs the fold of the session's format (dsh_core.folds: v0's
+Per session it runs the fold of the session's format (dsh_core.formats.registry: v0's
 staged fold, v4's, v3 migrated to v4 as dsh does), ordered by the runtime's
 sequencing: duplicates (the bytes applied before at their seq) are counted
 and skipped, other bytes at an applied seq are a conflicting writer's and
@@ -39,7 +39,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import ConflictingWriterError, DeletedSessionError, DshError, InternalError, UnstorableError
-from dsh_core.folds import SessionFold, open_fold
+from dsh_core.formats import SessionFold, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,

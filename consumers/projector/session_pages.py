@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from dsh_core.jsonvalue import encode_json
-from dsh_core.v4.session import derive_message
+from dsh_core.formats.v4.session import derive_message
 
 __all__ = ["NAMING_TURNS", "PAGE_BYTES", "PREVIEW_CHARS", "page_of", "preview", "turn_of", "within"]
 

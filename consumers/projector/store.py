@@ -30,7 +30,7 @@ import psycopg
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DeletedSessionError, FencedError, UnstorableError
-from dsh_core.folds import SessionFold
+from dsh_core.formats import SessionFold
 from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 from dsh_core.jsonvalue import decode_json, dump_json
 

@@ -7,7 +7,7 @@ gap drops the rest of the log, unless a later row is a ``turn/end``, which
 makes it corruption); then each edge: :mod:`.v0_to_v1` (legacy shapes,
 inventory), :mod:`.v1_to_v2` (chunks into streams, seqs renumbered),
 :mod:`.v2_to_v3` (system prompt onto the surface) and dsh's v3→v4 edge with
-the v4 reading of the result (:class:`~.v3.V3Fold`). A refusal is dsh's
+the v4 reading of the result (:class:`~dsh_core.formats.v3.fold.V3Fold`). A refusal is dsh's
 ``unsupported-format`` (the source is intact, the chain cannot carry it);
 corrupt rows are ``corrupt-storage``.
 """
@@ -26,8 +26,7 @@ from ..storage.reader import read_lines
 from .v0_to_v1 import V0ToV1, decode_v0_row, refusal
 from .v1_to_v2 import ChunkRun, V1ToV2
 from .v2_to_v3 import V2ToV3
-from .catalog import catalog_children
-from .v3 import V3Fold
+from ..formats.v3.fold import V3Fold
 
 __all__ = ["MigratedLog", "migrate_v0_log"]
 
@@ -133,12 +132,11 @@ def migrate_v0_log(path: str | os.PathLike[str], children: list[dict[str, Any]])
     if v3_header.get("agentPreset") == "code":
         v3_header["agentPreset"] = "ptc"
     folder = Path(where).parent.name if generation_of(where) == 0 else None  # in dsh's layout: its id's folder
-    fold = V3Fold(where, folder=folder, keep=True)
+    fold = V3Fold(where, folder=folder, keep=True, children=children)
     fold.v4.source_version = 0
     fold.header_value({"type": "session", **{key: v3_header[key] for key in _HEADER_KEYS if key in v3_header}})
     for event in rows.v3_events:
         if not fold.event_line(encode_json(event)):
             raise refusal(f"the migrated event at seq {event['seq']} is not a v3 row dsh reads", version=0)
-    catalog_children(fold, children)
-    fold.finish()
+    fold.finish()  # the children catalogued first, as dsh's v3→v4 edge ends
     return MigratedLog(fold.header, fold.events)

@@ -5,8 +5,8 @@ dsh 0.2.1 migrates an older log on its first write open: it publishes a new
 one frame with every event. Its packaged 0.2.1rc2 binary cannot (its
 migration worker is missing from the executable), so a session a 0.1.x
 agent wrote cannot be continued by a 0.2.1rc2 agent. This writes that file
-from the log migrated as dsh migrates it (v0: :mod:`.v0`; v3:
-:class:`~dsh_core.v4.v3.V3Fold`), refusing a log it would refuse, with the
+from the log migrated as dsh migrates it (v0: :mod:`.chain`; v3:
+:class:`~dsh_core.formats.v3.fold.V3Fold`), refusing a log it would refuse, with the
 ``subagent/catalog`` entries dsh adds for the session's children in the
 same sessions root; it never replaces a file: the source stays, and an
 existing v4 file is left alone.
@@ -22,9 +22,11 @@ from ..errors import DshError, FormatUnsupportedError, PipelineError
 from ..jsonvalue import decode_json, encode_json
 from ..storage.framing import compress_frame
 from ..storage.layout import encode_segment, find_session_files, generation_of
-from ..storage.reader import header_line_of, load_session, read_events
-from .rows import encode_seq_ranges
-from .v0 import MigratedLog, migrate_v0_log
+from ..formats import FORMATS
+from ..loader import load_session, read_events
+from ..storage.reader import header_line_of
+from ..formats.v4.rows import encode_seq_ranges
+from .chain import MigratedLog, migrate_v0_log
 
 __all__ = ["V4_NAME", "children_of", "migrate", "migrated_log", "v4_file"]
 
@@ -45,9 +47,10 @@ def migrated_log(source: str | os.PathLike[str], candidates: Iterable[Path] | No
     every session file of its sessions root, as dsh looks."""
     source = Path(source)
     generation = generation_of(source)
-    if generation == 4:
+    if generation in FORMATS and FORMATS[generation].current:
         raise FormatUnsupportedError(f"{source}: a v4 log is current already; nothing to migrate")
-    if generation not in (0, 3):
+    edge = _EDGES.get(generation) if generation is not None else None
+    if edge is None:
         raise FormatUnsupportedError(f"{source}: migrate takes a v0 or v3 log in dsh's layout (session.jsonl[.zstd] "
                                      "or session.v3.jsonl[.zstd])")
     header = decode_json(header_line_of(source))
@@ -56,29 +59,38 @@ def migrated_log(source: str | os.PathLike[str], candidates: Iterable[Path] | No
     if candidates is None:  # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
         candidates = find_session_files(source.parent.parent.parent, refuse=lambda error: None) if in_layout else []
     children = children_of(candidates, session_id, _read_child) if in_layout else []
-    if generation == 0:
-        return migrate_v0_log(source, children)
+    return edge(source, children)
+
+
+def _migrate_loaded(source: Path, children: list[dict[str, Any]]) -> MigratedLog:
+    """A log whose fold migrates it as it reads (v3), with its ``children`` catalogued."""
     result = load_session(source, keep_migrated=True, children=children)
     if not result.accepted:
+        assert result.error is not None
         raise result.error
-    if result.migrated_events is None:
+    if result.migrated_events is None or result.header is None:
         raise FormatUnsupportedError(f"{source}: the file does not hold a v3 log")
     return MigratedLog(result.header, result.migrated_events)
+
+
+#: dsh's migration to the current format, by the generation a log's file name gives.
+_EDGES: dict[int, Callable[[Path, list[dict[str, Any]]], MigratedLog]] = {0: migrate_v0_log, 3: _migrate_loaded}
 
 
 def _read_child(path: Path) -> tuple[list[dict[str, Any]], int]:
     """A child's events as its own migration (or v4 read) gives them, and its
     inherited cut; its own children are not looked at."""
     generation = generation_of(path)
-    if generation == 0:
-        migrated = migrate_v0_log(path, [])
+    edge = _EDGES.get(generation) if generation is not None else None
+    if edge is not None:
+        migrated = edge(path, [])
         events, seeded = migrated.events, migrated.header.isSeeded
     else:
-        result = load_session(path, keep_migrated=True)
-        if not result.accepted:
+        result = load_session(path)
+        if not result.accepted or result.header is None:
+            assert result.error is not None
             raise result.error
-        events = result.migrated_events if result.migrated_events is not None else read_events(path)[1]
-        seeded = result.header.isSeeded
+        events, seeded = read_events(path)[1], result.header.isSeeded
     marks = [event["seq"] for event in events if event["type"] == "session/end-seed"
              and isinstance(event["data"], dict) and event["data"].get("inherited") is True]
     return events, (marks[-1] if seeded and marks else 0)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from ..errors import FormatUnsupportedError
 from ..jsonvalue import MAX_SAFE_INTEGER, encode_json
-from .v0_values import refusal
+from .v0_checks.values import refusal
 
 __all__ = ["ChunkRun", "V1ToV2"]
 

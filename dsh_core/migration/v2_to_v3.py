@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 from ..errors import FormatUnsupportedError
 from ..jsonvalue import is_safe_int
-from .v0_messages import content_blocks
+from .v0_checks.messages import content_blocks
 from .v0_to_v1 import refusal
-from .v0_values import ABSENT, js, js_keys
+from .v0_checks.values import ABSENT, js, js_keys
 
 __all__ = ["V2ToV3"]
 

@@ -38,7 +38,7 @@ from fastapi.templating import Jinja2Templates
 
 from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
 from consumers.projector.session_pages import PREVIEW_CHARS
-from dsh_core.v4.session import derive_message
+from dsh_core.formats.v4.session import derive_message
 from dsh_pipeline.transcript import format_time
 
 from .app import client_address, throttled

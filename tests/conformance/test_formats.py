@@ -26,8 +26,8 @@ import pytest
 
 from dsh_core.inspect import inspect_path
 from dsh_core.jsonvalue import thaw
-from dsh_core.v4.migrate import migrate, migrated_log
-from dsh_core.v4.wire import messages_body
+from dsh_core.migration.migrate import migrate, migrated_log
+from dsh_core.formats.v4.wire import messages_body
 from tests.conftest import canonical
 from tests.oracle import place_log
 

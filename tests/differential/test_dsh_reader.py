@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from dsh_core.inspect import inspect_path
-from dsh_core.storage.reader import read_events
-from dsh_core.v4.migrate import migrated_log, v4_file
+from dsh_core.loader import read_events
+from dsh_core.migration.migrate import migrated_log, v4_file
 from tests.conftest import canonical
 from tests.differential.test_v0_migration import dsh_lines, event_lines
 from tests.oracle import encode_segment, place_log, run_oracle

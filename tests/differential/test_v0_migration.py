@@ -24,8 +24,8 @@ from dsh_core.errors import DshError
 from dsh_core.inspect import inspect_path
 from dsh_core.jsonvalue import encode_json, thaw
 from dsh_core.storage.framing import frame_pieces, iter_frames
-from dsh_core.v4.migrate import migrated_log, v4_file
-from dsh_core.v4.rows import encode_seq_ranges
+from dsh_core.migration.migrate import migrated_log, v4_file
+from dsh_core.formats.v4.rows import encode_seq_ranges
 from tests.conftest import ROOT, corpus_logs, expected_of
 from tests.differential.test_simulated_logs import _write
 from tests.differential.v0_mutations import write_mutations

@@ -18,9 +18,9 @@ from consumers.projector import ViewStore
 from dsh_core.errors import DshError
 from dsh_core.jsonvalue import thaw
 from dsh_core.storage.layout import log_path
-from dsh_core.storage.reader import load_session, read_events
-from dsh_core.v4.header import parse_header
-from dsh_core.v4.migrate import V4_NAME, migrate, migrated_log, v4_file
+from dsh_core.loader import load_session, read_events
+from dsh_core.formats.v4.header import parse_header
+from dsh_core.migration.migrate import V4_NAME, migrate, migrated_log, v4_file
 from dsh_kafka.admin import cluster_id
 from producers.publisher import Publisher
 from producers.shipper import Destination, Shipper, ShipperConfig

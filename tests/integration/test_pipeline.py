@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from dsh_core.storage.reader import load_session, read_events
+from dsh_core.loader import load_session, read_events
 from dsh_core.storage.layout import find_session_files
 from producers.simulator import messages_digest
 from consumers.projector import ViewStore

@@ -23,45 +23,30 @@ Here every stage runs as each record arrives: the first failure of each
 stage is remembered, later stages stop folding once one failed, and the
 result picks the earliest stage. Nothing but the fold (and the open-turn
 state for repair) is held, so memory follows the derived history, not the
-file size. The storage reader (:mod:`dsh_core.storage.reader`) feeds it
+file size. The loader (:mod:`dsh_core.loader`) feeds it
 file lines; a consumer feeds it record values.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from .errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, ValidationError
-from .events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES, is_row
-from .jsonvalue import MAX_SAFE_INTEGER, bounded, decode_json, encode_json, float_hook
-from .session import SessionState
-from .session_header import SessionHeader, parse_header_line
-from .shapes import check_envelope, check_message_shape, check_retired
-from .storage.legacy import upgrade_event
-from .storage.records import ChunkRow, decode_row, decode_row_line
-from .storage.repair import OpenTurnTracker
-from .storage.seq_ranges import decode_source_seqs
+from ...errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, ValidationError
+from ...events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES, is_row
+from ...jsonvalue import MAX_SAFE_INTEGER, bounded, decode_json, encode_json, float_hook
+from ...session import SessionState
+from ...session_header import SessionHeader, parse_header_line
+from ...shapes import check_envelope, check_message_shape, check_retired
+from ..contract import FoldObserver
+from .legacy import upgrade_event
+from ...storage.records import ChunkRow, decode_row, decode_row_line
+from .repair import OpenTurnTracker
+from ...storage.seq_ranges import decode_source_seqs
 
-__all__ = ["FoldObserver", "StagedFold"]
-
-
-class FoldObserver(Protocol):
-    """Follows a load as it folds (only while no stage has failed).
-
-    ``before_event``/``after_event`` see every event of ``watched_types``
-    (others may be folded without building their payloads).
-    """
-
-    watched_types: frozenset[str]
-
-    def before_event(self, event: dict[str, Any], state: SessionState) -> None: ...
-
-    def after_event(self, event: dict[str, Any], state: SessionState) -> None: ...
-
-    def chunk_run(self, row: ChunkRow, state: SessionState) -> None: ...
+__all__ = ["StagedFold"]
 
 
 # Known types no upgrade touches, with no surface, header or context effect.
@@ -97,6 +82,9 @@ class StagedFold:
     refusal (``shape_error``, ``vocabulary_error``, ``repair_error``,
     ``validation_error``); :attr:`error` is the earliest stage's, if any.
     """
+
+    format_version: ClassVar[int] = 0
+    tolerates_defects: ClassVar[bool] = False
 
     def __init__(self, where: str, observer: FoldObserver | None) -> None:
         self.where = where
@@ -236,6 +224,16 @@ class StagedFold:
     def idle(self) -> bool:
         """Whether no turn is open."""
         return self.tracker.open_turn is None
+
+    @property
+    def event_count(self) -> int:
+        """The events folded: the stored ones (closers join at :meth:`finish`)."""
+        return self.count
+
+    @property
+    def migrated_events(self) -> None:
+        """A v0 log is read as it is: nothing migrated."""
+        return None
 
     def _fatal_defect(self) -> CorruptionError:
         issue = self._issue

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..errors import LegacyShapeError
-from ..jsonvalue import is_safe_int
+from ...errors import LegacyShapeError
+from ...jsonvalue import is_safe_int
 
 __all__ = ["legacy_message_id", "upgrade_event"]
 

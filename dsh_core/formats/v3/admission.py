@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CorruptionError, FormatUnsupportedError
-from ..jsonvalue import MAX_SAFE_INTEGER
-from .load import _show
-from .vocabulary import KNOWN_TYPES
+from ...errors import CorruptionError, FormatUnsupportedError
+from ...jsonvalue import MAX_SAFE_INTEGER
+from ..v4.fold import _show
+from ..v4.vocabulary import KNOWN_TYPES
 
 __all__ = ["V3_TYPES", "admit_row", "check_envelope"]
 

@@ -1,6 +1,6 @@
 """v3/v4 fold snapshots of layouts 1 and 2, which earlier builds pickled:
 read so that stored projector and auditor states resume, and written again
-in the current layout by the next save.
+in the current layout by the next save (:mod:`dsh_core.formats.snapshots`).
 
 A pickle names each class it builds by module path. :data:`MOVED_NAMES`
 maps every ``(module, name)`` those layouts hold to the class or value it
@@ -14,24 +14,26 @@ from __future__ import annotations
 
 import io
 import pickle
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
-from .analysis import AnalysisSnapshot, LogAnalysis
-from .errors import DecodeError
-from .fold import FoldObserver
-from .jsonvalue import FrozenDict, decode_json, freeze
-from .session_header import SessionHeader
-from .v4.lifecycle import Relationships, _Compaction
-from .v4.load import V4Fold
-from .v4.lookback import ToolsBySeq
-from .v4.relationships import ABSENT, NO_SOURCE
-from .v4.session import V4State, _Surface
-from .v4.snapshot import ERRORS
-from .v4.v3 import V3Fold
+from ...analysis import AnalysisSnapshot
+from ...errors import DecodeError
+from ...jsonvalue import FrozenDict, decode_json, freeze
+from ...session_header import SessionHeader
+from ..contract import SurfaceRows
+from ..v4 import snapshot as v4_snapshot
+from ..v4.lifecycle import Relationships, _Compaction
+from ..v4.fold import V4Fold
+from ..v4.lookback import ToolsBySeq
+from ..v4.relationships import ABSENT, NO_SOURCE
+from ..v4.session import V4State, _Surface
+from . import snapshot as v3_snapshot
+from .fold import V3Fold
+from .snapshot import ERRORS
 
-__all__ = ["MOVED_NAMES", "restore_pickled"]
+__all__ = ["MOVED_NAMES", "read_pickled"]
 
 #: Where layouts 1 and 2 (builds up to 72cba14 and a little after) found each class or value they name.
 MOVED_NAMES: dict[tuple[str, str], Any] = {
@@ -63,16 +65,22 @@ MOVED_NAMES: dict[tuple[str, str], Any] = {
     ("dsh_core.v4.rows", "RowError"): ERRORS["RowError"],
     ("dsh_core.v4.v3", "_Refusal"): ERRORS["V3MigrationRefusal"],
 }
+# The keys are what those pickles say, and never change; a module that moves (dsh_core.v4 became
+# dsh_core.formats.v4, v3 and migration) changes only the values' imports above.
+
+#: The folds those layouts held, saved as the current layout saves them.
+_SAVE: dict[type, Callable[[Any], Any]] = {V3Fold: v3_snapshot.save, V4Fold: v4_snapshot.save}
 
 #: How the observer and the left-out surface events were referred to.
 _OBSERVER, _SURFACE_EVENTS = "observer", "surface-events"
 
 
-def restore_pickled(body: bytes, where: str, observer: FoldObserver | None,
-                    surface_events: list[tuple[int, str, Any]] | None) -> V4Fold | V3Fold:
+def read_pickled(body: bytes, where: str,
+                 surface_events: SurfaceRows | None) -> tuple[Any, AnalysisSnapshot | None]:
     """The fold a layout 1 or 2 snapshot's ``body`` (after its first line)
-    holds. Raises :class:`DecodeError` naming ``where`` for a body that is
-    not one (a class outside :data:`MOVED_NAMES` included)."""
+    holds, as its current saved state, and its analysis. Raises
+    :class:`DecodeError` naming ``where`` for a body that is not one (a
+    class outside :data:`MOVED_NAMES` included)."""
     stream = io.BytesIO(body)
 
     class Unpickler(pickle.Unpickler):
@@ -84,7 +92,7 @@ def restore_pickled(body: bytes, where: str, observer: FoldObserver | None,
 
         def persistent_load(self, pid: Any) -> Any:
             if pid == _OBSERVER:
-                return observer
+                return None  # the caller's observer watches the fold restored from the saved state
             if pid == _SURFACE_EVENTS:
                 return {seq: (kind, freeze(data)) for seq, kind, data in surface_events or ()}
             raise pickle.UnpicklingError(f"unknown reference {pid!r}")
@@ -93,15 +101,14 @@ def restore_pickled(body: bytes, where: str, observer: FoldObserver | None,
         fold = Unpickler(stream).load()
     except Exception as exc:  # noqa: BLE001 - any failure means: not a snapshot this build reads
         raise DecodeError(f"{where}: not a fold snapshot: {type(exc).__name__}: {exc}") from None
-    if not isinstance(fold, (V4Fold, V3Fold)):
+    save = _SAVE.get(type(fold))
+    if save is None:
         raise DecodeError(f"{where}: not a fold snapshot: it holds a {type(fold).__name__}, not a v3/v4 fold")
-    fold.where = where
-    if isinstance(fold, V3Fold):
-        fold.v4.where = where
+    state = save(fold)
     rest = stream.read()
-    if isinstance(observer, LogAnalysis) and rest:
-        try:
-            observer.restore(msgspec.convert(decode_json(rest), AnalysisSnapshot))
-        except (DecodeError, msgspec.ValidationError) as exc:
-            raise DecodeError(f"{where}: not a fold snapshot: its analysis: {exc}") from None
-    return fold
+    if not rest:
+        return state, None
+    try:
+        return state, msgspec.convert(decode_json(rest), AnalysisSnapshot)
+    except (DecodeError, msgspec.ValidationError) as exc:
+        raise DecodeError(f"{where}: not a fold snapshot: its analysis: {exc}") from None

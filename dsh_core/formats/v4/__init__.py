@@ -1,20 +1,38 @@
-"""The session formats dsh writes after v0: v4 (dsh 0.2.x) and v3 (dsh 0.1.5),
-read exactly as dsh 0.2.1 reads them.
+"""The v4 session format (dsh 0.2.x), read exactly as dsh 0.2.1 reads it.
 
-A v4 log is read by :class:`~dsh_core.v4.load.V4Fold`, a v3 log by
-:class:`~dsh_core.v4.v3.V3Fold` (v3 migrated to v4 in memory, as dsh does);
-:func:`dsh_core.folds.open_fold` picks the fold from the header's version, so
-files and consumers read every format the same way. :func:`~dsh_core.v4.wire.messages_body`
-rebuilds the Messages request dsh sends at a boundary.
-
-Adding the next format: a header reader and a fold with ``header_value``,
-``event_line``, ``apply``, ``finish``, ``header``, ``state``, ``count``,
-``error`` and ``idle``, its version added to :mod:`dsh_core.folds`, and its
-releases' real logs with dsh's own reading of them under ``tests/fixtures``.
+A v4 log is read by :class:`~.fold.V4Fold`: rows admitted (:mod:`.admission`)
+and decoded (:mod:`.rows`), each event checked against the session
+(:mod:`.relationships`, :mod:`.lifecycle`, :mod:`.lookback`) and folded
+onto the surface (:mod:`.session`, images: :mod:`.images`). Its snapshot
+state is :mod:`.snapshot`; :func:`~.wire.messages_body` rebuilds the
+Messages request dsh sends at a boundary. docs/formats/v4.md.
 """
 
-from .load import V4_VERSIONS, V4Fold
-from .v3 import V3Fold
+from __future__ import annotations
+
+from typing import Any
+
+from ...storage.layout import log_name
+from ..contract import FoldObserver, FoldOptions, Format, SnapshotCodec
+from .fold import V4Fold
+from .header import parse_header
+from .snapshot import V4FoldState, restore, save
 from .wire import messages_body
 
-__all__ = ["V3Fold", "V4Fold", "V4_VERSIONS", "messages_body"]
+__all__ = ["STATE", "V4Fold", "format_record", "messages_body"]
+
+#: The fold's saved state (a Struct tagged ``v4``).
+STATE = V4FoldState
+
+
+def _open(parsed: Any, line: bytes, where: str, observer: FoldObserver | None, options: FoldOptions) -> V4Fold:
+    fold = V4Fold(where, observer, folder=options.folder)
+    fold.header_value(parsed)
+    return fold
+
+
+def format_record(snapshots: SnapshotCodec) -> Format:
+    """v4 as the registry lists it; its snapshots in the ``snapshots`` layout."""
+    return Format(version=4, name="v4", file_name=log_name("none", 4), open=_open, read_header=parse_header,
+                  wire="messages", current=True, state_type=V4FoldState, save=save, restore=restore,
+                  snapshots=snapshots)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import CorruptionError, FormatUnsupportedError
-from ..jsonvalue import MAX_SAFE_INTEGER
+from ...errors import CorruptionError, FormatUnsupportedError
+from ...jsonvalue import MAX_SAFE_INTEGER
 
 __all__ = ["AdmissionError", "admit_row", "message_slots"]
 

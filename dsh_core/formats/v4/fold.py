@@ -19,14 +19,14 @@ dsh's agent loop adds them when it continues the session.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 from msgspec import UNSET
 
-from ..errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, IdentityError, ValidationError
-from ..jsonvalue import decode_json, encode_json
-from ..session_header import SessionHeader
-from ..storage.layout import encode_segment
+from ...errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, IdentityError, ValidationError
+from ...jsonvalue import decode_json, encode_json
+from ...session_header import SessionHeader
+from ...storage.layout import encode_segment
 from .admission import admit_row, check_fork_result, check_retired_syntax, check_system_fields, check_tool_result
 from .header import parse_header
 from .lifecycle import Relationships
@@ -57,11 +57,13 @@ V4_VERSIONS = frozenset({3, 4})
 
 class V4Fold:
     """The staged load of a v3/v4 session, fed one stored line at a time
-    (see :mod:`dsh_core.storage.reader`). Each whole-log stage keeps its
+    (see :mod:`dsh_core.loader`). Each whole-log stage keeps its
     first refusal as the events arrive; :meth:`finish` raises the earliest
     stage's, as dsh, which runs them one after another, would. Only the
     fold's state is kept, so memory follows the derived history."""
 
+    format_version: ClassVar[int] = 4
+    tolerates_defects: ClassVar[bool] = False
     #: of a migrated log, the format it was migrated from (the v0 chain sets 0 on its fold)
     source_version = 3
 
@@ -70,7 +72,7 @@ class V4Fold:
         #: the session folder the log was read from (dsh's layout): it must be the header id's
         self.folder = folder
         self.observer = observer
-        #: fed by :class:`~dsh_core.v4.v3.V3Fold`: each event is a migrated v3 event, checked as
+        #: fed by :class:`~dsh_core.formats.v3.fold.V3Fold`: each event is a migrated v3 event, checked as
         #: dsh checks a migration's result, and a refusal is the migration's (unsupported-format)
         self.migrated = migrated
         self._artifact_error: DshError | None = None
@@ -170,6 +172,16 @@ class V4Fold:
     def idle(self) -> bool:
         """Whether no turn is open."""
         return self._relationships.turn is None
+
+    @property
+    def event_count(self) -> int:
+        """The events folded."""
+        return self.count
+
+    @property
+    def migrated_events(self) -> None:
+        """A v4 log is read as it is: nothing migrated."""
+        return None
 
     def migrated_event(self, event: dict[str, Any]) -> None:
         """Fold one event a migration produced (its seq is the next one)."""

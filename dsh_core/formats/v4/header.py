@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import CorruptionError
-from ..jsonvalue import MAX_SAFE_INTEGER
-from ..session_header import SessionHeader
+from ...errors import CorruptionError
+from ...jsonvalue import MAX_SAFE_INTEGER
+from ...session_header import SessionHeader
 
 __all__ = ["HEADER_KEYS", "parse_header"]
 

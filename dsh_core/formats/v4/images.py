@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import SurfaceError
-from ..jsonvalue import MAX_SAFE_INTEGER, FrozenDict, encode_json
+from ...errors import SurfaceError
+from ...jsonvalue import MAX_SAFE_INTEGER, FrozenDict, encode_json
 
 __all__ = ["IMAGE_EXTENSIONS", "ImageOffloadError", "offloaded_image_text", "project_offload"]
 

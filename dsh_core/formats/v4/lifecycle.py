@@ -7,14 +7,14 @@ by one matching ``tool/call`` and settled by one ``tool/result`` before its
 step ends; retries, compactions, titles and commands refer only to what
 they may. A log that ends inside a turn (a crash) keeps its open state:
 nothing is required of a tail. Refusals are
-:class:`~dsh_core.v4.relationships.RelationshipError` with dsh's text.
+:class:`~dsh_core.formats.v4.relationships.RelationshipError` with dsh's text.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..jsonvalue import MAX_SAFE_INTEGER, json_equal
+from ...jsonvalue import MAX_SAFE_INTEGER, json_equal
 from .lookback import NO_SOURCE, ToolsBySeq, check_title_sources
 from .relationships import ABSENT, RelationshipError, _array, _count, _earlier, _record, _text
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES

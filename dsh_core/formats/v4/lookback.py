@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonvalue import dump_json
+from ...jsonvalue import dump_json
 from .relationships import NO_SOURCE, RelationshipError, _array, _earlier, _record
 
 __all__ = ["NO_SOURCE", "ToolsBySeq", "check_title_sources"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CorruptionError
-from ..jsonvalue import MAX_SAFE_INTEGER
-from ..session_header import SessionHeader
+from ...errors import CorruptionError
+from ...jsonvalue import MAX_SAFE_INTEGER
+from ...session_header import SessionHeader
 from .admission import AdmissionError, check_developer_data, check_source
 from .vocabulary import KNOWN_TYPES
 

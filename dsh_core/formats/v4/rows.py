@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import CorruptionError
-from ..jsonvalue import MAX_SAFE_INTEGER
-from ..storage.seq_ranges import MAX_SOURCE_SEQS
+from ...errors import CorruptionError
+from ...jsonvalue import MAX_SAFE_INTEGER
+from ...storage.seq_ranges import MAX_SOURCE_SEQS
 
 __all__ = ["EVENT_KEYS", "decode_row", "decode_seq_ranges", "encode_seq_ranges"]
 

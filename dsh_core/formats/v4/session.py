@@ -16,8 +16,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..errors import CorruptionError, SurfaceError
-from ..jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze, json_equal
+from ...errors import CorruptionError, SurfaceError
+from ...jsonvalue import MAX_SAFE_INTEGER, FrozenDict, freeze, json_equal
 from .images import project_offload
 from .lookback import ToolsBySeq
 from .vocabulary import KNOWN_TYPES, SURFACE_TYPES

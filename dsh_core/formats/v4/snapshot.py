@@ -1,42 +1,41 @@
-"""A v3/v4 fold's state as explicit msgspec Structs, and back.
+"""A v4 fold's state as explicit msgspec Structs, and back.
 
-:func:`save` turns a :class:`~dsh_core.v4.load.V4Fold` or
-:class:`~dsh_core.v4.v3.V3Fold` into a :class:`FoldState` (tagged ``v4`` or
-``v3``), :func:`restore` builds the fold again; :mod:`dsh_core.fold_snapshot`
+:func:`save` turns a :class:`~dsh_core.formats.v4.fold.V4Fold` into a
+:class:`V4FoldState` (tagged ``v4``; a v3 fold's, :mod:`dsh_core.formats.v3.snapshot`,
+holds one), :func:`restore` builds the fold again; :mod:`dsh_core.formats.snapshots`
 writes it as JSON behind its layout line. Nothing in it names a module or a
 class: JSON values are saved as they are, the errors a fold keeps by the
 stable names of :data:`ERRORS`, and the markers
-:data:`~dsh_core.v4.relationships.ABSENT` and ``NO_SOURCE`` as what they
+:data:`~dsh_core.formats.v4.relationships.ABSENT` and ``NO_SOURCE`` as what they
 mean (an omitted field, a list of seqs).
 
 Evolution follows msgspec's rules: a new field gets a default and keeps
 reading older snapshots; a field is never renamed or given another meaning;
 an error class renamed keeps its key in :data:`ERRORS`. Anything else is a
-new layout of :mod:`dsh_core.fold_snapshot`.
+new layout of :mod:`dsh_core.formats.snapshots`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from ..errors import (CorruptionError, DecodeError, DshError, FormatUnsupportedError, IdentityError, SurfaceError,
+from ...errors import (CorruptionError, DecodeError, DshError, FormatUnsupportedError, IdentityError, SurfaceError,
                       ValidationError)
-from ..jsonvalue import dump_json, freeze
-from ..session_header import SessionHeader
+from ...jsonvalue import dump_json, freeze
+from ...session_header import SessionHeader
 from .admission import AdmissionError
 from .images import ImageOffloadError
 from .lifecycle import Relationships, _Compaction
-from .load import V4Fold
+from .fold import V4Fold
 from .lookback import NO_SOURCE, ToolsBySeq
 from .relationships import ABSENT, RelationshipError
 from .rows import RowError
 from .session import AdoptionError, V4State
-from .v3 import V3Fold, _Refusal
 
-__all__ = ["ERRORS", "FoldState", "restore", "save"]
+__all__ = ["ERRORS", "Error", "V4FoldState", "error_of", "exception_of", "restore", "save"]
 
 #: The errors a fold may keep, by the name its snapshot saves them under.
 ERRORS: dict[str, type[DshError]] = {
@@ -52,7 +51,6 @@ ERRORS: dict[str, type[DshError]] = {
     "AdmissionError": AdmissionError,
     "AdoptionError": AdoptionError,
     "RowError": RowError,
-    "V3MigrationRefusal": _Refusal,
 }
 _NAMES = {cls: name for name, cls in ERRORS.items()}
 
@@ -65,7 +63,7 @@ class Error(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Tools(msgspec.Struct, frozen=True):
-    """A :class:`~dsh_core.v4.lookback.ToolsBySeq`: each distinct toolset once."""
+    """A :class:`~dsh_core.formats.v4.lookback.ToolsBySeq`: each distinct toolset once."""
 
     toolsets: list[Any]
     by_seq: list[tuple[int, int]]  # (request/header seq, index into toolsets)
@@ -82,7 +80,7 @@ class Compaction(msgspec.Struct, frozen=True):
 
 
 class Lifecycle(msgspec.Struct, frozen=True):
-    """A :class:`~dsh_core.v4.lifecycle.Relationships`; maps are ``(key, value)`` lists, in order."""
+    """A :class:`~dsh_core.formats.v4.lifecycle.Relationships`; maps are ``(key, value)`` lists, in order."""
 
     turn: int | None
     step: int | None
@@ -110,7 +108,7 @@ class Lifecycle(msgspec.Struct, frozen=True):
 
 
 class Surface(msgspec.Struct, frozen=True):
-    """A :class:`~dsh_core.v4.session.V4State`; ``events`` ``None``: left out by the caller."""
+    """A :class:`~dsh_core.formats.v4.session.V4State`; ``events`` ``None``: left out by the caller."""
 
     session_id: str
     next_seq: int
@@ -125,7 +123,7 @@ class Surface(msgspec.Struct, frozen=True):
 
 
 class V4FoldState(msgspec.Struct, frozen=True, tag="v4", tag_field="format"):
-    """A :class:`~dsh_core.v4.load.V4Fold` (its observer is the caller's)."""
+    """A :class:`~dsh_core.formats.v4.fold.V4Fold` (its observer is the caller's)."""
 
     header: SessionHeader | None
     state: Surface | None
@@ -146,33 +144,18 @@ class V4FoldState(msgspec.Struct, frozen=True, tag="v4", tag_field="format"):
     admission_error: Error | None
 
 
-class V3FoldState(msgspec.Struct, frozen=True, tag="v3", tag_field="format"):
-    """A :class:`~dsh_core.v4.v3.V3Fold`: the v3 rows' edge and the v4 fold it feeds."""
-
-    v4: V4FoldState
-    count: int
-    line_no: int
-    mapping: list[int]
-    turn: int | None
-    step_open: bool
-    next_turn_spliced: bool
-    foreign_delivery: int | None
-    events: list[Any] | None  # every migrated event, when the fold keeps them
-    issue: Error | None
-    refusal: Error | None
-
-
-FoldState = V4FoldState | V3FoldState
-
-
 # ------------------------------------------------------------------ saving
 
 
-def _error(exc: DshError | None) -> Error | None:
+def error_of(exc: DshError | None, names: Mapping[type, str] = _NAMES) -> Error | None:
+    """``exc`` saved by the name ``names`` gives its class (or its nearest base)."""
     if exc is None:
         return None
-    cls = next(cls for cls in type(exc).__mro__ if cls in _NAMES)  # DshError itself is named
-    return Error(_NAMES[cls], exc.message)
+    cls = next(cls for cls in type(exc).__mro__ if cls in names)  # DshError itself is named
+    return Error(names[cls], exc.message)
+
+
+_error = error_of
 
 
 def _tools(tools: ToolsBySeq) -> Tools:
@@ -226,28 +209,26 @@ def _v4(fold: V4Fold, with_events: bool) -> V4FoldState:
         admission_error=_error(fold._admission_error))
 
 
-def save(fold: V4Fold | V3Fold, with_surface_events: bool = True) -> FoldState:
+def save(fold: V4Fold, with_surface_events: bool = True) -> V4FoldState:
     """The state of ``fold``; without ``with_surface_events`` the data of the
     current surface events is left out."""
-    if isinstance(fold, V4Fold):
-        return _v4(fold, with_surface_events)
-    return V3FoldState(
-        v4=_v4(fold.v4, with_surface_events), count=fold.count, line_no=fold._line_no, mapping=list(fold._mapping),
-        turn=fold._turn, step_open=fold._step_open, next_turn_spliced=fold._next_turn_spliced,
-        foreign_delivery=fold._foreign_delivery, events=fold.events, issue=_error(fold._issue),
-        refusal=_error(fold._refusal))
+    return _v4(fold, with_surface_events)
 
 
 # ------------------------------------------------------------------ restoring
 
 
-def _exception(saved: Error | None) -> Any:
+def exception_of(saved: Error | None, errors: Mapping[str, type[DshError]] = ERRORS) -> Any:
+    """The error :func:`error_of` saved, of the class ``errors`` names."""
     if saved is None:
         return None
-    cls = ERRORS.get(saved.kind)
+    cls = errors.get(saved.kind)
     if cls is None:  # a later build's, or a renamed class whose old name was not kept
         raise FormatUnsupportedError(f"it keeps an error of unknown kind {saved.kind!r}")
     return cls(saved.message)
+
+
+_exception = exception_of
 
 
 def _tools_by_seq(saved: Tools) -> ToolsBySeq:
@@ -310,19 +291,11 @@ def _fold(saved: V4FoldState, where: str, observer: Any,
     return fold
 
 
-def restore(saved: FoldState, where: str, observer: Any,
-            surface_events: list[tuple[int, str, Any]] | None = None) -> V4Fold | V3Fold:
+def restore(saved: V4FoldState, where: str, observer: Any,
+            surface_events: list[tuple[int, str, Any]] | None = None) -> V4Fold:
     """The fold :func:`save` saved, named ``where`` and watched by
     ``observer``; ``surface_events`` gives the ``(seq, type, data)`` rows a
     state saved without them left out. Raises :class:`FormatUnsupportedError`
     for an error name :data:`ERRORS` lacks and :class:`DecodeError` for a
     state that contradicts itself (the caller names where)."""
-    if isinstance(saved, V4FoldState):
-        return _fold(saved, where, observer, surface_events)
-    fold = V3Fold(where, observer, folder=saved.v4.folder)
-    fold.v4 = _fold(saved.v4, where, observer, surface_events)
-    fold.count, fold._line_no, fold._mapping, fold._turn = saved.count, saved.line_no, saved.mapping, saved.turn
-    fold._step_open, fold._next_turn_spliced = saved.step_open, saved.next_turn_spliced
-    fold._foreign_delivery, fold.events = saved.foreign_delivery, saved.events
-    fold._issue, fold._refusal = _exception(saved.issue), _exception(saved.refusal)
-    return fold
+    return _fold(saved, where, observer, surface_events)

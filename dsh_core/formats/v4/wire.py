@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-from ..errors import DecodeError, ValidationError
-from ..jsonvalue import bounded
+from ...errors import DecodeError, ValidationError
+from ...jsonvalue import bounded
 from .images import IMAGE_EXTENSIONS, offloaded_image_text
 
 __all__ = ["DEFAULT_MAX_TOKENS", "WireError", "messages_body"]

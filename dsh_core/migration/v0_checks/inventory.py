@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import FormatUnsupportedError
-from .v0_messages import content_blocks, failure, goal_change, message, token_usage
-from .v0_records import (allowed_models, model_route, schedule_change, search_body, subagent_descriptor, team_member,
+from ...errors import FormatUnsupportedError
+from .messages import content_blocks, failure, goal_change, message, token_usage
+from .records import (allowed_models, model_route, schedule_change, search_body, subagent_descriptor, team_member,
                          team_message, team_task, title_source, todo, tool_error)
-from .v0_values import (ABSENT, COORDS, Step, array, array_of, before, boolean, count, each, earlier, exact,
+from .values import (ABSENT, COORDS, Step, array, array_of, before, boolean, count, each, earlier, exact,
                         finite, js, js_keys, keys, lossless, need, nonempty, nonnegative, one_of, opt, positive, record,
                         refusal, safe_integer, seq_array, seqs, string, whole)
 

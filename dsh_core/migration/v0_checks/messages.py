@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..jsonvalue import json_equal
-from .v0_values import (ABSENT, Check, array, boolean, count, exact, finite, js, js_keys, keys, nonempty, one_of,
+from ...jsonvalue import json_equal
+from .values import (ABSENT, Check, array, boolean, count, exact, finite, js, js_keys, keys, nonempty, one_of,
                         positive, record, refusal, safe_integer, string)
 
 __all__ = ["SOURCES", "content_blocks", "failure", "goal_change", "message", "message_source", "token_usage"]

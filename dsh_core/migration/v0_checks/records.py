@@ -9,8 +9,8 @@ import re
 from datetime import date
 from typing import Any
 
-from .v0_messages import content_blocks
-from .v0_values import ABSENT, array, exact, keys, nonempty, one_of, positive, record, refusal, string
+from .messages import content_blocks
+from .values import ABSENT, array, exact, keys, nonempty, one_of, positive, record, refusal, string
 
 __all__ = ["allowed_models", "model_route", "schedule_change", "search_body", "subagent_descriptor", "team_member",
            "team_message", "team_task", "title_source", "todo", "tool_error"]

@@ -15,8 +15,8 @@ import math
 import re
 from typing import Any, Callable
 
-from ..errors import FormatUnsupportedError
-from ..jsonvalue import encode_json, is_safe_int
+from ...errors import FormatUnsupportedError
+from ...jsonvalue import encode_json, is_safe_int
 
 __all__ = [
     "ABSENT", "COORDS", "EDGE", "Check", "Step", "array", "array_of", "before", "boolean", "count", "each",

@@ -15,7 +15,7 @@ import pytest
 
 from dsh_core.storage.layout import find_session_files
 from consumers.projector.store_reader import StoreReader
-from dsh_core.storage.reader import load_session
+from dsh_core.loader import load_session
 from dsh_core.jsonvalue import encode_json
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER

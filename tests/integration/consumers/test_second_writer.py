@@ -19,7 +19,7 @@ from consumers.archiver.files import existing_file
 from consumers.projector import ViewStore
 from consumers.projector.reader import SessionFilter
 from consumers.projector.store_reader import StoreReader
-from dsh_core.storage.reader import read_events
+from dsh_core.loader import read_events
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord
 from producers.publisher import Publisher
 from dsh_kafka.admin import cluster_id

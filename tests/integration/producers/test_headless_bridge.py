@@ -27,8 +27,8 @@ from consumers.projector import ViewStore
 from dsh_core.errors import RuntimeDiedError
 from dsh_core.inspect import inspect_path
 from dsh_core.jsonvalue import thaw
-from dsh_core.storage.reader import load_session
-from dsh_core.v4.wire import messages_body
+from dsh_core.loader import load_session
+from dsh_core.formats.v4.wire import messages_body
 from dsh_kafka.config import Secret
 from dsh_pipeline.dsh_runtimes import runtime_executable
 from producers.asgi_server import AsgiServer

@@ -16,7 +16,7 @@ import pytest
 from dsh_core.analysis import LogAnalysis
 from dsh_kafka.config import Secret
 from dsh_kafka.records import decode_kafka_record
-from dsh_core.storage.reader import load_session, read_events
+from dsh_core.loader import load_session, read_events
 from dsh_core.storage.records import decode_row
 from dsh_core.jsonvalue import decode_json
 from dsh_core.errors import RuntimeDiedError

@@ -23,7 +23,7 @@ from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig
 from dsh_core.errors import Category, DecodeError, DshError
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.loader import load_session_bytes
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_from_line
 from tests.conftest import corpus_logs, expected_of
 from tests.policy_driver import KAFKA, NAMES, fetched, run_batch

@@ -10,7 +10,7 @@ from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from dsh_core.storage.layout import find_session_files
-from dsh_core.storage.reader import load_session
+from dsh_core.loader import load_session
 from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, KIND_RECORD, SessionRecord
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs, fetched, run_batch

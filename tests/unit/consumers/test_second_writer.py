@@ -14,7 +14,7 @@ import json
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig, ViewStore
-from dsh_core.folds import read_header
+from dsh_core.formats import read_header
 from dsh_core.storage.layout import find_session_files
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, writer_of
 from producers.session_tail import Position, SessionTail

@@ -24,8 +24,8 @@ from consumers.auditor.findings import lossless_problem
 from consumers.projector import Projection, ProjectorConfig
 from dsh_core.errors import CorruptionError, DecodeError
 from dsh_core.jsonvalue import MAX_DEPTH, check_depth, decode_json
-from dsh_core.storage.reader import load_session_bytes
-from dsh_core.v4.wire import WireError, messages_body
+from dsh_core.loader import load_session_bytes
+from dsh_core.formats.v4.wire import WireError, messages_body
 from dsh_core.wire_request import normalize
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord
 from tests.conftest import corpus_logs, expected_of

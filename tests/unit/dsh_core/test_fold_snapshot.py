@@ -7,11 +7,11 @@ import pytest
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DecodeError, FormatUnsupportedError
-from dsh_core.fold import StagedFold
+from dsh_core.formats.v0.fold import StagedFold
 from dsh_core.fold_snapshot import FOLD_SNAPSHOT_VERSION, restore_fold, snapshot_fold
 from dsh_core.jsonvalue import decode_json, dump_json, encode_json
 from dsh_core.session_header import SessionHeader
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.loader import load_session_bytes
 from dsh_core.storage.records import encode_records
 from tests.conftest import corpus_logs
 from tests.unit.helpers import assistant, header_data, tool_result, user

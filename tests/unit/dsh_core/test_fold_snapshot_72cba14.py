@@ -13,7 +13,7 @@ import zstandard
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.fold_snapshot import V4_SNAPSHOT_LAYOUT, V4_SNAPSHOT_MAGIC, restore_fold, snapshot_fold
-from dsh_core.folds import open_fold
+from dsh_core.formats import open_fold
 from dsh_core.jsonvalue import encode_json
 from tests.unit.dsh_core.test_fold_snapshot_v4 import FIXTURES, stored_lines
 

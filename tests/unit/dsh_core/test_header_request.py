@@ -11,7 +11,7 @@ from dsh_core.jsonvalue import canonical_json, encode_json, sha256_jcs
 from dsh_core.request import MessagesDigest, build_request, request_digest, request_frame
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.loader import load_session_bytes
 from dsh_core.storage.records import encode_records
 from tests.unit.helpers import Clock, assistant, header_data, new_log, user
 

@@ -206,7 +206,7 @@ def test_logs_outside_dsh_layout_are_layout_errors_that_say_the_layout(tmp_path)
 
 def test_lay_out_copies_logs_where_dsh_keeps_them_and_never_overwrites(tmp_path):
     from dsh_core.errors import LayoutError
-    from dsh_core.storage.lay_out import lay_out
+    from dsh_core.lay_out import lay_out
 
     log, expected = _honest_log()
     source = tmp_path / "exported" / "anything.jsonl"

@@ -12,7 +12,7 @@ import pytest
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig
-from dsh_core.folds import open_fold
+from dsh_core.formats import open_fold
 from dsh_core.storage.layout import find_session_files, generation_of
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD
 from dsh_pipeline.ground_truth import compare

@@ -9,7 +9,7 @@ import pytest
 
 from consumers.archiver import ArchiverConfig, archiver_service
 from dsh_kafka.records import KIND_RECORD
-from dsh_core.storage.reader import load_session
+from dsh_core.loader import load_session
 from dsh_core.storage.layout import find_session_files
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests.integration.handover import hand_over
@@ -112,7 +112,7 @@ def test_a_file_removed_under_the_archiver_lets_its_session_go_not_the_service(k
 
 
 def test_sessions_of_a_header_alone_are_archived_and_stay(kafka, topics, group_id, tmp_path):
-    from dsh_core.folds import read_header
+    from dsh_core.formats import read_header
     from dsh_core.storage.reader import header_line_of
     from dsh_kafka.records import header_record
     from tests.conftest import corpus_logs

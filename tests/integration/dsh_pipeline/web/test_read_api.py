@@ -19,7 +19,7 @@ from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
 from consumers.projector.store_reader import StoreReader
 from dsh_pipeline.web import read_api
 from producers.asgi_server import AsgiServer
-from dsh_core.v4.session import derive_message
+from dsh_core.formats.v4.session import derive_message
 from producers.simulator import FaultPlan, SimulatorConfig, messages_digest
 from tests.integration.test_pipeline import expected_findings
 from tests.integration.consumers.projector.test_projector import publish_fleet, run_until

@@ -9,8 +9,8 @@ import logging
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.archiver.files import existing_file
 from dsh_core.storage.layout import find_session_files, generation_of
-from dsh_core.storage.reader import load_session, read_events
-from dsh_core.v4.migrate import V4_NAME, migrated_log, v4_file
+from dsh_core.loader import load_session, read_events
+from dsh_core.migration.migrate import V4_NAME, migrated_log, v4_file
 from producers.session_tail import Position, SessionTail
 from producers.simulator import SimulatorConfig, messages_digest, simulate_session
 from tests.conftest import corpus_logs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from dsh_core.analysis import LogAnalysis, header_change
-from dsh_core.storage.reader import load_session
+from dsh_core.loader import load_session
 from producers.session_tail import Position, SessionTail
 from tests.conftest import corpus_logs
 from tests.layout_helpers import place

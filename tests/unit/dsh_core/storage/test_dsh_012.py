@@ -12,7 +12,7 @@ import pytest
 
 from dsh_core.errors import DecodeError
 from dsh_core.storage.framing import frame_pieces, iter_frames
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.loader import load_session_bytes
 from dsh_core.storage.seq_ranges import MAX_SOURCE_SEQS, decode_source_seqs
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "dsh-0.1.2"

@@ -20,7 +20,7 @@ from dsh_core.jsonvalue import _write, canonical_json, decode_json, encode_json,
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import compress_frame
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.loader import load_session_bytes
 from dsh_core.storage.records import decode_row, encode_records
 from tests.conftest import canonical
 from tests.strategies import mutated_logs, session_logs

@@ -11,9 +11,9 @@ from dsh_core.jsonvalue import encode_json
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import compress_frame
 from dsh_core.storage.layout import encode_segment, find_session_files, log_path, project_key
-from dsh_core.storage.reader import load_session, load_session_bytes
+from dsh_core.loader import load_session, load_session_bytes
 from dsh_core.storage.records import decode_row, decode_row_line, encode_records, pack_chunk_runs
-from dsh_core.storage.repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
+from dsh_core.formats.v0.repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
 from dsh_core.storage.writer import SessionFileWriter, commit_repair, encode_batch
 from tests.unit.helpers import assistant
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from dsh_core.errors import DshError
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.loader import load_session_bytes
 from tests.conftest import corpus_logs, expected_of
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from dsh_core.inspect import inspect_path
-from dsh_core.v4.migrate import migrate
-from dsh_core.v4.wire import messages_body
+from dsh_core.migration.migrate import migrate
+from dsh_core.formats.v4.wire import messages_body
 from dsh_pipeline.dsh_runtimes import runtime_executable
 from tests.conftest import ROOT, canonical
 from tests.oracle import place_log

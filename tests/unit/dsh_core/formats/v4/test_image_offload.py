@@ -9,11 +9,11 @@ import pytest
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
-from dsh_core.folds import open_fold
+from dsh_core.formats import open_fold
 from dsh_core.jsonvalue import encode_json, thaw
-from dsh_core.storage.reader import load_session_bytes
-from dsh_core.v4.images import ImageOffloadError
-from dsh_core.v4.wire import WireError, messages_body
+from dsh_core.loader import load_session_bytes
+from dsh_core.formats.v4.images import ImageOffloadError
+from dsh_core.formats.v4.wire import WireError, messages_body
 from tests.oracle.image_logs import IMAGE_MUTATIONS, image_log
 
 SOURCE = "/sessions/p/session-hand-images/session.v4.jsonl.zstd"

@@ -18,9 +18,9 @@ import pytest
 import zstandard
 
 from dsh_core.storage.framing import compress_frame
-from dsh_core.storage.reader import load_session_bytes
+from dsh_core.loader import load_session_bytes
 
-FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[4] / "fixtures"
 LOGS = sorted([*FIXTURES.glob("dsh-0.2.1/*.v4.jsonl.zstd"), *FIXTURES.glob("dsh-0.1.5/*.v3.jsonl.zstd")])
 VALUES = [None, True, 0, -1, 2**60, 1.5, "", "x", [], {}, [1, [2, 3]], {"a": 1}, "plugin", {"kind": "plugin"},
           {"op": "replace", "start": 0, "end": 1}]

@@ -4,7 +4,7 @@ given as plain JSON values or as the log's frozen ones."""
 from __future__ import annotations
 
 from dsh_core.jsonvalue import freeze
-from dsh_core.v4.wire import messages_body
+from dsh_core.formats.v4.wire import messages_body
 
 HEADER = {"config": {"provider": "deepseek", "model": "m", "reasoningEffort": "high"},
           "tools": [{"name": "ls", "description": "List files", "parameters": {"type": "object"}}]}

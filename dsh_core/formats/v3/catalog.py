@@ -2,7 +2,7 @@
 
 Migrating a parent, dsh 0.2.1 lists every session of the root whose header
 names it as ``parentSession`` with ``origin: "subagent"`` (see
-:func:`~.migrate.children_of`), reads each child, and its v3→v4 edge ends
+:func:`dsh_core.migration.migrate.children_of`), reads each child, and its v3→v4 edge ends
 the parent's log with one ``subagent/catalog`` per child not catalogued
 yet: from the child's single own ``subagent/descriptor`` (``mode``,
 ``label``), or ``mode: "unknown"`` when the child cannot be read or has no
@@ -13,19 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import FormatUnsupportedError
-from .v3 import V3Fold
+from ...errors import FormatUnsupportedError
+from ..v4.fold import V4Fold
 
 __all__ = ["catalog_children", "child_catalog_entry"]
 
 
-def catalog_children(fold: V3Fold, children: list[dict[str, Any]]) -> None:
+def catalog_children(v4: V4Fold, events: list[dict[str, Any]], children: list[dict[str, Any]]) -> None:
     """dsh's v3→v4 edge at the end of a migration: a ``subagent/catalog``
     for each child session (``{childId, childCreatedAt, descriptors}``,
-    see :func:`~.migrate.children_of`) the log does not catalogue yet
-    (after its inherited cut). ``fold`` keeps its events (``keep``); the entries join them."""
+    see :func:`dsh_core.migration.migrate.children_of`) the log does not
+    catalogue yet (after its inherited cut), folded by ``v4`` and joining
+    the migrated ``events``."""
     catalogued: dict[Any, Any] = {}
-    for event in fold.events:
+    for event in events:
         if event["type"] == "session/end-seed" and isinstance(event["data"], dict) \
                 and event["data"].get("inherited") is True:
             catalogued.clear()
@@ -40,9 +41,9 @@ def catalog_children(fold: V3Fold, children: list[dict[str, Any]]) -> None:
                 raise FormatUnsupportedError(f"Session {child['childId']} conflicts with its parent catalog")
             continue
         catalogued[child["childId"]] = entry
-        event = {"type": "subagent/catalog", "seq": fold.v4.count, "time": fold.v4.state.last_time, "data": entry}
-        fold.v4.migrated_event(event)
-        fold.events.append(event)
+        event = {"type": "subagent/catalog", "seq": v4.count, "time": v4.state.last_time, "data": entry}
+        v4.migrated_event(event)
+        events.append(event)
 
 
 def child_catalog_entry(child: dict[str, Any]) -> dict[str, Any]:
