@@ -36,9 +36,6 @@ from dsh_core.jsonvalue import encode_json
 
 __all__ = ["FORMATS", "Block", "SimulatedLog", "V0Log", "V4Log", "open_log"]
 
-#: The format versions a fleet can be simulated in.
-FORMATS = (0, 3, 4)
-
 
 @dataclass(frozen=True)
 class Block:
@@ -365,8 +362,16 @@ def _compaction(log: SimulatedLog, compaction_id: str, shadowed: list[int], mess
 
 def open_log(version: int, session_id: str, created_at: int, cwd: str, clock: Callable[[], int]) -> SimulatedLog:
     """A new simulated session log of format ``version`` (one of :data:`FORMATS`)."""
-    if version == 0:
-        return V0Log(session_id, created_at, cwd, clock)
-    if version in (3, 4):
-        return V4Log(session_id, created_at, cwd, clock, version)
+    if version in _LOGS:
+        return _LOGS[version](session_id, created_at, cwd, clock, version)
     raise ValueError(f"no simulated format v{version}; formats are {', '.join(map(str, FORMATS))}")
+
+
+#: The simulated log of each format: (session id, createdAt, cwd, clock, version).
+_LOGS: dict[int, Callable[[str, int, str, Callable[[], int], int], SimulatedLog]] = {
+    0: lambda session_id, created_at, cwd, clock, version: V0Log(session_id, created_at, cwd, clock),
+    3: V4Log,
+    4: V4Log,
+}
+#: The format versions a fleet can be simulated in.
+FORMATS = tuple(_LOGS)

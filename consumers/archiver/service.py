@@ -35,7 +35,7 @@ from pathlib import Path
 from prometheus_client import Counter
 
 from dsh_core.errors import DeletedSessionError, DshError
-from dsh_core.formats import read_header
+from dsh_core.formats import format_for, read_header
 from dsh_core.session_header import SessionHeader
 from dsh_core.storage.layout import Compression, generation_of
 from dsh_core.storage.reader import header_line_of
@@ -158,7 +158,7 @@ class Archive(Policy[ArchivedSession]):
             self._changed[session_id] = session
 
     def _copied(self, header: SessionHeader) -> bool:
-        return self.config.v4_copies and header.version != 4
+        return self.config.v4_copies and not format_for(header.version).current
 
     def _stored_digest(self, session_id: str, seq: int) -> AppliedDigest | None:
         return applied_digest(self.store.connection, session_id, seq)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dsh_core.errors import DecodeError, DshError, HeldLimitError
-from dsh_core.formats import SessionFold, open_fold
+from dsh_core.formats import SessionFold, format_of, open_fold
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.invariants import InvariantChecker
 from dsh_core.jsonvalue import decode_json, dump_json, thaw
@@ -116,7 +116,7 @@ class AuditedSession:
 
     def _request(self, boundary: Boundary, state: Any) -> None:
         """A boundary no worker attestation covers: for the gateway's."""
-        self.wire.boundary(logged_request(self.fold.header.version, boundary, state, self.clock))
+        self.wire.boundary(logged_request(format_of(self.fold), boundary, state, self.clock))
 
     def wire_attestation(self, arrival: int, value: bytes, timestamp: int) -> None:
         """A gateway's attestation of the ``arrival``-th request it forwarded

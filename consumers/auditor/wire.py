@@ -40,7 +40,7 @@ from dsh_core.chat_wire import chat_completions_body
 from dsh_core.errors import ValidationError
 from dsh_core.jsonvalue import thaw
 from dsh_core.request import Boundary
-from dsh_core.formats.v4.wire import messages_body
+from dsh_core.formats import Format, messages_body
 from dsh_core.wire_request import ALGORITHM, RAW_ALGORITHM, differences, normalize, request_parts, wire_digest
 
 from .findings import Report
@@ -55,9 +55,6 @@ _LIMIT = 256
 _RECENT = 32
 #: The wire each format's runtime speaks, where its requests can be rebuilt
 #: (v3, written by 0.1.5, speaks chat completions in a shape not rebuilt here).
-_WIRES = {0: "chat-completions", 4: "messages"}
-
-
 @dataclass
 class Logged:
     """A request boundary no worker attestation covers."""
@@ -92,15 +89,15 @@ class _Sent:
         return f"request {self.arrival} through gateway {self.gateway} ({self.wire}, {status}, {self.outcome})"
 
 
-def logged_request(version: int, boundary: Boundary, state: Any, timestamp: int) -> Logged:
-    """The request a dsh runtime of the log's format sends at ``boundary``,
-    rebuilt from the prefix (``state``) in ``dsh-request/1`` form."""
-    wire = _WIRES.get(version)
+def logged_request(log_format: Format, boundary: Boundary, state: Any, timestamp: int) -> Logged:
+    """The request a dsh runtime of the log's format sends at ``boundary``
+    (on its format's wire), rebuilt from the prefix (``state``) in ``dsh-request/1`` form."""
+    wire = log_format.wire
     problem = None
     if state.header is None:
         problem = "no request header in force"
     elif wire is None:
-        problem = f"requests of format v{version} are not rebuilt on the wire"
+        problem = f"requests of format v{log_format.version} are not rebuilt on the wire"
     else:
         try:
             header, messages = thaw(state.header), thaw(state.messages())
