@@ -19,7 +19,7 @@ test: setup reference kafka-jars prometheus postgres chromium docs
 # The unit tier alone: no broker, no servers; the contributor's fast loop,
 # spread over the machine's cores (pytest-xdist: one worker per core).
 check: setup
-	$(VPY) -m pytest tests/unit tests/docs -q -n auto
+	$(VPY) -m pytest tests/unit tests/contract tests/docs -q -n auto
 
 # The documentation site (Sphinx), warnings as errors.
 docs: setup
