@@ -1,7 +1,7 @@
 """What a loaded log says: turns, requests, token usage, request header
 changes (a fold observer).
 
-:class:`LogAnalysis` follows a load (see :mod:`dsh_core.fold`) and
+:class:`LogAnalysis` follows a load (see :mod:`dsh_core.formats.v0.fold`) and
 collects the per-turn outcomes, every request attempt with its
 reconstruction inputs, token usage by model, and what each
 ``request/header`` event changed (:func:`header_change`). With ``keep_requests``

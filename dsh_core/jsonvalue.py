@@ -31,6 +31,7 @@ __all__ = [
     "MAX_DEPTH",
     "STORED_DEPTH",
     "check_depth",
+    "dump_json",
     "bounded",
     "FrozenDict",
     "is_safe_int",

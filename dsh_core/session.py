@@ -3,7 +3,7 @@
 :class:`SessionState` is the one place where an event is checked against the
 seed/load rules (envelope, retired vocabulary, request header, message shape,
 seq contiguity, surface) and folded into surface, derived history, request
-header and request context. The staged fold (:mod:`dsh_core.fold`, behind
+header and request context. The staged fold (:mod:`dsh_core.formats.v0.fold`, behind
 loads and consumers) and :class:`SessionLog` drive it; neither keeps a second
 copy of these rules.
 """

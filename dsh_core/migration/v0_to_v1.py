@@ -10,7 +10,7 @@ reason refused, a pre-react-loop ``turn/start`` and ``turn/end`` upgraded,
 and compactions without ids given dsh's legacy ids, messages stored before
 ids wrapped (a replacing legacy tool result takes the id of the message it
 replaces) — and checks every event but ``assistant/chunk`` against dsh's
-frozen v0 inventory (:mod:`.v0_inventory`: the member sets, then every
+frozen v0 inventory (:mod:`.v0_checks.inventory`: the member sets, then every
 nested per-type check).
 """
 

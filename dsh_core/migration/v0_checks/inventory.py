@@ -7,12 +7,12 @@ be version 3, the ``data`` members must be the type's required and optional
 ones, an opaque member must be lossless JSON, and then the nested checks of
 dsh's ``assertReleasedPayloadSemantics`` run. Those are a table
 (:data:`PAYLOAD`): per type, its steps in dsh's order, so the first failure
-is dsh's; a step checks one member (:func:`~.v0_values.need`,
-:func:`~.v0_values.opt`, :func:`~.v0_values.each`) or the whole payload.
-Messages and what they carry are checked by :mod:`.v0_messages`; turn
+is dsh's; a step checks one member (:func:`~.values.need`,
+:func:`~.values.opt`, :func:`~.values.each`) or the whole payload.
+Messages and what they carry are checked by :mod:`.messages`; turn
 ends and request headers here; the records in schedules, titles,
-subagents, teams and search requests by :mod:`.v0_records`; the primitives
-are :mod:`.v0_values`. Every failure is dsh's text and its category
+subagents, teams and search requests by :mod:`.records`; the primitives
+are :mod:`.values`. Every failure is dsh's text and its category
 (``unsupported-format``).
 """
 

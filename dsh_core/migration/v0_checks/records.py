@@ -1,6 +1,6 @@
 """dsh 0.2.1's released-v0 checks of the records some payloads carry:
 schedules, title sources, subagent descriptors, teams, search requests,
-todo items and tool errors (the inventory table, :mod:`.v0_inventory`,
+todo items and tool errors (the inventory table, :mod:`.inventory`,
 calls them), each failing with dsh's text (``unsupported-format``)."""
 
 from __future__ import annotations

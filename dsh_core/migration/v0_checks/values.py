@@ -4,7 +4,7 @@ The primitives of dsh's released-v0 payload validation (``releasedV0Record``,
 ``assertReleasedV0Keys``, ``stringValue``, ``countValue``, ``literalValue``,
 ``arrayValue``…), each raising dsh's text as the v0→v1 edge refuses it
 (:func:`refusal`, ``unsupported-format``), and the steps the inventory table
-(:mod:`.v0_inventory`) is written in. A missing member is :data:`ABSENT`
+(:mod:`.inventory`) is written in. A missing member is :data:`ABSENT`
 (JavaScript's ``undefined``), so a check of it fails as dsh's does. JSON
 ``-0`` decodes to ``0`` here, so dsh's refusal of ``-0`` counts is not seen.
 """

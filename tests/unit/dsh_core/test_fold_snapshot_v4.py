@@ -168,8 +168,9 @@ def test_a_malformed_snapshot_is_named_with_its_session():
     with pytest.raises(DecodeError, match=r"^session 's': not a fold snapshot: Object missing required field `count` - "
                                           r"at `\$.fold`$"):
         restore_fold(blob.replace(b'"count":', b'"counted":', 1), "session 's'", None)
-    with pytest.raises(DecodeError, match=r"^session 's': not a fold snapshot: Invalid value 'v5' - at `\$.fold.format`"):
-        restore_fold(blob.replace(b'"format":"v4"', b'"format":"v5"', 1), "session 's'", None)
+    # a format no build lists (a later build's snapshot of a format this one does not read)
+    with pytest.raises(DecodeError, match=r"^session 's': not a fold snapshot: Invalid value 'v999' - at `\$.fold.format`"):
+        restore_fold(blob.replace(b'"format":"v4"', b'"format":"v999"', 1), "session 's'", None)
     fold.apply(lines[1].replace(b'"type":"', b'"type":"x-unknown/', 1))
     blob = snapshot_fold(fold)
     assert b'["FormatUnsupportedError",' in blob
