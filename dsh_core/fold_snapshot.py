@@ -26,7 +26,7 @@ from .analysis import LogAnalysis
 from .errors import CorruptionError, DecodeError, FormatUnsupportedError
 from .formats import FORMATS, FoldObserver, SessionFold, format_of
 from .formats.contract import SnapshotCodec
-from .formats.registry import TAGGED_SNAPSHOTS, V4_SNAPSHOT_MAGIC
+from .formats.registry import FALLBACK, TAGGED_SNAPSHOTS, V4_SNAPSHOT_MAGIC
 from .formats.v0.snapshot import FOLD_SNAPSHOT_VERSION
 
 __all__ = ["FOLD_SNAPSHOT_VERSION", "V4_SNAPSHOT_LAYOUT", "V4_SNAPSHOT_MAGIC", "is_pickled", "restore_fold",
@@ -34,11 +34,8 @@ __all__ = ["FOLD_SNAPSHOT_VERSION", "V4_SNAPSHOT_LAYOUT", "V4_SNAPSHOT_MAGIC", "
 
 #: The v3/v4 snapshot layout this build writes (3: JSON of msgspec Structs).
 V4_SNAPSHOT_LAYOUT = TAGGED_SNAPSHOTS.layout
-#: Each layout once, the tagged one first (a v0 blob is a bare JSON object).
-_CODECS: tuple[SnapshotCodec, ...] = tuple({id(f.snapshots): f.snapshots for f in sorted(
-    FORMATS.values(), key=lambda f: f.snapshots is not TAGGED_SNAPSHOTS)}.values())
-#: The layout of a blob no layout claims (the v0 one, whose reader names what is wrong with it).
-_FALLBACK = FORMATS[0].snapshots
+#: Each layout the registry's formats are saved in, once.
+_CODECS: tuple[SnapshotCodec, ...] = tuple(dict.fromkeys(f.snapshots for f in FORMATS.values()))
 #: Each saved state's format.
 _BY_STATE = {f.state_type: f for f in FORMATS.values()}
 
@@ -62,7 +59,7 @@ def restore_fold(blob: bytes, where: str, observer: FoldObserver | None,
     snapshot; ``where`` names the session in both; and
     :class:`CorruptionError` when ``surface_events`` lacks a row the
     snapshot's surface holds."""
-    codec = next((codec for codec in _CODECS if codec.matches(blob)), _FALLBACK)
+    codec = next((codec for codec in _CODECS if codec.matches(blob)), FALLBACK.snapshots)
     state, analysis = codec.read(blob, where, surface_events)
     try:
         fold = _BY_STATE[type(state)].restore(state, where, observer, surface_events)

@@ -15,30 +15,17 @@ version: what differs between formats is a field of its :class:`Format`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 from ..analysis import AnalysisSnapshot
+from ..errors import DshError
 from ..session_header import SessionHeader
 from ..storage.records import ChunkRow
 
-__all__ = ["FoldObserver", "FoldOptions", "FoldState", "Format", "SessionFold", "SnapshotCodec", "SurfaceRows"]
+__all__ = ["FoldObserver", "FoldOptions", "Format", "SessionFold", "SnapshotCodec", "SurfaceRows"]
 
 #: ``(seq, type, data)`` of the current surface events a snapshot left out.
 SurfaceRows = list[tuple[int, str, Any]]
-
-
-class FoldState(Protocol):
-    """What a fold has folded so far (:class:`~dsh_core.session.SessionState`
-    for v0, :class:`~dsh_core.formats.v4.session.V4State` for v3/v4)."""
-
-    session_id: str
-    header: Any
-    context: Any
-    last_time: int | None
-
-    def messages(self) -> list[Any]: ...
-
-    def surface_events(self) -> Mapping[int, tuple[str, Any]]: ...
 
 
 class FoldObserver(Protocol):
@@ -73,7 +60,11 @@ class SessionFold(Protocol):
     def header(self) -> SessionHeader | None: ...
 
     @property
-    def state(self) -> Any: ...
+    def state(self) -> Any:
+        """What is folded so far: a :class:`~dsh_core.session.SessionState` (v0) or a
+        :class:`~dsh_core.formats.v4.session.V4State` (v3/v4), each with the surface,
+        ``messages()``, ``surface_events()``, ``header`` and ``context``."""
+        ...
 
     @property
     def event_count(self) -> int: ...
@@ -82,7 +73,7 @@ class SessionFold(Protocol):
     def migrated_events(self) -> list[dict[str, Any]] | None: ...
 
     @property
-    def error(self) -> Any: ...
+    def error(self) -> DshError | None: ...
 
     @property
     def idle(self) -> bool: ...

@@ -25,7 +25,7 @@ from .contract import FoldObserver, FoldOptions, Format, SessionFold
 from .snapshots import TaggedSnapshots
 from .v3.pickled import read_pickled
 
-__all__ = ["FORMATS", "TAGGED_SNAPSHOTS", "V4_SNAPSHOT_MAGIC", "check_generation", "format_for", "format_of",
+__all__ = ["FALLBACK", "FORMATS", "TAGGED_SNAPSHOTS", "V4_SNAPSHOT_MAGIC", "check_generation", "format_for", "format_of",
            "header_version", "open_fold", "read_header"]
 
 #: The tagged snapshot layout's first line (its number after ``layout``).
@@ -41,13 +41,13 @@ FORMATS: dict[int, Format] = {record.version: record for record in (
     v0.format_record(v0.V0Snapshots()),
     *(package.format_record(TAGGED_SNAPSHOTS) for package in _TAGGED),
 )}
-#: What reads a header of a version no entry has (and refuses it).
-_FALLBACK = FORMATS[0]
+#: What reads a header of a version no entry has (and refuses it), and a snapshot no layout claims.
+FALLBACK = FORMATS[0]
 
 
 def format_for(version: Any) -> Format:
     """The format of a header ``version`` (v0's, which refuses it, for one this build does not read)."""
-    return FORMATS.get(version, _FALLBACK) if type(version) is int else _FALLBACK
+    return FORMATS.get(version, FALLBACK) if type(version) is int else FALLBACK
 
 
 def format_of(fold: SessionFold) -> Format:

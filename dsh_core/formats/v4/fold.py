@@ -49,10 +49,7 @@ def artifact_checks(event: dict[str, Any]) -> None:
     check_tool_result(event)
     check_fork_result(event)
 
-__all__ = ["V4_VERSIONS", "V4Fold"]
-
-#: The header versions this fold reads.
-V4_VERSIONS = frozenset({3, 4})
+__all__ = ["V4Fold"]
 
 
 class V4Fold:
