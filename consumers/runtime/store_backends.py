@@ -64,6 +64,9 @@ class Backend(Protocol):
     #: What a driver raises for a row refused for what it holds (a number
     #: beyond a 64-bit column, a constraint), not for the store.
     rows_refused: tuple[type[BaseException], ...]
+    #: Whether other processes see the store (the readers, ``serve``, more
+    #: projectors), not only the process that opened it.
+    shared: bool
 
     def where(self, location: Location) -> str:
         """``location`` as messages show it (no password)."""
@@ -86,6 +89,7 @@ class SqliteBackend:
     name = "sqlite"
     schemes: tuple[str, ...] = ()
     rows_refused: tuple[type[BaseException], ...] = (OverflowError, sqlite3.IntegrityError, sqlite3.DataError)
+    shared = True
 
     def where(self, location: Location) -> str:
         return str(location)
@@ -107,6 +111,7 @@ class PostgresBackend:
     name = "postgresql"
     schemes: tuple[str, ...] = ("postgresql", "postgres")
     rows_refused: tuple[type[BaseException], ...] = (OverflowError, psycopg.DataError, psycopg.IntegrityError)
+    shared = True
 
     def where(self, location: Location) -> str:
         return display_location(str(location))
@@ -130,6 +135,7 @@ class MemoryBackend:
     name = "memory"
     schemes: tuple[str, ...] = ("memory",)
     rows_refused: tuple[type[BaseException], ...] = SqliteBackend.rows_refused
+    shared = False
 
     def __init__(self) -> None:
         self._kept: dict[str, sqlite3.Connection] = {}  # one connection per store, keeping it alive
