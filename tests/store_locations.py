@@ -8,8 +8,12 @@ import urllib.parse
 import uuid
 from pathlib import Path
 
-from consumers.runtime.store_backends import MEMORY, POSTGRESQL, SQLITE, Backend
+from consumers.runtime.store_backends import BACKENDS, MEMORY, POSTGRESQL, SQLITE, Backend
 from dsh_pipeline.local_postgres import create_database
+
+#: The backends a test runs on without a server (the unit tier's); the
+#: others need one (the integration tier's).
+SERVERLESS = tuple(backend for backend in BACKENDS if backend is not POSTGRESQL)
 
 
 def new_location(backend: Backend, folder: Path, postgres_dsn: str | None = None) -> Path | str:
