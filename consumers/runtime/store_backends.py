@@ -168,7 +168,10 @@ class MemoryBackend:
 
 
 def _memory_name(location: Location) -> str:
-    return str(location).split("://", 1)[1]
+    name = str(location).split("://", 1)[1]
+    if not name:
+        raise StoreLocationError(f"{location}: a memory:// store needs a name (memory://NAME)")
+    return name
 
 
 SQLITE, POSTGRESQL, MEMORY = SqliteBackend(), PostgresBackend(), MemoryBackend()

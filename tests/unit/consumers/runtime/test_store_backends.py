@@ -12,7 +12,7 @@ import pytest
 from consumers.projector.store import ViewStore
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_backends import BACKENDS, MEMORY, POSTGRESQL, SCHEMES, SQLITE, backend_of, store_location
-from dsh_core.errors import StoreLocationError
+from dsh_core.errors import StateStoreError, StoreLocationError
 
 UNKNOWN = "mysql://dsh:secret@db.example/views"
 
@@ -40,6 +40,26 @@ def test_an_unknown_scheme_is_refused_by_name_listing_the_schemes_there_are(open
     assert str(refused.value) == ("mysql://…: no store backend of this build takes the scheme 'mysql'; a store is a "
                                   "SQLite file's path or a URI of postgresql://, postgres:// or memory://")
     assert not list(tmp_path.iterdir())  # no SQLite file named like the URI
+
+
+def test_a_memory_store_is_one_store_per_name_for_this_process_only(tmp_path):
+    location = "memory://trial-of-test-store-backends"
+    ViewStore(location).close()
+    try:
+        reader = StoreReader(location)  # the store outlives the writer that made it
+        assert reader.where == location and reader.counts() == {"sessions": 0, "findings": 0, "deadLetters": 0}
+        reader.close()
+        done = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "sessions", "--store", location],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert (done.returncode, done.stderr) == (1, f"dsh-pipeline sessions: StateStoreError: {location}: no view "
+                                                     "store there (a memory:// store is seen only by the process "
+                                                     "that made it)\n")
+    finally:
+        MEMORY.discard(location)
+    with pytest.raises(StateStoreError, match="no view store there"):
+        StoreReader(location)
+    with pytest.raises(StoreLocationError, match=r"memory://: a memory:// store needs a name \(memory://NAME\)"):
+        ViewStore("memory://")
 
 
 @pytest.mark.parametrize("command", [
