@@ -22,50 +22,26 @@ import pytest
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from consumers.projector.outcomes import verdict_row
 from consumers.projector.reader import SessionFilter
-from consumers.projector.store import LAYOUT, TOKEN_COLUMNS, SessionChange, view_head
+from consumers.projector.store import SessionChange, view_head
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import store_digests
 from consumers.runtime.store_backends import Backend
-from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import FencedError, StateStoreError
-from dsh_core.fold_snapshot import snapshot_fold
-from dsh_core.jsonvalue import dump_json, encode_json, thaw
+from dsh_core.errors import FencedError
+from dsh_core.jsonvalue import encode_json, thaw
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD
-from producers.simulator import SimulatorConfig, messages_digest, simulate_session
+from producers.simulator import messages_digest
 from tests.policy_driver import KAFKA, NAMES, Fetched, fetched, run_batch
 from tests.store_locations import discard_location, new_location
-from tests.unit.dsh_core.test_fold_snapshot_72cba14 import old_snapshot, surface_rows
-from tests.view_store_helpers import simulated_fleet, stored_fleet
+from tests.view_store_contract_layouts import LayoutsContract
+from tests.view_store_contract_reads import ReadsContract
+from tests.view_store_helpers import listing_columns, project, simulated_fleet
 from tests.writers import second_writer
-
-
-def _project(location, records, **settings) -> None:
-    run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=location, **settings)), fetched(records))
-
-
-def _columns(store: ViewStore, session_id: str) -> tuple:
-    return tuple(store.db.execute("SELECT status, next_seq, turn_count, message_count, cwd, created_at, "
-                                  "last_activity FROM sessions WHERE session_id = ?", (session_id,)).fetchone())
-
-
-_LAYOUT_2 = (
-    "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
-    "view TEXT NOT NULL, snapshot BLOB, error TEXT)",
-    "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
-    "PRIMARY KEY (session_id, seq))",
-    "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
-)
 
 
 def _project_in_process(location, seed: int) -> None:
     for truth, records in simulated_fleet(3, seed):
         random.Random(seed).shuffle(records)
-        _project(location, records)
-
-
-def _in_order(messages: list) -> list:
-    """Messages by their JSON (a page gives them in seq order, dsh's history after a compaction not)."""
-    return sorted(messages, key=lambda message: json.dumps(message, sort_keys=True))
+        project(location, records)
 
 
 def _renamed(records, session_id: str):
@@ -76,17 +52,10 @@ def _renamed(records, session_id: str):
             for record in records]
 
 
-def _with_text(records, text: str):
-    """The records with ``text`` put before the text of every user message."""
-    escaped = encode_json(text)[1:-1]
-    return [msgspec.structs.replace(record, value=record.value.replace(b'"type":"text","text":"',
-                                                                       b'"type":"text","text":"' + escaped))
-            if b'"type":"user/message"' in record.value else record for record in records]
-
-
-class ViewStoreContract:
+class ViewStoreContract(ReadsContract, LayoutsContract):
     """The tests every view-store backend passes (collected through the
-    subclasses, each of which names its ``backend``)."""
+    subclasses, each of which names its ``backend``): those of writes here,
+    of reads and layouts in the two classes it takes them from."""
 
     backend: ClassVar[Backend]
 
@@ -104,7 +73,7 @@ class ViewStoreContract:
 
     def test_views_and_their_listing_equal_ground_truth(self, store_location):
         fleet = simulated_fleet(5, seed=71)
-        _project(store_location, [record for _, records in fleet for record in records])
+        project(store_location, [record for _, records in fleet for record in records])
         store = ViewStore(store_location)
         try:
             for truth, records in fleet:
@@ -113,7 +82,7 @@ class ViewStoreContract:
                     "idle", truth.next_seq, truth.messages_digest)
                 messages = thaw(store.fold(truth.session_id).state.messages())
                 assert messages_digest(messages) == truth.messages_digest
-                status, next_seq, turns, message_count, cwd, created_at, _ = _columns(store, truth.session_id)
+                status, next_seq, turns, message_count, cwd, created_at, _ = listing_columns(store, truth.session_id)
                 header = view["header"]
                 assert (status, next_seq, turns, message_count, cwd, created_at) == (
                     "idle", truth.next_seq, truth.turns, len(messages), header.get("cwd"), header["createdAt"])
@@ -127,7 +96,7 @@ class ViewStoreContract:
     def test_held_records_survive_a_reopen_and_the_session_heals(self, store_location):
         [(truth, records)] = simulated_fleet(1, seed=72)
         late = next(index for index, record in enumerate(records) if record.kind == KIND_RECORD and record.seq > 4)
-        _project(store_location, records[:late] + records[late + 1:])
+        project(store_location, records[:late] + records[late + 1:])
         store = ViewStore(store_location)
         try:
             status, _, _, held = store.load(truth.session_id)
@@ -136,7 +105,7 @@ class ViewStoreContract:
             assert store.digest(truth.session_id, records[1].seq) is not None
         finally:
             store.close()
-        _project(store_location, [records[late]])
+        project(store_location, [records[late]])
         store = ViewStore(store_location)
         try:
             view = store.view(truth.session_id)
@@ -149,8 +118,8 @@ class ViewStoreContract:
         second = [r for r in second_writer(records, other) if r.kind in (KIND_HEADER, KIND_RECORD)]
         cut = len(records) // 2
         assert len(second) > cut + 3  # its seqs overlap the first writer's and go past them
-        _project(store_location, records[:cut] + second)
-        _project(store_location, records[cut:] + second[-1:])  # reopened: the second writer is still kept out
+        project(store_location, records[:cut] + second)
+        project(store_location, records[cut:] + second[-1:])  # reopened: the second writer is still kept out
         store = ViewStore(store_location)
         try:
             view = store.view(truth.session_id)
@@ -204,32 +173,6 @@ class ViewStoreContract:
             stalled.close()
             successor.close()
 
-    def test_a_layout_2_store_is_migrated_on_start(self, store_location):
-        old = self.backend.open(store_location, "view-store", 2, _LAYOUT_2, {})
-        view = {"sessionId": "s-old", "status": "idle", "header": {"id": "s-old", "createdAt": 1700000000000, "cwd": "/w"},
-                "nextSeq": 9, "turns": [{"turn": 1}, {"turn": 2}], "messageCount": 4,
-                "usage": [{"provider": "deepseek", "model": "m", "inputTokens": 10, "outputTokens": 3}]}
-        with old.transaction() as db:
-            db.execute("INSERT INTO sessions (session_id, status, next_seq, view) VALUES (?, ?, ?, ?)",
-                       ("s-old", "idle", 9, dump_json(view).decode()))
-        old.close()
-        store = ViewStore(store_location)
-        try:
-            assert _columns(store, "s-old") == ("idle", 9, 2, 4, "/w", 1700000000000, 1700000000000)
-            assert [tuple(r) for r in store.db.execute("SELECT provider, model, inputTokens FROM usage")] == [
-                ("deepseek", "m", 10)]
-            assert store.db.execute("SELECT version FROM dsh_layout").fetchone()[0] == LAYOUT
-            assert store.claim([0]) == {0: 1}  # the owners table, added by the step from 3
-            assert store.db.execute("SELECT count(*) FROM audit_verdicts").fetchone()[0] == 0  # added by the step from 4
-        finally:
-            store.close()
-
-    def test_a_store_of_another_kind_is_refused_naming_both(self, store_location):
-        self.backend.open(store_location, "auditor-state", 4, ["CREATE TABLE t (x INTEGER)"], {}).close()
-        with pytest.raises(StateStoreError, match=r"a 'auditor-state' store in layout 4, not the 'view-store' store in "
-                                                  rf"layout {LAYOUT} this service writes"):
-            ViewStore(store_location)
-
     def test_two_processes_write_one_store_at_once(self, store_location):
         if not self.backend.shared:
             pytest.skip(f"a {self.backend.name} store is seen by the process that made it only")
@@ -248,116 +191,6 @@ class ViewStoreContract:
                     "idle", truth.next_seq, truth.messages_digest)
         finally:
             store.close()
-
-    def test_the_reader_lists_filters_and_pages_thesimulated_fleet(self, store_location):
-        fleet = stored_fleet(store_location)
-        ids = [truth.session_id for truth, _ in fleet]
-        reader = StoreReader(store_location)
-        try:
-            seen, cursor = [], None
-            while True:
-                page = reader.sessions(SessionFilter(), cursor, limit=4)
-                seen += [item["sessionId"] for item in page["items"]]
-                if (cursor := page["next"]) is None:
-                    break
-            assert seen == ids[::-1]  # most recently active first, each once
-            assert [i["sessionId"] for i in reader.sessions(SessionFilter(status=("held",)))["items"]] == [ids[-1]]
-            assert [i["sessionId"] for i in reader.sessions(SessionFilter(has_findings=True))["items"]] == [ids[1]]
-            assert len(reader.sessions(SessionFilter(has_findings=False))["items"]) == len(ids) - 1
-            assert [i["sessionId"] for i in reader.sessions(SessionFilter(active_from=2_000, active_to=4_000))["items"]] \
-                == [ids[2], ids[1]]
-            one = reader.session(ids[1])
-            store = ViewStore(store_location)
-            try:
-                assert one["messages"] == thaw(store.fold(ids[1]).state.messages())
-            finally:
-                store.close()
-            assert one["findingCount"] == 1 and one["findings"][0]["rule"] == "request-mismatch"
-            model = one["models"][0]["model"]
-            assert ids[1] in [i["sessionId"] for i in reader.sessions(SessionFilter(model=model), limit=50)["items"]]
-            text = next(m["content"][0]["text"] for m in one["messages"] if m["role"] == "user")
-            found = reader.sessions(SessionFilter(text=text[:24].upper()))["items"]
-            assert ids[1] in [i["sessionId"] for i in found]
-            assert reader.sessions(SessionFilter(text="no such text 100%"))["items"] == []
-            assert reader.resolve(ids[1][:-3]) == [ids[1]] and reader.resolve("nothing-") == []
-            summary = reader.summary()
-            assert summary["sessionsByStatus"] == {"held": 1, "idle": len(ids) - 1}
-            hours = summary["tokensByModelPerHour"]
-            assert hours and all(isinstance(row[column], int) for row in hours for column in TOKEN_COLUMNS)
-            listed = reader.sessions(SessionFilter(), limit=200)["items"]
-            assert {column: sum(row[column] for row in hours) for column in TOKEN_COLUMNS} == \
-                {column: sum(model.get(column) or 0 for item in listed for model in item["models"])
-                 for column in TOKEN_COLUMNS}
-            with pytest.raises(ValueError, match="cursor 'bogus' is not one this store gave"):
-                reader.sessions(SessionFilter(), "bogus")
-            import base64
-            huge = base64.urlsafe_b64encode(f"{2 ** 70}\x1fsim".encode()).decode()
-            with pytest.raises(ValueError, match="is not one this store gave"):
-                reader.sessions(SessionFilter(), huge)
-        finally:
-            reader.close()
-
-    def test_a_session_read_page_by_page_is_the_whole_session(self, store_location):
-        fleet = stored_fleet(store_location)
-        reader = StoreReader(store_location)
-        try:
-            for truth, _ in fleet:
-                whole, pages, after = reader.session(truth.session_id), [], None
-                while True:
-                    pages.append(reader.session_page(truth.session_id, after, 2))
-                    if (after := pages[-1]["next"]) is None:
-                        break
-                    after = int(after)
-                assert len(pages) == max(1, -(-len(whole["surface"]) // 2))
-                assert [event for page in pages for event in page["surface"]] == whole["surface"]
-                assert _in_order([m for page in pages for m in page["messages"]]) == _in_order(whole["messages"])
-                assert {k: v for page in pages for k, v in page["messageSeqs"].items()} == whole["messageSeqs"]
-                assert [f for page in pages for f in page["findings"]] == whole["findings"]
-                assert [c for page in pages for c in page["requestHeaderChanges"]] == whole["requestHeaderChanges"]
-                assert [t for page in pages for t in page["turns"]] == whole["turns"]
-                assert {page["turnCount"] for page in pages} == {len(whole["turns"])}
-                for page in pages:  # the totals are the session's, on every page
-                    assert (page["messageCount"], page["surfaceCount"], page["findingCount"]) == \
-                        (len(whole["messages"]), len(whole["surface"]), whole["findingCount"])
-                    assert [(m["model"], m["inputTokens"], m["outputTokens"]) for m in page["models"]] == \
-                        [(m["model"], m["inputTokens"], m["outputTokens"]) for m in whole["models"]]
-                if whole["surface"]:
-                    event = whole["surface"][-1]
-                    assert reader.surface_event(truth.session_id, event["seq"]) == event
-            assert reader.surface_event(fleet[0][0].session_id, 10 ** 9) is None
-            assert reader.session_page("no-such-session") is None
-        finally:
-            reader.close()
-
-    def test_a_reader_never_creates_a_store(self, store_location):
-        with pytest.raises(StateStoreError, match=r"(no view store there|not a view store in layout)"):
-            StoreReader(store_location)
-        store = ViewStore(store_location)  # nothing of another kind or layout was left there
-        try:
-            assert store.stored(["s-1"]) == set()
-        finally:
-            store.close()
-
-    def test_text_holding_nul_is_stored_and_found(self, store_location):
-        """PostgreSQL's text holds no NUL; a log's text may ("\\u0000" in JSON)."""
-        view = {"sessionId": "s\x00nul", "status": "idle", "header": {"id": "s\x00nul", "createdAt": 5, "cwd": "/w\x00"},
-                "nextSeq": 2, "turns": [], "usage": [], "messageCount": 1}
-        message = {"id": "u-1", "role": "user", "content": [{"type": "text", "text": "find a\x00b here"}],
-                   "source": {"kind": "user"}}
-        store = ViewStore(store_location)
-        try:
-            store.write([SessionChange("s\x00nul", 0, view, None, "an error\x00", (), [(1, "user/message", message)],
-                                       None, {1: (1, b"d" * 32)}, 7)], store.claim([0]))
-            assert store.view("s\x00nul")["header"]["cwd"] == "/w\x00"  # the view's JSON keeps it exactly
-            assert store.digest("s\x00nul", 1) == (1, b"d" * 32)
-        finally:
-            store.close()
-        reader = StoreReader(store_location)
-        try:
-            [found] = reader.sessions(SessionFilter(text="A\x00B"))["items"]
-            assert reader.session(found["sessionId"])["surface"][0]["data"] == message
-        finally:
-            reader.close()
 
     def test_a_batch_of_many_rows_upserts_and_a_rolled_back_one_leaves_nothing(self, store_location):
         """Hundreds of rows in one statement (PostgreSQL copies them in through
@@ -414,46 +247,6 @@ class ViewStoreContract:
             running.close()
             command.close()
 
-    def test_a_layout_5_store_notes_the_records_it_redrove(self, store_location):
-        store = ViewStore(store_location)
-        try:
-            store.index_outcomes([], [("dsh.dead-letter", 0, 9, "projector", "invalid-log", "d", "dsh.session-events", 2,
-                                       7, "s-1", 1, 5, 1, b"x")], [], {})
-            store.mark_redriven([("dsh.dead-letter", 0, 9)], 1700000000000)
-            with store.database.transaction() as db:  # the store as layout 5 left it: redriven names the letters
-                db.execute("DROP TABLE deleted_sessions")
-                db.execute("DROP INDEX dead_letters_by_source")
-                db.execute("UPDATE dsh_layout SET version = 5")
-        finally:
-            store.close()
-        store = ViewStore(store_location)
-        try:
-            assert store.redriven([("dsh.session-events", 2, 7), ("dsh.dead-letter", 0, 9)]) == {
-                ("dsh.session-events", 2, 7)}
-            assert store.deleted(["s-1"]) == set()
-        finally:
-            store.close()
-
-    def test_a_layout_6_store_saves_its_pickled_fold_snapshots_again_as_layout_3(self, store_location):
-        blob, _, _, never_stopped = old_snapshot("tools-v4-projector")
-        view = {"sessionId": "s-1", "status": "open", "header": None, "nextSeq": never_stopped.count, "turns": [],
-                "usage": []}
-        store = ViewStore(store_location)
-        try:
-            store.write([SessionChange("s-1", 0, view, blob, None, (), surface_rows(never_stopped), None, {})],
-                        store.claim([0]))
-            with store.database.transaction() as db:  # the store as 72cba14 left it
-                db.execute("UPDATE dsh_layout SET version = 6")
-        finally:
-            store.close()
-        store = ViewStore(store_location)
-        try:
-            expected = snapshot_fold(never_stopped, with_surface_events=False)
-            assert [bytes(snapshot) for (snapshot,) in store.db.execute("SELECT snapshot FROM sessions")] == [expected]
-            assert snapshot_fold(store.fold("s-1", LogAnalysis(keep_requests=False)), with_surface_events=False) == expected
-        finally:
-            store.close()
-
     @pytest.mark.parametrize("batches", [1, 2])
     def test_two_session_ids_told_apart_only_by_nul_never_share_a_row(self, store_location, batches):
         """PostgreSQL's text holds no NUL: ``s<NUL>`` and ``s\\u0000`` (six
@@ -485,28 +278,6 @@ class ViewStoreContract:
             assert {session_id: store.view(session_id) for session_id in views} == views
         finally:
             store.close()
-
-    @pytest.mark.parametrize("version", [0, 4])
-    def test_text_no_store_text_holds_is_kept_exactly_and_found(self, store_location, version):
-        """A lone surrogate, NUL and the store's own escape character in message
-        text: the session is projected, its surface rows read back exactly and
-        a search for the text finds it, on both backends alike."""
-        text = "\ud800 nul\x00 \udfff\U0010ffff0; "
-        config = SimulatorConfig(sessions=1, seed=77, min_turns=1, max_turns=2, formats=(version,))
-        truth, batches = simulate_session(config, 0)
-        _project(store_location, _with_text([record for batch in batches for record in batch], text))
-        reader = StoreReader(store_location)
-        try:
-            session = reader.session(truth.session_id)
-            assert (session["status"], session["nextSeq"]) == ("idle", truth.next_seq)
-            texts = [block["text"] for message in session["messages"] if message["role"] == "user"
-                     for block in message["content"] if block["type"] == "text"]
-            assert texts and all(value.startswith(text) for value in texts)
-            assert [item["sessionId"] for item in reader.sessions(SessionFilter(text=text.upper()))["items"]] == [
-                truth.session_id]
-            assert reader.sessions(SessionFilter(text="\ud800 nul\x00 \udffe"))["items"] == []
-        finally:
-            reader.close()
 
     def test_rows_a_store_refuses_for_their_content_refuse_their_session_alone(self, store_location):
         """Token counts past the store's 64-bit columns: that session's records
