@@ -264,7 +264,7 @@ def project(args: argparse.Namespace) -> int:
     into the same store (group ``<group>-outcomes``)."""
     from consumers.projector import ProjectorConfig, projector_service
     from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
-    from consumers.runtime.store_location import store_location
+    from consumers.runtime.store_backends import store_location
     store = store_location(args.store)
     return _consume(args, lambda kafka, names: projector_service(
         service_config(args, ProjectorConfig, kafka, names, store=store)),

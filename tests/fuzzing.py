@@ -7,8 +7,10 @@ the depth limit, or past it), a key dropped, an event's type or payload
 swapped for another's, lines dropped, repeated, swapped, joined, or taken
 from another session. Each input is a log file for the reader (the
 conformance JSON of ``inspect``, analysis included) and the records a
-shipper would publish of it, fed to a projector, an auditor and an archiver
-(with v4 copies) as one batch, as the runtime does, without a broker.
+shipper would publish of it, fed to an auditor, an archiver (with v4
+copies) and a projector per view-store backend asked for (each writing its
+own store; the findings and dead letters go through the outcome index into
+each store) as one batch, as the runtime does, without a broker.
 
 The only outcomes allowed: a log accepted or refused with a
 :class:`~dsh_core.errors.DshError`; records applied, held, duplicates or
@@ -20,6 +22,7 @@ dead-lettered with a named reason (never ``internal``). Anything else is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -41,6 +44,7 @@ from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig
 from consumers.projector.outcomes import finding_row, letter_row
 from consumers.runtime import ConsumerService
+from consumers.runtime.store_backends import BACKENDS, backend_of
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import Category, DshError
 from dsh_core.events import KNOWN_TYPES as V0_TYPES
@@ -52,11 +56,14 @@ from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_fr
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.conftest import corpus_logs, expected_of
 from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs
+from tests.store_locations import discard_location, new_location
 
-__all__ = ["Crash", "Fuzzer", "check_log"]
+__all__ = ["Crash", "Fuzzer", "check_log", "open_services"]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 NAMED = frozenset(typing.get_args(Category)) - {"internal"}
+#: The view-store backends by name (a name crosses to the worker processes).
+_BACKENDS = {backend.name: backend for backend in BACKENDS}
 _TYPES = sorted(V0_TYPES | V4_TYPES)
 _ODD = [None, True, False, 0, -1, 1.5, 2**53, 2**64, -(10**400), "", "\ud800", "x" * 300, "plugin", "model",
         [], {}, [1, [2]], {"kind": "plugin"}, {"type": {}}, {"op": "replace", "start": 0, "end": 1},
@@ -67,10 +74,6 @@ class Crash(AssertionError):
     """An input that made a reader or a service fail other than by name."""
 
 
-#: Crashes in the view store's own encodings (a header field of another type
-#: bound as a column, text SQLite cannot encode in an outcome row), which the
-#: store's checks of what it keeps fix; until they land, these are counted,
-#: not failed: (exception class, the innermost file of this project).
 @dataclass(frozen=True)
 class Log:
     """A seed log: where a reader would find it, and its lines (header first)."""
@@ -263,16 +266,20 @@ def check_reader(data: bytes, source: str) -> None:
 
 
 class Services:
-    """A projector (its outcome index too), an auditor and an archiver with
-    v4 copies, open over stores in ``root``, fed one batch per input as the
-    runtime feeds them (records, checkpoint, commit); the findings and dead
-    letters of each batch go through the outcome index into the view store."""
+    """An auditor, an archiver with v4 copies (in ``root``) and a projector
+    per view store of ``stores`` (its outcome index too), fed one batch per
+    input as the runtime feeds them (records, checkpoint, commit); the
+    findings and dead letters of each batch go through each projector's
+    outcome index into its store, as the one index of a deployment reads
+    them from the topics."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, stores: typing.Sequence[Path | str]) -> None:
         self.loop = asyncio.new_event_loop()
-        self.policies = [Projection(ProjectorConfig(kafka=KAFKA, store=root / "views.sqlite")),
-                         Audit(AuditorConfig(kafka=KAFKA)),
-                         Archive(ArchiverConfig(kafka=KAFKA, root=root / "archive", v4_copies=True))]
+        self.projections = [Projection(ProjectorConfig(kafka=KAFKA, store=store)) for store in stores]
+        self.policies = [Audit(AuditorConfig(kafka=KAFKA)),
+                         Archive(ArchiverConfig(kafka=KAFKA, root=root / "archive", v4_copies=True)),
+                         *self.projections]
+        self.names = ["auditor", "archiver", *(f"projector ({backend_of(store).name} store)" for store in stores)]
         self.outputs = [RecordingOutputs() for _ in self.policies]
         self.runtimes = [ConsumerService(p.config, p, o) for p, o in zip(self.policies, self.outputs)]
         for policy, outputs in zip(self.policies, self.outputs):
@@ -291,7 +298,7 @@ class Services:
         """One batch through each service; raises :class:`Crash`."""
         batch = [Fetched(r.key, r.value, r.headers, self.offset + i) for i, r in enumerate(records)]
         self.offset += len(batch)
-        for policy, outputs, runtime in zip(self.policies, self.outputs, self.runtimes):
+        for name, policy, outputs, runtime in zip(self.names, self.policies, self.outputs, self.runtimes):
             outputs.sent.clear()
             try:
                 runtime.handle_batch({TopicPartition(NAMES.events, 0): batch})
@@ -299,25 +306,29 @@ class Services:
                 self.loop.run_until_complete(outputs.publish())
                 policy.committed({})
             except Exception as exc:  # noqa: BLE001 - the service would stop
-                raise Crash(f"{policy.name} stops: {type(exc).__name__}: {exc}") from exc
+                raise Crash(f"{name} stops: {type(exc).__name__}: {exc}") from exc
             for _, _, headers in outputs.on(NAMES.dead_letter):
                 if headers["dsh-dlq-reason"].decode() not in NAMED:
-                    raise Crash(f"{policy.name}: {headers['dsh-dlq-reason'].decode()} dead letter: "
+                    raise Crash(f"{name}: {headers['dsh-dlq-reason'].decode()} dead letter: "
                                 f"{headers['dsh-dlq-error'].decode()[:300]}")
-        self._index_outcomes()
+        self.outcome_offset = max([self._index_outcomes(projection, [*self.outputs[:2], self.outputs[2 + index]],
+                                                        self.names[2 + index])
+                                   for index, projection in enumerate(self.projections)], default=self.outcome_offset)
 
-    def _index_outcomes(self) -> None:
-        sent = [(topic, key, value, headers) for outputs in self.outputs for topic, key, value, headers in outputs.sent
+    def _index_outcomes(self, projection: Projection, outputs: list[RecordingOutputs], name: str) -> int:
+        """Index the outcomes of these services into the projection's store;
+        returns the next outcome offset."""
+        sent = [(topic, key, value, headers) for each in outputs for topic, key, value, headers in each.sent
                 if topic in (NAMES.findings, NAMES.dead_letter)]
         outcomes = [Fetched(key, value, list(headers.items()), self.outcome_offset + i, topic)
                     for i, (topic, key, value, headers) in enumerate(sent)]
-        self.outcome_offset += len(outcomes)
         try:
-            self.policies[0].store.index_outcomes(
+            projection.store.index_outcomes(
                 [finding_row(r) for r in outcomes if r.topic == NAMES.findings],
                 [letter_row(r) for r in outcomes if r.topic == NAMES.dead_letter], [], {})
         except Exception as exc:  # noqa: BLE001 - the projector's outcome index would stop
-            raise Crash(f"outcome index stops: {type(exc).__name__}: {exc}") from exc
+            raise Crash(f"outcome index of the {name} stops: {type(exc).__name__}: {exc}") from exc
+        return self.outcome_offset + len(outcomes)
 
 
 def _scratch() -> tempfile.TemporaryDirectory:
@@ -326,33 +337,51 @@ def _scratch() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="dsh-fuzz-", dir=shm if shm.is_dir() else None)
 
 
-def check_services(lines: list[bytes]) -> None:
-    """Feed the records of the lines to fresh services; raises :class:`Crash`."""
+@contextlib.contextmanager
+def open_services(backends: typing.Sequence[str], postgres_dsn: str | None) -> typing.Iterator[Services]:
+    """Fresh services, with a projector on a new store of each backend
+    named (:data:`~consumers.runtime.store_backends.BACKENDS`), removed after."""
+    chosen = [_BACKENDS[name] for name in backends]
     with _scratch() as tmp:
-        services = Services(Path(tmp))
+        stores = [new_location(backend, Path(tmp), postgres_dsn) for backend in chosen]
         try:
-            services.feed(_records(lines))
+            services = Services(Path(tmp), stores)
+            try:
+                yield services
+            finally:
+                services.close()
         finally:
-            services.close()
+            for store in stores:
+                discard_location(store, postgres_dsn)
 
 
-def check_log(data: bytes) -> None:
-    """Both checks over one log file's bytes (read where dsh's layout puts its header's id)."""
+def check_log(data: bytes, backends: typing.Sequence[str] = ("sqlite",), postgres_dsn: str | None = None) -> None:
+    """Both checks over one log file's bytes (read where dsh's layout puts
+    its header's id), its records fed to fresh services."""
     lines = data.split(b"\n")
     lines = lines[:-1] if not lines[-1] else lines
     check_reader(data, _source(lines))
-    check_services(lines)
+    with open_services(backends, postgres_dsn) as services:
+        services.feed(_records(lines))
 
 
 class Fuzzer:
     """Inputs ``0..n-1`` of one seed: input ``i`` is always the same log.
     Every input goes to the reader, every ``services_every``-th to the
-    services too, which stay open over ``chunk`` inputs (each its own session)."""
+    services too, which stay open over ``chunk`` inputs (each its own
+    session), with a projector on a store of each of ``backends``
+    (PostgreSQL's made on the server ``postgres_dsn`` names)."""
 
-    def __init__(self, seed: int, services_every: int = 1, chunk: int = 500) -> None:
+    def __init__(self, seed: int, services_every: int = 1, chunk: int = 500, backends: typing.Sequence[str] = ("sqlite",),
+                 postgres_dsn: str | None = None) -> None:
+        unknown = set(backends) - set(_BACKENDS)
+        if unknown:
+            raise ValueError(f"no view-store backend {sorted(unknown)}: the registry has {sorted(_BACKENDS)}")
         self.seed = seed
         self.services_every = services_every
         self.chunk = chunk
+        self.backends = tuple(backends)
+        self.postgres_dsn = postgres_dsn
 
     def input(self, index: int) -> tuple[str, bytes]:
         source, lines = mutated(random.Random(f"{self.seed}:{index}"))
@@ -380,13 +409,9 @@ class Fuzzer:
     def _run_chunk(self, chunk: tuple[int, int]) -> int:
         """Check inputs ``chunk[0]..chunk[1]-1`` over one set of services."""
         logging.getLogger("dsh").setLevel(logging.CRITICAL)  # a line per refusal: millions here
-        with _scratch() as tmp:
-            services = Services(Path(tmp))
-            try:
-                for index in range(*chunk):
-                    self._check(services, index)
-            finally:
-                services.close()
+        with open_services(self.backends, self.postgres_dsn) as services:
+            for index in range(*chunk):
+                self._check(services, index)
         return chunk[1] - chunk[0]
 
     def _check(self, services: Services, index: int) -> None:

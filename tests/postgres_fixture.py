@@ -15,7 +15,9 @@ from typing import Iterator
 import pytest
 
 from dsh_core.errors import PipelineError
-from dsh_pipeline.local_postgres import DSN_ENVIRONMENT, LocalPostgres, create_database
+from consumers.runtime.store_backends import BACKENDS, POSTGRESQL
+from dsh_pipeline.local_postgres import DSN_ENVIRONMENT, LocalPostgres
+from tests.store_locations import new_location
 
 
 def local_postgres_or_skip(data_dir: Path | None = None) -> LocalPostgres:
@@ -26,13 +28,13 @@ def local_postgres_or_skip(data_dir: Path | None = None) -> LocalPostgres:
         pytest.skip(str(error))
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=[backend for backend in BACKENDS if backend.shared], ids=lambda backend: backend.name)
 def store_location(request, tmp_path):
-    """A view store location on each backend: a SQLite path, a fresh
-    PostgreSQL database (the test is skipped where there is no server)."""
-    if request.param == "sqlite":
-        return tmp_path / "views.sqlite"
-    return create_database(request.getfixturevalue("postgres_dsn"), "test")
+    """A new view store location on each backend services are deployed on
+    (those other processes see): a SQLite path, a fresh PostgreSQL
+    database (the test is skipped where there is no server)."""
+    dsn = request.getfixturevalue("postgres_dsn") if request.param is POSTGRESQL else None
+    return new_location(request.param, tmp_path, dsn)
 
 
 @pytest.fixture(scope="session")

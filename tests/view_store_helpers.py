@@ -5,7 +5,7 @@ from __future__ import annotations
 from consumers.projector import Projection, ProjectorConfig, ViewStore
 from dsh_kafka.records import KIND_RECORD
 from producers.simulator import SimulatorConfig, simulate_session
-from tests.policy_driver import KAFKA, Fetched, run_batch
+from tests.policy_driver import KAFKA, Fetched, fetched, run_batch
 
 
 def simulated_fleet(count: int, seed: int):
@@ -34,3 +34,14 @@ def stored_fleet(location, count: int = 6):
     finally:
         store.close()
     return fleet
+
+
+def project(location, records, **settings) -> None:
+    """The records projected into the store at ``location``, as one batch."""
+    run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=location, **settings)), fetched(records))
+
+
+def listing_columns(store: ViewStore, session_id: str) -> tuple:
+    """A session's status, next seq and listing columns, as stored."""
+    return tuple(store.db.execute("SELECT status, next_seq, turn_count, message_count, cwd, created_at, "
+                                  "last_activity FROM sessions WHERE session_id = ?", (session_id,)).fetchone())

@@ -1,7 +1,10 @@
-"""The projector's view store, on SQLite (one file, WAL: the embedded
-default) or PostgreSQL (projectors on many hosts in one group). Every
-statement that writes it is here; the schema is documented in
-docs/reference/view-store.md (layout 5).
+"""The projector's view store, on any backend of
+:mod:`~consumers.runtime.store_backends` (a SQLite file, the embedded
+default; a PostgreSQL database, for projectors on many hosts in one
+group; this process's memory, for tests). Every statement that writes it
+is here; its tables are :mod:`.store_schema`'s (documented in
+docs/reference/view-store.md), older layouts are migrated by
+:mod:`.store_migrations`.
 
 ``sessions`` holds each session's view (JSON), fold snapshot and status,
 and the columns sessions are listed and filtered by (cwd, creation, last
@@ -21,194 +24,26 @@ current epoch of every partition it touches.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-import psycopg
-
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import DeletedSessionError, FencedError, UnstorableError
 from dsh_core.formats import SessionFold
-from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
+from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
 
-from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
-                                store_held)
-from ..runtime.postgres import PostgresDatabase, first_line
+from ..runtime.database import applied_digest, first_line, load_held, store_digests, store_held
 from ..runtime.sequencing import AppliedDigest, HeldChanges
-from ..runtime.store_location import store_backend
+from ..runtime.store_backends import backend_of
+from .store_migrations import MIGRATIONS
+from .store_schema import KIND, LAYOUT, SCHEMA, SESSION_TABLES, TOKEN_COLUMNS, listing, message_texts, searchable, \
+    store_usage
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
-_KIND, LAYOUT = "view-store", 7
-#: The sessions deleted (delete-session): their rows are gone and none is written again.
-_DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEGER NOT NULL)"
-#: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
-_LETTERS_BY_SOURCE = ("CREATE INDEX dead_letters_by_source ON dead_letters (source_topic, source_partition, "
-                      "source_offset, reason)")
-#: What a driver raises for a row refused for its content, not for the store.
-_ROWS_REFUSED = (OverflowError, sqlite3.IntegrityError, sqlite3.DataError, psycopg.DataError, psycopg.IntegrityError)
-_SESSION_COLUMNS = ("cwd TEXT", "created_at INTEGER", "last_activity INTEGER", "turn_count INTEGER NOT NULL DEFAULT 0",
-                    "message_count INTEGER NOT NULL DEFAULT 0")
-TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
-_LISTING = (
-    "CREATE TABLE usage (session_id TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL, "
-    + ", ".join(f"{_column} INTEGER NOT NULL DEFAULT 0" for _column in TOKEN_COLUMNS)
-    + ", PRIMARY KEY (session_id, provider, model))",
-    # the listing's order (most recently active first) and its keyset cursor
-    "CREATE INDEX sessions_by_activity ON sessions (COALESCE(last_activity, 0), session_id)",
-    "CREATE INDEX sessions_by_status ON sessions (status, COALESCE(last_activity, 0), session_id)",
-    "CREATE TABLE findings (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
-    "session_id TEXT NOT NULL, rule TEXT NOT NULL, severity TEXT NOT NULL, seq INTEGER, turn INTEGER, step INTEGER, "
-    "detail TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
-    "CREATE INDEX findings_by_session ON findings (session_id, seq)",
-    "CREATE TABLE dead_letters (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
-    "service TEXT NOT NULL, reason TEXT NOT NULL, detail TEXT NOT NULL, source_topic TEXT, source_partition INTEGER, "
-    "source_offset INTEGER, session_id TEXT, seq INTEGER, at INTEGER NOT NULL, size INTEGER NOT NULL, "
-    "head BLOB NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
-    "CREATE INDEX dead_letters_by_session ON dead_letters (session_id)",
-    "CREATE TABLE outcome_offsets (topic TEXT NOT NULL, partition INTEGER NOT NULL, next_offset INTEGER NOT NULL, "
-    "PRIMARY KEY (topic, partition))",
-    # the records dead-letters --redrive sent back, by where they were first read
-    "CREATE TABLE redriven (topic TEXT NOT NULL, partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, "
-    "at INTEGER NOT NULL, PRIMARY KEY (topic, partition, \"offset\"))",
-)
-#: Each session's verdict counts as the auditor last published them (where they were read).
-_VERDICTS = ("CREATE TABLE audit_verdicts (session_id TEXT PRIMARY KEY, counts TEXT NOT NULL, topic TEXT NOT NULL, "
-             "partition INTEGER NOT NULL, \"offset\" INTEGER NOT NULL, at INTEGER NOT NULL)")
-#: Each events partition's owner epoch: raised by every assignment (:meth:`ViewStore.claim`).
-_OWNERS = "CREATE TABLE partition_owners (partition INTEGER PRIMARY KEY, epoch INTEGER NOT NULL)"
-#: A surface row's searchable text: its message's texts, lower-cased (:func:`message_texts`).
-_SURFACE_TEXT = "text TEXT NOT NULL DEFAULT ''"
-#: The tables holding rows of a session (what deleting a session removes).
-_SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters",
-                   "audit_verdicts")
-_SCHEMA = (
-    "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
-    "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(_SESSION_COLUMNS) + ")",
-    "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
-    f"{_SURFACE_TEXT}, PRIMARY KEY (session_id, seq))",
-    HELD_SCHEMA,
-    DIGESTS_SCHEMA,
-    "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
-    *_LISTING,
-    _OWNERS,
-    _VERDICTS,
-    _LETTERS_BY_SOURCE,
-    _DELETED,
-)
-
-
-def message_texts(message: Any) -> list[str]:
-    """What a text search finds in a derived message (or a surface event's
-    data holding one): its text and reasoning, tool call arguments, the
-    text inside tool results; not its ids, roles or JSON."""
-    if isinstance(message, dict) and isinstance(message.get("message"), dict):
-        message = message["message"]
-    texts = []
-    for block in message.get("content", ()) if isinstance(message, dict) else ():
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind in ("text", "reasoning") and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif kind == "tool-call":
-            texts.append(str(block.get("arguments")))
-        elif kind == "tool-result":
-            texts += [inner["text"] for inner in block.get("content", ())
-                      if isinstance(inner, dict) and isinstance(inner.get("text"), str)]
-    return texts
-
-
-def _searchable(data: Any) -> str:
-    return "\n".join(message_texts(data)).lower()
-
-
-def _layout_2_to_3(db: Any) -> None:
-    """Layout 2 had no listing columns, usage, findings, dead letters or
-    searchable surface text: add them and fill them from each stored view
-    and surface row."""
-    db.execute(f"ALTER TABLE surface ADD COLUMN {_SURFACE_TEXT}")
-    for session_id, seq, data in db.execute("SELECT session_id, seq, data FROM surface").fetchall():
-        db.execute("UPDATE surface SET text = ? WHERE session_id = ? AND seq = ?",
-                   (_searchable(decode_json(data)), session_id, seq))
-    for column in _SESSION_COLUMNS:
-        db.execute(f"ALTER TABLE sessions ADD COLUMN {column}")
-    for statement in _LISTING:
-        db.execute(statement)
-    for session_id, view in db.execute("SELECT session_id, view FROM sessions").fetchall():
-        _store_listing(db, session_id, decode_json(view))
-
-
-def _layout_3_to_4(db: Any) -> None:
-    """Layout 3 did not fence members: no partition has an owner yet."""
-    db.execute(_OWNERS)
-
-
-def _layout_4_to_5(db: Any) -> None:
-    """Layout 4 kept no verdict counts: the index reads them from the topic."""
-    db.execute(_VERDICTS)
-
-
-def _layout_5_to_6(db: Any) -> None:
-    """Layout 5 noted each dead letter sent back, not each record: note the
-    records those letters came from; and it kept no deleted sessions."""
-    db.execute(_DELETED)
-    db.execute(_LETTERS_BY_SOURCE)
-    records = db.execute(
-        "SELECT d.source_topic, d.source_partition, d.source_offset, MIN(r.at) FROM redriven r JOIN dead_letters d "
-        "ON d.topic = r.topic AND d.partition = r.partition AND d.\"offset\" = r.\"offset\" "
-        "WHERE d.source_topic IS NOT NULL AND d.source_partition IS NOT NULL AND d.source_offset IS NOT NULL "
-        "GROUP BY d.source_topic, d.source_partition, d.source_offset").fetchall()
-    db.execute("DELETE FROM redriven")
-    db.executemany("INSERT INTO redriven (topic, partition, \"offset\", at) VALUES (?, ?, ?, ?)", records)
-
-
-def _store_listing(db: Any, session_id: str, view: dict[str, Any]) -> None:
-    """The listing columns and usage rows of a stored view (the migration's;
-    a change writes them with its row)."""
-    db.execute("UPDATE sessions SET cwd = ?, created_at = ?, last_activity = ?, turn_count = ?, message_count = ? "
-               "WHERE session_id = ?", (*_listing(view, None), session_id))
-    store_usage(db, [(session_id, view.get("usage") or ())])
-
-
-def _listing(view: dict[str, Any], last_activity: int | None) -> tuple:
-    """``cwd, created_at, last_activity, turn_count, message_count`` of a
-    view (no activity known: its creation)."""
-    header = view.get("header") or {}
-    return (header.get("cwd"), header.get("createdAt"),
-            last_activity if last_activity is not None else header.get("createdAt"), len(view.get("turns") or ()),
-            view.get("messageCount", 0))
-
-
-def store_usage(db: Any, sessions: Iterable[tuple[str, Iterable[dict[str, Any]]]]) -> None:
-    """Replace sessions' usage rows (``(session_id, view's usage)`` pairs)."""
-    sessions = list(sessions)
-    db.executemany("DELETE FROM usage WHERE session_id = ?", [(session_id,) for session_id, _ in sessions])
-    db.executemany(f"INSERT INTO usage (session_id, provider, model, {', '.join(TOKEN_COLUMNS)}) "
-                   f"VALUES (?, ?, ?, {', '.join('?' * len(TOKEN_COLUMNS))})",
-                   [(session_id, row["provider"], row["model"], *(row.get(kind, 0) for kind in TOKEN_COLUMNS))
-                    for session_id, usage in sessions for row in usage])
-
-
 _HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
-
-def _layout_6_to_7(db: Any) -> None:
-    """Layout 6 held v3/v4 fold snapshots pickled (naming the modules of
-    their classes): each is restored once and saved again as fold snapshot
-    layout 3, which names none."""
-    for (session_id,) in db.execute("SELECT session_id FROM sessions WHERE snapshot IS NOT NULL").fetchall():
-        blob = bytes(db.execute("SELECT snapshot FROM sessions WHERE session_id = ?", (session_id,)).fetchone()[0])
-        if not is_pickled(blob):
-            continue
-        rows = [(seq, kind, decode_json(data)) for seq, kind, data in db.execute(
-            "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
-        fold = restore_fold(blob, f"session {session_id!r}", LogAnalysis(keep_requests=False), rows)
-        db.execute("UPDATE sessions SET snapshot = ? WHERE session_id = ?",
-                   (snapshot_fold(fold, with_surface_events=False), session_id))
-
 
 #: ``(status, fold snapshot, error, held rows)`` of a stored session.
 SavedSession = tuple[str, bytes | None, str | None, list[tuple[int, bytes, int]]]
@@ -226,12 +61,10 @@ class ViewStore:
     """The views of every session the projector has seen."""
 
     def __init__(self, location: Path | str) -> None:
-        """``location``: a SQLite file's path, or a ``postgresql://`` URI
-        (:func:`~consumers.runtime.store_location.store_backend`)."""
-        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6, 6: _layout_6_to_7}
-        self.database = (PostgresDatabase(str(location), _KIND, LAYOUT, _SCHEMA, migrations)
-                         if store_backend(location) == "postgresql"
-                         else Database(Path(location), _KIND, LAYOUT, _SCHEMA, migrations))
+        """``location``: a SQLite file's path, or a URI of a backend's
+        scheme (:func:`~consumers.runtime.store_backends.backend_of`)."""
+        self.backend = backend_of(location)
+        self.database = self.backend.open(location, KIND, LAYOUT, SCHEMA, MIGRATIONS)
         self.db = self.database.connection
 
     # --------------------------------------------------------------- reads
@@ -326,7 +159,7 @@ class ViewStore:
                     _delete_session(db, session_id, at)
                 gone = _among(db, "deleted_sessions", [change.session_id for change in changes])
                 _write_changes(db, [change for change in changes if change.session_id not in gone])
-        except _ROWS_REFUSED as error:
+        except self.backend.rows_refused as error:
             named = ", ".join(repr(change.session_id) for change in changes[:3]) + (", ..." if changes[3:] else "")
             raise UnstorableError(f"{self.database.where}: the view store refused the rows of session(s) {named} "
                                   f"(nothing of them written): {type(error).__name__}: {first_line(error)}") from None
@@ -413,7 +246,7 @@ class SessionChange:
 
 
 def _delete_session(db: Any, session_id: str, at: int) -> None:
-    for table in _SESSION_TABLES:
+    for table in SESSION_TABLES:
         db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
     db.execute("INSERT INTO deleted_sessions (session_id, at) VALUES (?, ?) ON CONFLICT DO NOTHING", (session_id, at))
 
@@ -435,7 +268,7 @@ def _write_changes(db: Any, changes: list[SessionChange]) -> None:
     db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
                    [(change.session_id, seq) for change in changes for seq in change.surface_gone])
     db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
-                   [(change.session_id, seq, kind, dump_json(data).decode(), _searchable(data))
+                   [(change.session_id, seq, kind, dump_json(data).decode(), searchable(data))
                     for change in changes for seq, kind, data in change.surface_new])
     db.executemany("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error, cwd, created_at, "
                    "last_activity, turn_count, message_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -444,7 +277,7 @@ def _write_changes(db: Any, changes: list[SessionChange]) -> None:
                    "created_at = excluded.created_at, last_activity = COALESCE(?, sessions.last_activity, "
                    "excluded.last_activity), turn_count = excluded.turn_count, message_count = excluded.message_count",
                    [(change.session_id, change.view["status"], change.view["nextSeq"], dump_json(change.view).decode(),
-                     change.snapshot, change.error, *_listing(change.view, change.last_activity),
+                     change.snapshot, change.error, *listing(change.view, change.last_activity),
                      change.last_activity) for change in changes])
     store_usage(db, [(change.session_id, change.view.get("usage") or ()) for change in changes
                      if change.usage_changed])

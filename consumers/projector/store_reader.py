@@ -1,6 +1,6 @@
 """The view store read, never written: :class:`StoreReader` is the
-:class:`~consumers.projector.reader.ViewReader` of a SQLite file or a
-PostgreSQL database the projector keeps.
+:class:`~consumers.projector.reader.ViewReader` of a store the projector
+keeps, on any backend of :mod:`~consumers.runtime.store_backends`.
 
 A reader opens an existing store only (a missing SQLite file is an error
 naming the path, not a new empty store) of the layout this build writes.
@@ -11,71 +11,32 @@ page costs the same at any depth.
 from __future__ import annotations
 
 import base64
-import sqlite3
 from pathlib import Path
 from typing import Any, Sequence
-
-import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dsh_core.errors import DshError, StateStoreError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
-from ..runtime.postgres import display_location, first_line, postgres_sql, without_password
-from ..runtime.store_location import store_backend
-from ..runtime.stored_text import read_row, stored_parameters, stored_text
+from ..runtime.store_backends import backend_of
+from ..runtime.stored_text import stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
 from .session_pages import NAMING_TURNS, page_of, turn_of
 from .store import LAYOUT, TOKEN_COLUMNS
 
 __all__ = ["StoreReader", "LETTER_ID_BASE"]
 
-#: How long a PostgreSQL store may take to lend a working connection.
-_CONNECT_SECONDS = 5
 #: A dead letter's id: its partition times this, plus its offset.
 LETTER_ID_BASE = 1 << 40
 _HEAD_BYTES = 256
 
 
-def _pool(dsn: str, where: str) -> ConnectionPool:
-    """An open pool of connections to ``dsn``: it checks a connection before
-    lending it and replaces a broken one. One connection is made first, so
-    a URI libpq cannot parse or a server that does not answer is one line
-    here, not the pool's log of each failed attempt before it."""
-    try:
-        psycopg.connect(dsn, connect_timeout=_CONNECT_SECONDS).close()
-    except psycopg.ProgrammingError as error:
-        raise StateStoreError(f"{where}: not a PostgreSQL URI libpq takes: "
-                              f"{without_password(str(error).strip(), dsn)}") from None
-    except psycopg.Error as error:
-        raise StateStoreError(f"{where}: cannot connect to the view store: "
-                              f"{without_password(first_line(error), dsn)}") from None
-    pool = ConnectionPool(dsn, min_size=1, max_size=2, open=False, check=ConnectionPool.check_connection,
-                          kwargs={"autocommit": True, "application_name": "dsh-pipeline reader"})
-    try:
-        pool.open(wait=True, timeout=_CONNECT_SECONDS)
-    except PoolTimeout:
-        pool.close()
-        raise StateStoreError(f"{where}: cannot connect to the view store in {_CONNECT_SECONDS} s (is the server up, "
-                              "and the URI's user, host, port and database right?)") from None
-    return pool
-
-
 class StoreReader:
-    """Reads of one view store (``location``: a path or a ``postgresql://`` URI)."""
+    """Reads of one view store (``location``: a path or a backend's URI)."""
 
     def __init__(self, location: Path | str) -> None:
-        self.postgres = store_backend(location) == "postgresql"
-        self.where = display_location(str(location)) if self.postgres else str(location)
-        if self.postgres:
-            self._connection: Any = _pool(str(location), self.where)
-        else:
-            path = Path(location)
-            if not path.is_file():
-                raise StateStoreError(f"{path}: no view store there (the projector's --store)")
-            self._connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                                               check_same_thread=False)
+        self.reading = backend_of(location).open_reading(location)
+        self.where = self.reading.where
         try:
             found = self._rows("SELECT kind, version FROM dsh_layout")
         except StateStoreError as error:
@@ -89,20 +50,10 @@ class StoreReader:
     def _rows(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple]:
         """The rows of one query; a store that cannot answer is a
         :class:`StateStoreError` naming it."""
-        parameters = stored_parameters(parameters)
-        try:
-            if self.postgres:
-                with self._connection.connection(timeout=_CONNECT_SECONDS) as connection:
-                    rows = connection.execute(postgres_sql(statement), parameters).fetchall()
-            else:
-                rows = self._connection.execute(statement, parameters).fetchall()
-        except (sqlite3.Error, psycopg.Error, PoolTimeout) as error:
-            text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise StateStoreError(f"{self.where}: the view store did not answer: {text}") from None
-        return [read_row(row) for row in rows]
+        return self.reading.rows(statement, parameters)
 
     def close(self) -> None:
-        self._connection.close()
+        self.reading.close()
 
     # ------------------------------------------------------------ sessions
 

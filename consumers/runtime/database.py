@@ -15,14 +15,15 @@ import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from urllib.parse import quote
 
 from dsh_core.errors import DshError, StateStoreError
 
 from .sequencing import AppliedDigest, HeldChanges, HeldRow
 from .stored_text import read_row, stored_parameters
 
-__all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "applied_digest", "claim_layout", "load_held",
-           "replace_held", "store_digests", "store_held"]
+__all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "SqliteReading", "applied_digest", "claim_layout",
+           "load_held", "memory_uri", "replace_held", "store_digests", "store_held"]
 
 #: How a store's layout ``v`` becomes ``v + 1``, by ``v`` (run inside the claiming transaction).
 Migrations = Mapping[int, Callable[[Any], None]]
@@ -87,21 +88,32 @@ def _read_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> tuple[Any, ...]:
     return read_row(row)
 
 
+def memory_uri(name: str, read_only: bool = False) -> str:
+    """The SQLite URI of the in-memory database ``name``: one database for
+    every connection of this process that opens it (SQLite's ``memdb``
+    VFS), gone when the last of them closes."""
+    return f"file:/{quote(name, safe='')}?vfs=memdb" + ("&mode=ro" if read_only else "")
+
+
 class Database:
-    """A service's SQLite file (``None``: in memory) of one kind and layout."""
+    """A service's SQLite file (``None``: a private in-memory database) of
+    one kind and layout; with ``path`` ``None``, ``memory`` names a shared
+    in-memory database instead (:func:`memory_uri`, shown as
+    ``memory://NAME``)."""
 
     def __init__(self, path: Path | None, kind: str, layout: int, schema: Sequence[str],
-                 migrations: Migrations | None = None) -> None:
-        self.where = str(path) if path is not None else ":memory:"
+                 migrations: Migrations | None = None, *, memory: str | None = None) -> None:
+        self.where = str(path) if path is not None else f"memory://{memory}" if memory is not None else ":memory:"
         self.kind = kind
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise StateStoreError(f"{path}: cannot create its folder: {error.strerror or error}") from None
+        target = memory_uri(memory) if memory is not None and path is None else self.where
         try:
-            self.connection = sqlite3.connect(self.where, isolation_level=None, check_same_thread=False,
-                                              factory=_TextConnection)
+            self.connection = sqlite3.connect(target, isolation_level=None, check_same_thread=False,
+                                              factory=_TextConnection, uri=target != self.where)
         except sqlite3.Error as error:
             raise StateStoreError(f"{self.where}: cannot open the {kind} file: {error}") from None
         self.connection.row_factory = _read_row
@@ -147,6 +159,32 @@ class Database:
 
     def close(self) -> None:
         self.connection.close()
+
+
+class SqliteReading:
+    """Read-only queries of an existing SQLite database (``target``: a file
+    URI or :func:`memory_uri`'s, opened ``mode=ro``), shown as ``where``."""
+
+    def __init__(self, target: str, where: str) -> None:
+        self.where = where
+        self.connection = sqlite3.connect(target, uri=True, check_same_thread=False)
+
+    def rows(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one query, strings as written; a database that cannot
+        answer is a :class:`StateStoreError` naming it."""
+        try:
+            rows = self.connection.execute(statement, stored_parameters(parameters)).fetchall()
+        except sqlite3.Error as error:
+            raise StateStoreError(f"{self.where}: the view store did not answer: {first_line(error)}") from None
+        return [read_row(row) for row in rows]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (a driver's go on for lines)."""
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
 def load_held(db: sqlite3.Connection, session_id: str) -> list[HeldRow]:

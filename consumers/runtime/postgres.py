@@ -23,13 +23,15 @@ from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import unquote
 
 import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from dsh_core.errors import StateStoreError
 
-from .database import Migrations, claim_layout
+from .database import Migrations, claim_layout, first_line
 from .stored_text import read_row, stored_parameters
 
-__all__ = ["PostgresDatabase", "display_location", "first_line", "postgres_sql", "text_rows", "without_password"]
+__all__ = ["PostgresDatabase", "PostgresReading", "display_location", "first_line", "postgres_sql", "text_rows",
+           "without_password"]
 
 _TYPES = re.compile(r"\bBLOB\b|\bINTEGER\b|\bTEXT\b| WITHOUT ROWID")
 #: Text compares by code point, as SQLite's does, whatever the database's default collation.
@@ -43,6 +45,8 @@ _ROW_INSERT = re.compile(r"INSERT INTO (\w+) \(([^)]*)\) VALUES \(\?(?:, \?)*\)(
 _COPY_ROWS = 64
 #: The advisory lock the layout is claimed under (any constant: "dsh" in ASCII).
 _LAYOUT_LOCK = 0x647368
+#: How long a reading may take to lend a working connection.
+_CONNECT_SECONDS = 5
 
 
 @functools.lru_cache(maxsize=512)
@@ -143,6 +147,52 @@ class PostgresDatabase:
         self.raw.close()
 
 
+class PostgresReading:
+    """Read-only queries of a view store in a PostgreSQL database, over a
+    small pool of connections: it checks a connection before lending it
+    and replaces a broken one."""
+
+    def __init__(self, dsn: str) -> None:
+        self.where = display_location(dsn)
+        self.pool = _pool(dsn, self.where)
+
+    def rows(self, statement: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one query, strings as written; a server that cannot
+        answer is a :class:`StateStoreError` naming it."""
+        try:
+            with self.pool.connection(timeout=_CONNECT_SECONDS) as connection:
+                rows = connection.execute(postgres_sql(statement), stored_parameters(parameters)).fetchall()
+        except (psycopg.Error, PoolTimeout) as error:
+            raise StateStoreError(f"{self.where}: the view store did not answer: {first_line(error)}") from None
+        return [read_row(row) for row in rows]
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _pool(dsn: str, where: str) -> ConnectionPool:
+    """An open pool of connections to ``dsn``. One connection is made first,
+    so a URI libpq cannot parse or a server that does not answer is one
+    line here, not the pool's log of each failed attempt before it."""
+    try:
+        psycopg.connect(dsn, connect_timeout=_CONNECT_SECONDS).close()
+    except psycopg.ProgrammingError as error:
+        raise StateStoreError(f"{where}: not a PostgreSQL URI libpq takes: "
+                              f"{without_password(str(error).strip(), dsn)}") from None
+    except psycopg.Error as error:
+        raise StateStoreError(f"{where}: cannot connect to the view store: "
+                              f"{without_password(first_line(error), dsn)}") from None
+    pool = ConnectionPool(dsn, min_size=1, max_size=2, open=False, check=ConnectionPool.check_connection,
+                          kwargs={"autocommit": True, "application_name": "dsh-pipeline reader"})
+    try:
+        pool.open(wait=True, timeout=_CONNECT_SECONDS)
+    except PoolTimeout:
+        pool.close()
+        raise StateStoreError(f"{where}: cannot connect to the view store in {_CONNECT_SECONDS} s (is the server up, "
+                              "and the URI's user, host, port and database right?)") from None
+    return pool
+
+
 def text_rows(cursor: Any) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
     """psycopg's row factory for the stores' rows: strings as written."""
     return read_row
@@ -168,8 +218,3 @@ def without_password(text: str, dsn: str) -> str:
                            reverse=True):
         text = text.replace(password, "***")
     return text
-
-
-def first_line(error: Exception) -> str:
-    """The first line of an error's message (a driver's go on for lines)."""
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

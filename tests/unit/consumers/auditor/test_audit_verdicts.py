@@ -1,6 +1,7 @@
 """Each session's audit verdict counts: published by the auditor in the
 transaction of the batch that changed them, cumulative, kept across its
-state store, and indexed into the view store."""
+state store (their index into the view store is a part of the store's
+contract: tests/view_store_contract.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,9 @@ import json
 
 from consumers.auditor import Audit, AuditorConfig
 from consumers.auditor.session import AuditedSession
-from consumers.projector import ViewStore
-from consumers.projector.outcomes import verdict_row
-from consumers.projector.store_reader import StoreReader
 from dsh_kafka.records import KIND_ATTESTATION
 from producers.simulator import SimulatorConfig, simulate_session
-from tests.policy_driver import KAFKA, NAMES, Fetched, fetched, run_batch
+from tests.policy_driver import KAFKA, NAMES, fetched, run_batch
 
 
 def _session(faults: list[str] | None = None):
@@ -55,24 +53,3 @@ def test_the_state_store_keeps_the_counts():
     restored = AuditedSession.restore(truth.session_id, session.snapshot(), lambda seq: None)
     assert restored.report.totals == session.report.totals and restored.report.totals["attested/verified"] > 1
     assert not restored.report.totals_changed
-
-
-def test_the_index_keeps_each_session_s_latest_counts(tmp_path):
-    def record(offset: int, value: bytes) -> Fetched:
-        return Fetched(b"s-1", value, [], offset, topic=NAMES.verdicts)
-
-    rows = [verdict_row(record(offset, json.dumps(
-        {"session": "s-1", "attested": {"verified": offset}, "wire": {"agent": {"verified": 1}}}).encode()))
-        for offset in (4, 9)]
-    assert verdict_row(record(10, b'{"session": "s-1"}')) is None and verdict_row(record(11, b"\xff")) is None
-    store = ViewStore(tmp_path / "views.sqlite")
-    try:
-        store.index_outcomes([], [], rows[:1], {(NAMES.verdicts, 0): 5})
-        store.index_outcomes([], [], rows[1:], {(NAMES.verdicts, 0): 10})
-        assert [tuple(row) for row in store.db.execute("SELECT session_id, counts, \"offset\" FROM audit_verdicts")] == [
-            ("s-1", '{"attested":{"verified":9},"wire":{"agent":{"verified":1}}}', 9)]
-        store.delete_session("s-1", 1700000000000)
-        assert store.db.execute("SELECT count(*) FROM audit_verdicts").fetchone()[0] == 0
-    finally:
-        store.close()
-    assert StoreReader(tmp_path / "views.sqlite").session("s-1") is None

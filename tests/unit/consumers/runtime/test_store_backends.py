@@ -1,5 +1,5 @@
 """A store location's backend is decided in one place: a path is SQLite's,
-a known URI scheme PostgreSQL's, any other scheme a named error."""
+a known URI scheme its backend's, any other scheme a named error."""
 
 from __future__ import annotations
 
@@ -11,19 +11,25 @@ import pytest
 
 from consumers.projector.store import ViewStore
 from consumers.projector.store_reader import StoreReader
-from consumers.runtime.store_location import SCHEMES, store_backend, store_location
-from dsh_core.errors import StoreLocationError
+from consumers.runtime.store_backends import BACKENDS, MEMORY, POSTGRESQL, SCHEMES, SQLITE, backend_of, store_location
+from dsh_core.errors import StateStoreError, StoreLocationError
 
 UNKNOWN = "mysql://dsh:secret@db.example/views"
 
 
 @pytest.mark.parametrize(("given", "backend"), [
-    ("views.sqlite", "sqlite"), ("/data/views.sqlite", "sqlite"), ("./mysql://x", "sqlite"),
-    (Path("views.sqlite"), "sqlite"), ("postgresql://dsh@db/views", "postgresql"),
-    ("postgres://dsh@db/views", "postgresql"), ("PostgreSQL://dsh@db/views", "postgresql"),
+    ("views.sqlite", SQLITE), ("/data/views.sqlite", SQLITE), ("./mysql://x", SQLITE), (Path("views.sqlite"), SQLITE),
+    ("postgresql://dsh@db/views", POSTGRESQL), ("postgres://dsh@db/views", POSTGRESQL),
+    ("PostgreSQL://dsh@db/views", POSTGRESQL), ("memory://trial", MEMORY),
 ])
-def test_a_path_is_sqlite_and_a_known_scheme_postgresql(given, backend):
-    assert store_backend(given) == backend
+def test_a_path_is_sqlite_and_a_known_scheme_its_backend(given, backend):
+    assert backend_of(given) is backend
+
+
+def test_every_scheme_names_one_backend_of_the_registry():
+    assert {scheme: backend.name for scheme, backend in SCHEMES.items()} == {
+        "postgresql": "postgresql", "postgres": "postgresql", "memory": "memory"}
+    assert [backend.name for backend in BACKENDS] == ["sqlite", "postgresql", "memory"]
 
 
 @pytest.mark.parametrize("open_store", [store_location, ViewStore, StoreReader])
@@ -32,9 +38,28 @@ def test_an_unknown_scheme_is_refused_by_name_listing_the_schemes_there_are(open
     with pytest.raises(StoreLocationError) as refused:
         open_store(UNKNOWN)
     assert str(refused.value) == ("mysql://…: no store backend of this build takes the scheme 'mysql'; a store is a "
-                                  "SQLite file's path or a URI of postgresql://, postgres:// (PostgreSQL)")
-    assert sorted(SCHEMES) == ["postgres", "postgresql"]
+                                  "SQLite file's path or a URI of postgresql://, postgres:// or memory://")
     assert not list(tmp_path.iterdir())  # no SQLite file named like the URI
+
+
+def test_a_memory_store_is_one_store_per_name_for_this_process_only(tmp_path):
+    location = "memory://trial-of-test-store-backends"
+    ViewStore(location).close()
+    try:
+        reader = StoreReader(location)  # the store outlives the writer that made it
+        assert reader.where == location and reader.counts() == {"sessions": 0, "findings": 0, "deadLetters": 0}
+        reader.close()
+        done = subprocess.run([sys.executable, "-m", "dsh_pipeline.cli", "sessions", "--store", location],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert (done.returncode, done.stderr) == (1, f"dsh-pipeline sessions: StateStoreError: {location}: no view "
+                                                     "store there (a memory:// store is seen only by the process "
+                                                     "that made it)\n")
+    finally:
+        MEMORY.discard(location)
+    with pytest.raises(StateStoreError, match="no view store there"):
+        StoreReader(location)
+    with pytest.raises(StoreLocationError, match=r"memory://: a memory:// store needs a name \(memory://NAME\)"):
+        ViewStore("memory://")
 
 
 @pytest.mark.parametrize("command", [
@@ -46,7 +71,7 @@ def test_the_commands_refuse_it_before_anything_else(command, tmp_path):
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines() == [f"dsh-pipeline {command[0]}: StoreLocationError: mysql://…: no store backend "
                                         "of this build takes the scheme 'mysql'; a store is a SQLite file's path or a "
-                                        "URI of postgresql://, postgres:// (PostgreSQL)"]
+                                        "URI of postgresql://, postgres:// or memory://"]
     assert not list(tmp_path.iterdir())
 
 

@@ -1,0 +1,171 @@
+"""The view store's contract, its reads: what
+:class:`~consumers.projector.store_reader.StoreReader` finds in what the
+projector stored (a part of :class:`tests.view_store_contract.ViewStoreContract`)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import ClassVar
+
+import msgspec
+import pytest
+
+from consumers.projector.reader import SessionFilter
+from consumers.projector.store import TOKEN_COLUMNS, SessionChange, ViewStore
+from consumers.projector.store_reader import StoreReader
+from consumers.runtime.store_backends import Backend
+from dsh_core.errors import StateStoreError
+from dsh_core.jsonvalue import encode_json, thaw
+from producers.simulator import SimulatorConfig, simulate_session
+from tests.view_store_helpers import project, stored_fleet
+
+
+def _in_order(messages: list) -> list:
+    """Messages by their JSON (a page gives them in seq order, dsh's history after a compaction not)."""
+    return sorted(messages, key=lambda message: json.dumps(message, sort_keys=True))
+
+
+def _with_text(records, text: str):
+    """The records with ``text`` put before the text of every user message."""
+    escaped = encode_json(text)[1:-1]
+    return [msgspec.structs.replace(record, value=record.value.replace(b'"type":"text","text":"',
+                                                                       b'"type":"text","text":"' + escaped))
+            if b'"type":"user/message"' in record.value else record for record in records]
+
+
+class ReadsContract:
+    """The reader's tests of the contract."""
+
+    backend: ClassVar[Backend]
+
+    def test_the_reader_lists_filters_and_pages_thesimulated_fleet(self, store_location):
+        fleet = stored_fleet(store_location)
+        ids = [truth.session_id for truth, _ in fleet]
+        reader = StoreReader(store_location)
+        try:
+            seen, cursor = [], None
+            while True:
+                page = reader.sessions(SessionFilter(), cursor, limit=4)
+                seen += [item["sessionId"] for item in page["items"]]
+                if (cursor := page["next"]) is None:
+                    break
+            assert seen == ids[::-1]  # most recently active first, each once
+            assert [i["sessionId"] for i in reader.sessions(SessionFilter(status=("held",)))["items"]] == [ids[-1]]
+            assert [i["sessionId"] for i in reader.sessions(SessionFilter(has_findings=True))["items"]] == [ids[1]]
+            assert len(reader.sessions(SessionFilter(has_findings=False))["items"]) == len(ids) - 1
+            assert [i["sessionId"] for i in reader.sessions(SessionFilter(active_from=2_000, active_to=4_000))["items"]] \
+                == [ids[2], ids[1]]
+            one = reader.session(ids[1])
+            store = ViewStore(store_location)
+            try:
+                assert one["messages"] == thaw(store.fold(ids[1]).state.messages())
+            finally:
+                store.close()
+            assert one["findingCount"] == 1 and one["findings"][0]["rule"] == "request-mismatch"
+            model = one["models"][0]["model"]
+            assert ids[1] in [i["sessionId"] for i in reader.sessions(SessionFilter(model=model), limit=50)["items"]]
+            text = next(m["content"][0]["text"] for m in one["messages"] if m["role"] == "user")
+            found = reader.sessions(SessionFilter(text=text[:24].upper()))["items"]
+            assert ids[1] in [i["sessionId"] for i in found]
+            assert reader.sessions(SessionFilter(text="no such text 100%"))["items"] == []
+            assert reader.resolve(ids[1][:-3]) == [ids[1]] and reader.resolve("nothing-") == []
+            summary = reader.summary()
+            assert summary["sessionsByStatus"] == {"held": 1, "idle": len(ids) - 1}
+            hours = summary["tokensByModelPerHour"]
+            assert hours and all(isinstance(row[column], int) for row in hours for column in TOKEN_COLUMNS)
+            listed = reader.sessions(SessionFilter(), limit=200)["items"]
+            assert {column: sum(row[column] for row in hours) for column in TOKEN_COLUMNS} == \
+                {column: sum(model.get(column) or 0 for item in listed for model in item["models"])
+                 for column in TOKEN_COLUMNS}
+            with pytest.raises(ValueError, match="cursor 'bogus' is not one this store gave"):
+                reader.sessions(SessionFilter(), "bogus")
+            huge = base64.urlsafe_b64encode(f"{2 ** 70}\x1fsim".encode()).decode()
+            with pytest.raises(ValueError, match="is not one this store gave"):
+                reader.sessions(SessionFilter(), huge)
+        finally:
+            reader.close()
+
+    def test_a_session_read_page_by_page_is_the_whole_session(self, store_location):
+        fleet = stored_fleet(store_location)
+        reader = StoreReader(store_location)
+        try:
+            for truth, _ in fleet:
+                whole, pages, after = reader.session(truth.session_id), [], None
+                while True:
+                    pages.append(reader.session_page(truth.session_id, after, 2))
+                    if (after := pages[-1]["next"]) is None:
+                        break
+                    after = int(after)
+                assert len(pages) == max(1, -(-len(whole["surface"]) // 2))
+                assert [event for page in pages for event in page["surface"]] == whole["surface"]
+                assert _in_order([m for page in pages for m in page["messages"]]) == _in_order(whole["messages"])
+                assert {k: v for page in pages for k, v in page["messageSeqs"].items()} == whole["messageSeqs"]
+                assert [f for page in pages for f in page["findings"]] == whole["findings"]
+                assert [c for page in pages for c in page["requestHeaderChanges"]] == whole["requestHeaderChanges"]
+                assert [t for page in pages for t in page["turns"]] == whole["turns"]
+                assert {page["turnCount"] for page in pages} == {len(whole["turns"])}
+                for page in pages:  # the totals are the session's, on every page
+                    assert (page["messageCount"], page["surfaceCount"], page["findingCount"]) == \
+                        (len(whole["messages"]), len(whole["surface"]), whole["findingCount"])
+                    assert [(m["model"], m["inputTokens"], m["outputTokens"]) for m in page["models"]] == \
+                        [(m["model"], m["inputTokens"], m["outputTokens"]) for m in whole["models"]]
+                if whole["surface"]:
+                    event = whole["surface"][-1]
+                    assert reader.surface_event(truth.session_id, event["seq"]) == event
+            assert reader.surface_event(fleet[0][0].session_id, 10 ** 9) is None
+            assert reader.session_page("no-such-session") is None
+        finally:
+            reader.close()
+
+    def test_a_reader_never_creates_a_store(self, store_location):
+        with pytest.raises(StateStoreError, match=r"(no view store there|not a view store in layout)"):
+            StoreReader(store_location)
+        store = ViewStore(store_location)  # nothing of another kind or layout was left there
+        try:
+            assert store.stored(["s-1"]) == set()
+        finally:
+            store.close()
+
+    def test_text_holding_nul_is_stored_and_found(self, store_location):
+        """PostgreSQL's text holds no NUL; a log's text may ("\\u0000" in JSON)."""
+        view = {"sessionId": "s\x00nul", "status": "idle", "header": {"id": "s\x00nul", "createdAt": 5, "cwd": "/w\x00"},
+                "nextSeq": 2, "turns": [], "usage": [], "messageCount": 1}
+        message = {"id": "u-1", "role": "user", "content": [{"type": "text", "text": "find a\x00b here"}],
+                   "source": {"kind": "user"}}
+        store = ViewStore(store_location)
+        try:
+            store.write([SessionChange("s\x00nul", 0, view, None, "an error\x00", (), [(1, "user/message", message)],
+                                       None, {1: (1, b"d" * 32)}, 7)], store.claim([0]))
+            assert store.view("s\x00nul")["header"]["cwd"] == "/w\x00"  # the view's JSON keeps it exactly
+            assert store.digest("s\x00nul", 1) == (1, b"d" * 32)
+        finally:
+            store.close()
+        reader = StoreReader(store_location)
+        try:
+            [found] = reader.sessions(SessionFilter(text="A\x00B"))["items"]
+            assert reader.session(found["sessionId"])["surface"][0]["data"] == message
+        finally:
+            reader.close()
+
+    @pytest.mark.parametrize("version", [0, 4])
+    def test_text_no_store_text_holds_is_kept_exactly_and_found(self, store_location, version):
+        """A lone surrogate, NUL and the store's own escape character in message
+        text: the session is projected, its surface rows read back exactly and
+        a search for the text finds it, on both backends alike."""
+        text = "\ud800 nul\x00 \udfff\U0010ffff0; "
+        config = SimulatorConfig(sessions=1, seed=77, min_turns=1, max_turns=2, formats=(version,))
+        truth, batches = simulate_session(config, 0)
+        project(store_location, _with_text([record for batch in batches for record in batch], text))
+        reader = StoreReader(store_location)
+        try:
+            session = reader.session(truth.session_id)
+            assert (session["status"], session["nextSeq"]) == ("idle", truth.next_seq)
+            texts = [block["text"] for message in session["messages"] if message["role"] == "user"
+                     for block in message["content"] if block["type"] == "text"]
+            assert texts and all(value.startswith(text) for value in texts)
+            assert [item["sessionId"] for item in reader.sessions(SessionFilter(text=text.upper()))["items"]] == [
+                truth.session_id]
+            assert reader.sessions(SessionFilter(text="\ud800 nul\x00 \udffe"))["items"] == []
+        finally:
+            reader.close()
