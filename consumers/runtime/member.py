@@ -327,11 +327,13 @@ class GroupMember(ABC):
             self._probing = asyncio.create_task(self._probe(quiet)) if quiet else None
 
     async def _probe(self, partitions: list[TopicPartition]) -> None:
-        """Ask the partitions' leaders for their end offsets: one read to that
-        end was answered as surely as by a fetch (the fetcher may leave an
-        idle partition unfetched for long, e.g. while its node's connection
-        is being re-made after a restart). A failure is the fetcher's to
-        report; the partition stays unanswered."""
+        """Ask the partitions' leaders for their end offsets: a partition read
+        to the end its leader just gave has missed nothing, and counts as
+        answered though no fetch answer of it was noted (aiokafka notes one
+        only for an error-free answer at the position it still holds, and
+        sends a node no fetch while records it fetched from it wait to be
+        handled). A leader that does not answer leaves its partitions
+        unanswered: the fetcher reports why."""
         assert self.consumer is not None
         try:
             ends = await self.consumer.end_offsets(partitions)
