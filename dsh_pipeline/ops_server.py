@@ -61,13 +61,17 @@ class Polled(Protocol):
     def silences(self) -> dict[str, float]:
         """Seconds since the cluster last answered, per assigned partition."""
 
+    def assigning_for(self) -> float | None:
+        """Seconds its running assignment step has taken (``None``: none runs)."""
+
 
 def consumers_health(services: Mapping[str, Polled], stale_after: float = 60.0,
                      clock: Callable[[], float] = time.monotonic) -> HealthCheck:
-    """Healthy while every service (by name) is running, polled within the
-    last ``stale_after`` seconds of ``clock`` and heard from the cluster
-    within as long for every partition assigned to it (a stopped broker, or
-    one leading a partition, makes it unhealthy; the detail names the
+    """Healthy while every service (by name) is running, in no assignment
+    step for ``stale_after`` seconds or more, polled within the last
+    ``stale_after`` seconds of ``clock`` and heard from the cluster within as
+    long for every partition assigned to it (a stopped broker, or one
+    leading a partition, makes it unhealthy; the detail names the
     partitions); none at all is unhealthy."""
     def check() -> tuple[bool, str]:
         if not services:
@@ -78,6 +82,9 @@ def consumers_health(services: Mapping[str, Polled], stale_after: float = 60.0,
             state = service.state.value
             if state != "running":
                 problems.append(f"{name}: {state}, not running")
+            elif (assigning := service.assigning_for()) is not None and assigning >= stale_after:
+                problems.append(f"{name}: taking partitions for {assigning:.1f} s (rebuilding their state or waiting "
+                                f"for the cluster's offsets; stale after {stale_after:g} s)")
             elif now - service.last_poll >= stale_after:
                 problems.append(f"{name}: last poll {now - service.last_poll:.1f} s ago (stale after {stale_after:g} s)")
             elif silent := sorted((partition, seconds) for partition, seconds in service.silences().items()

@@ -104,6 +104,8 @@ class GroupMember(ABC):
         #: time.time() of the cluster's last answer for each assigned partition (its assignment
         #: before any); replaced whole, never changed in place: the health check reads it from another thread
         self._answered: dict[TopicPartition, float] = {}
+        #: the partitions of the assignment step running (their state rebuilt, their offsets asked), and since when
+        self._assigning: tuple[frozenset[TopicPartition], float] | None = None
         self._probing: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ read-outs
@@ -129,8 +131,18 @@ class GroupMember(ABC):
         partition (``topic[n]``; since its assignment, if it never did).
         Safe from another thread: the run loop notes the answers, this only
         reads the note."""
-        now = time.time()
-        return {f"{tp.topic}[{tp.partition}]": max(0.0, now - answered) for tp, answered in self._answered.items()}
+        now, assigning = time.time(), self._assigning
+        being_assigned = assigning[0] if assigning is not None else frozenset()
+        return {f"{tp.topic}[{tp.partition}]": max(0.0, now - answered) for tp, answered in self._answered.items()
+                if tp not in being_assigned}
+
+    def assigning_for(self) -> float | None:
+        """Seconds the running assignment step has taken (rebuilding the
+        partitions' state, asking their offsets); ``None`` when none runs.
+        Its partitions are not fetched meanwhile, so they count in
+        :meth:`silences` only once it ends. Safe from another thread."""
+        assigning = self._assigning
+        return None if assigning is None else max(0.0, time.time() - assigning[1])
 
     # ---------------------------------------------------------------- hooks
 
@@ -273,10 +285,15 @@ class GroupMember(ABC):
 
     async def _assign(self, partitions: set[TopicPartition]) -> None:
         assert self.consumer is not None
-        self._answered = {**self._answered, **dict.fromkeys(partitions, time.time())}
-        await self.assigning(partitions)
-        self._positions.update(await self.start_positions(partitions))
-        self._ends.update(await self.consumer.end_offsets(list(partitions)))
+        self._assigning = (frozenset(partitions), time.time())
+        try:
+            await self.assigning(partitions)
+            self._positions.update(await self.start_positions(partitions))
+            self._ends.update(await self.consumer.end_offsets(list(partitions)))
+        finally:
+            self._assigning = None
+            # their silence starts when reading them may start
+            self._answered = {**self._answered, **dict.fromkeys(partitions, time.time())}
         self._behind = True
         behind = self._update_lag()
         self.log.info("assigned partitions %s: %d record(s) to read", partition_names(partitions), behind or 0,

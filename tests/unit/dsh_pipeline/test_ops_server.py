@@ -126,8 +126,9 @@ def test_the_cli_names_a_port_in_use_in_one_line(tmp_path: Path, command: list[s
 
 class TestConsumersHealth:
     def service(self, state: ServiceState = ServiceState.RUNNING, last_poll: float = 100.0,
-                silences: dict[str, float] | None = None) -> SimpleNamespace:
-        return SimpleNamespace(state=state, last_poll=last_poll, silences=lambda: dict(silences or {}))
+                silences: dict[str, float] | None = None, assigning: float | None = None) -> SimpleNamespace:
+        return SimpleNamespace(state=state, last_poll=last_poll, silences=lambda: dict(silences or {}),
+                               assigning_for=lambda: assigning)
 
     def test_healthy_when_every_service_polls(self) -> None:
         check = consumers_health({"projector": self.service(), "auditor": self.service(last_poll=95.0)},
@@ -156,6 +157,12 @@ class TestConsumersHealth:
                                  stale_after=10, clock=lambda: 101.0)
         assert check() == (False, "projector: no answer from the cluster for dsh.session-events[1] for 12.5 s, "
                                   "dsh.session-events[2] for 10.0 s (stale after 10 s)")
+
+    def test_an_assignment_step_past_the_window_is_unhealthy_and_says_so(self) -> None:
+        check = consumers_health({"auditor": self.service(assigning=61.0), "archiver": self.service(assigning=2.0)},
+                                 stale_after=60, clock=lambda: 100.0)
+        assert check() == (False, "auditor: taking partitions for 61.0 s (rebuilding their state or waiting for the "
+                                  "cluster's offsets; stale after 60 s)")
 
     def test_no_service_is_unhealthy(self) -> None:
         assert consumers_health({})() == (False, "no service running")

@@ -203,3 +203,34 @@ def test_a_leader_that_does_not_answer_the_probe_leaves_its_partition_unanswered
     member._answered = {P0: time.time() - 30}
     asyncio.run(member._probe([P0]))
     assert member.silences()[f"{TOPIC}[0]"] >= 30.0
+
+
+def test_partitions_being_taken_are_not_silent_but_the_step_s_time_shows(fake: FakeConsumer) -> None:
+    """While the rebalance listener rebuilds the partitions' state (aiokafka
+    fetches nothing meanwhile), their silence does not count; the step's
+    time does, and their silence starts once it ends."""
+    gate = asyncio.Event()
+    seen: list[tuple[dict[str, float], float | None]] = []
+
+    class Slow(Member):
+        async def assigning(self, partitions: set[TopicPartition]) -> None:
+            await gate.wait()
+
+    member = Slow("member-assigning")
+    member.consumer = fake  # type: ignore[assignment]
+    fake.assigned = {P0}
+
+    async def scenario() -> None:
+        step = asyncio.create_task(member._assign({P0}))
+        await asyncio.sleep(0)
+        member._assigning = (frozenset({P0}), time.time() - 70)  # the step began 70 s ago
+        member._answered = {P0: time.time() - 70}
+        seen.append((member.silences(), member.assigning_for()))
+        gate.set()
+        await step
+        seen.append((member.silences(), member.assigning_for()))
+
+    asyncio.run(scenario())
+    (during, took), (after, done) = seen
+    assert during == {} and took is not None and took >= 70.0
+    assert after[f"{TOPIC}[0]"] < 1.0 and done is None
