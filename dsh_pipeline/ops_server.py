@@ -27,6 +27,7 @@ cannot be bound is a :class:`~dsh_core.errors.PipelineError` naming
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
 import time
 from typing import Awaitable, Callable, Mapping, Protocol
@@ -48,34 +49,48 @@ _App = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable
 
 
 class Polled(Protocol):
-    """What the consumers' health check reads of a service."""
+    """What the consumers' health check reads of a service
+    (:class:`~consumers.runtime.GroupMember`)."""
 
-    healthy: bool
     last_poll: float  # time.monotonic() of its last poll
 
-    def silent_for(self) -> float | None:
-        """Seconds since the cluster last answered (``None``: cannot tell)."""
+    @property
+    def state(self) -> enum.Enum:
+        """Its state; ``running`` (by value) is the only healthy one."""
+
+    def silences(self) -> dict[str, float]:
+        """Seconds since the cluster last answered, per assigned partition."""
+
+    def assigning_for(self) -> float | None:
+        """Seconds its running assignment step has taken (``None``: none runs)."""
 
 
 def consumers_health(services: Mapping[str, Polled], stale_after: float = 60.0,
                      clock: Callable[[], float] = time.monotonic) -> HealthCheck:
-    """Healthy while every service (by name) is ``healthy``, polled within
-    the last ``stale_after`` seconds of ``clock`` and heard from the cluster
-    within as long (a stopped broker makes it unhealthy); none at all is
-    unhealthy."""
+    """Healthy while every service (by name) is running, in no assignment
+    step for ``stale_after`` seconds or more, polled within the last
+    ``stale_after`` seconds of ``clock`` and heard from the cluster within as
+    long for every partition assigned to it (a stopped broker, or one
+    leading a partition, makes it unhealthy; the detail names the
+    partitions); none at all is unhealthy."""
     def check() -> tuple[bool, str]:
         if not services:
             return False, "no service running"
         now = clock()
         problems = []
-        for name, service in services.items():
-            silent = service.silent_for()
-            if not service.healthy:
-                problems.append(f"{name}: not running")
+        for name, service in list(services.items()):  # one copy: the command adds its members meanwhile
+            state = service.state.value
+            if state != "running":
+                problems.append(f"{name}: {state}, not running")
+            elif (assigning := service.assigning_for()) is not None and assigning >= stale_after:
+                problems.append(f"{name}: taking partitions for {assigning:.1f} s (rebuilding their state or waiting "
+                                f"for the cluster's offsets; stale after {stale_after:g} s)")
             elif now - service.last_poll >= stale_after:
                 problems.append(f"{name}: last poll {now - service.last_poll:.1f} s ago (stale after {stale_after:g} s)")
-            elif silent is not None and silent >= stale_after:
-                problems.append(f"{name}: no answer from the cluster for {silent:.1f} s (stale after {stale_after:g} s)")
+            elif silent := sorted((partition, seconds) for partition, seconds in service.silences().items()
+                                  if seconds >= stale_after):
+                listed = ", ".join(f"{partition} for {seconds:.1f} s" for partition, seconds in silent)
+                problems.append(f"{name}: no answer from the cluster for {listed} (stale after {stale_after:g} s)")
         return (False, "; ".join(problems)) if problems else (True, "ok")
     return check
 

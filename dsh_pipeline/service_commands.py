@@ -212,7 +212,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int:
     """Run one consumer service (and its companion, if any) until SIGTERM or
-    SIGINT; either failing stops both."""
+    SIGINT; either failing stops both; ``/healthz`` reads both."""
     from dsh_kafka.admin import await_group_coordinator
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics
@@ -226,12 +226,14 @@ def _consume(args: argparse.Namespace, make_service, make_companion=None) -> int
     async def main(stop: asyncio.Event) -> int:
         await prepare_command_topics(kafka, names, args)
         await await_group_coordinator(kafka, args.group)
-        services[args.command] = service = make_service(kafka, names)
+        services[args.command] = make_service(kafka, names)
+        if make_companion is not None:
+            companion = make_companion(kafka, names)
+            services[companion.name] = companion
         try:
             async with asyncio.TaskGroup() as running:
-                running.create_task(service.run(stop))
-                if make_companion is not None:
-                    running.create_task(make_companion(kafka, names).run(stop))
+                for member in services.values():
+                    running.create_task(member.run(stop))
         except ExceptionGroup as failed:  # the first failure is the one to report; the other was stopped by it
             raise failed.exceptions[0] from None
         return EXIT_OK

@@ -4,7 +4,8 @@ the view store where readers query them.
 The auditor publishes its findings and each session's verdict counts (in
 Kafka transactions) and every service its dead letters to their topics;
 the topics stay the record of truth. :class:`OutcomeIndex`, run by the
-projector command beside the projection, reads the three topics
+projector command beside the projection as a member of the consumer
+runtime (:class:`~consumers.runtime.GroupMember`), reads the three topics
 committed-only and writes each finding and dead letter as one row keyed by
 where it was read (topic, partition, offset) and each session's latest
 counts as its row, in one store transaction per batch together with the
@@ -16,21 +17,19 @@ committed too, for lag to show.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError
 from prometheus_client import Counter
 
 from dsh_core.errors import DecodeError
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json
-from dsh_kafka.clients import make_consumer
 from dsh_kafka.config import ConsumerSettings
 
 from ..runtime.config import ServiceConfig
+from ..runtime.member import GroupMember
 from .store import ViewStore
 
 __all__ = ["OutcomeIndex", "finding_row", "letter_row", "verdict_row"]
@@ -41,7 +40,6 @@ INDEXED = Counter("dsh_projector_outcomes_indexed_total",
 _HEAD_BYTES = 256
 #: The most characters a safe integer is written with (a sign and 16 digits).
 _DIGITS = len(str(-MAX_SAFE_INTEGER))
-_POLL_MS = 500
 
 
 def finding_row(record: Any) -> tuple:
@@ -114,51 +112,92 @@ class OutcomeIndexConfig(ServiceConfig):
     store: Any  # the view store's location (a path or a postgresql:// URI)
 
 
-class OutcomeIndex:
-    """Reads the findings, dead-letter and verdicts topics into the view store."""
+class OutcomeIndex(GroupMember):
+    """Reads the findings, dead-letter and verdicts topics into the view
+    store: a member of its own group on the runtime's poll loop (its
+    rebalance protection, state and ``/healthz``)."""
+
+    name = "projector-outcomes"
+    config: OutcomeIndexConfig
 
     def __init__(self, config: OutcomeIndexConfig) -> None:
-        self.config = config
-        self.log = logging.getLogger("dsh.projector.outcomes")
+        super().__init__(config, self.name)
         self.store: ViewStore | None = None
+        self._rows: tuple[list[tuple], list[tuple], dict[str, tuple]] = ([], [], {})  # handled, not stored yet
+        self._offsets: dict[TopicPartition, int] = {}  # their next offsets
 
-    async def run(self, stop: asyncio.Event) -> None:
+    def topics(self) -> list[str]:
+        return [self.config.topics.findings, self.config.topics.dead_letter, self.config.topics.verdicts]
+
+    def consumer_settings(self) -> ConsumerSettings:
         config = self.config
-        topics = (config.topics.findings, config.topics.dead_letter, config.topics.verdicts)
-        self.store = store = ViewStore(config.store)
-        consumer = make_consumer(config.kafka, ConsumerSettings(group_id=config.group, max_records=config.max_records,
-                                                                session_timeout_ms=config.session_timeout_ms))
-        consumer.subscribe(list(topics), listener=_ResumeFromStore(consumer, store))
-        try:
-            await consumer.start()
-            self.log.info("indexing %s into the view store in group %s", ", ".join(topics), config.group)
-            while not stop.is_set():
-                batch = await consumer.getmany(timeout_ms=_POLL_MS, max_records=config.max_records)
-                if not batch:
-                    continue
-                findings, letters, verdicts, offsets = [], [], {}, {}
-                for partition, records in batch.items():
-                    if partition.topic == config.topics.findings:
-                        findings += [finding_row(record) for record in records]
-                    elif partition.topic == config.topics.verdicts:
-                        for record in records:
-                            self._verdict(record, verdicts)
-                    else:
-                        letters += [letter_row(record) for record in records]
-                    offsets[partition] = records[-1].offset + 1
-                store.index_outcomes(findings, letters, list(verdicts.values()),
-                                     {(tp.topic, tp.partition): n for tp, n in offsets.items()})
-                INDEXED.labels("finding").inc(len(findings))
-                INDEXED.labels("dead-letter").inc(len(letters))
-                INDEXED.labels("verdicts").inc(len(verdicts))
-                try:  # for lag only: the store's offsets are where reading resumes
-                    await consumer.commit(offsets)
-                except (CommitFailedError, IllegalStateError) as error:  # a rebalance moved the partitions on
-                    self.log.info("offsets not committed to the group (%s): the store has them", type(error).__name__)
-        finally:
-            await consumer.stop()
+        return ConsumerSettings(group_id=config.group, max_records=config.max_records,
+                                session_timeout_ms=config.session_timeout_ms)
+
+    async def opening(self) -> None:
+        self.store = ViewStore(self.config.store)
+
+    async def closing(self, drained: bool) -> None:
+        store, self.store = self.store, None
+        if store is not None:
             store.close()
 
+    def handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        findings, letters, verdicts = self._rows
+        for partition, records in batch.items():
+            if partition.topic == self.config.topics.findings:
+                findings += [finding_row(record) for record in records]
+            elif partition.topic == self.config.topics.verdicts:
+                for record in records:
+                    self._verdict(record, verdicts)
+            else:
+                letters += [letter_row(record) for record in records]
+            self._offsets[partition] = records[-1].offset + 1
+            self.handled(partition, records[-1].offset + 1)
+
+    async def checkpoint(self, wait: bool = True) -> None:
+        """Store the rows handled with their next offsets in one
+        transaction, then commit the group's offsets (for lag only: the
+        store's offsets are where reading resumes)."""
+        if not self._offsets:
+            return
+        assert self.store is not None and self.consumer is not None
+        (findings, letters, verdicts), offsets = self._rows, self._offsets
+        self.store.index_outcomes(findings, letters, list(verdicts.values()),
+                                  {(tp.topic, tp.partition): n for tp, n in offsets.items()})
+        self._rows, self._offsets = ([], [], {}), {}
+        INDEXED.labels("finding").inc(len(findings))
+        INDEXED.labels("dead-letter").inc(len(letters))
+        INDEXED.labels("verdicts").inc(len(verdicts))
+        try:
+            await self.consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as error:  # a rebalance moved the partitions on
+            self.log.info("offsets not committed to the group (%s): the store has them", type(error).__name__)
+
+    async def after_poll(self) -> None:
+        """Positions past the commit markers: a transaction's marker follows
+        its records, so the end offset is one past the last record read."""
+        assert self.consumer is not None
+        for partition in self.consumer.assignment():
+            if self.consumer.highwater(partition) is not None and partition in self._positions:
+                self.handled(partition, await self.consumer.position(partition))
+
+    async def start_positions(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """Resume from the offsets the store holds, not from the group's."""
+        assert self.store is not None and self.consumer is not None
+        stored = self.store.outcome_offsets()
+        positions, fresh = {}, []
+        for partition in partitions:
+            offset = stored.get((partition.topic, partition.partition))
+            if offset is None:
+                fresh.append(partition)
+            else:
+                self.consumer.seek(partition, offset)
+                positions[partition] = offset
+        if fresh:
+            await self.consumer.seek_to_beginning(*fresh)
+            positions.update(await self.consumer.beginning_offsets(fresh))
+        return positions
 
     def _verdict(self, record: Any, latest: dict[str, tuple]) -> None:
         """Keep the record's counts as its session's latest of the batch (a
@@ -170,23 +209,3 @@ class OutcomeIndex:
                              record.offset)
         else:
             latest[row[0]] = row
-
-
-class _ResumeFromStore(ConsumerRebalanceListener):
-    def __init__(self, consumer: Any, store: ViewStore) -> None:
-        self.consumer, self.store = consumer, store
-
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        pass  # every batch is in the store before the next poll: nothing is pending
-
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        stored = self.store.outcome_offsets()
-        fresh = []
-        for partition in assigned:
-            offset = stored.get((partition.topic, partition.partition))
-            if offset is None:
-                fresh.append(partition)
-            else:
-                self.consumer.seek(partition, offset)
-        if fresh:
-            await self.consumer.seek_to_beginning(*fresh)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Enum, Gauge, Histogram
 
-__all__ = ["RECORDS", "DEAD_LETTERS", "BATCH_RECORDS", "BATCH_SECONDS", "LAG", "COMMITS", "LabelValues", "Tally"]
+__all__ = ["RECORDS", "DEAD_LETTERS", "BATCH_RECORDS", "BATCH_SECONDS", "LAG", "COMMITS", "STATE", "LabelValues", "Tally"]
 
 RECORDS = Counter("dsh_consumer_records_total", "Records consumed, by service and kind (also undecodable; "
                   "refused-again: redriven records refused for the reason of their dead letters, which stand).",
@@ -19,6 +19,8 @@ BATCH_SECONDS = Histogram("dsh_consumer_batch_seconds", "Time to handle and pers
                           buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 LAG = Gauge("dsh_consumer_lag_records", "Records behind the partition's end offset.", ["service", "partition"])
 COMMITS = Counter("dsh_consumer_commits_total", "Offset commits after durable effects.", ["service"])
+STATE = Enum("dsh_consumer_state", "Where each consumer group member is in its life (1 for its state).", ["service"],
+             states=["unopened", "starting", "running", "draining", "stopped", "failed"])
 
 
 class Tally:

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from consumers.runtime import ServiceState
 from dsh_kafka.admin import prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
@@ -34,13 +35,13 @@ def test_a_silent_broker_makes_a_polling_service_unhealthy(tmp_path):
             task = asyncio.create_task(service.run(stop))
             seen = []
             try:
-                await until(lambda: service.silent_for() is not None and check()[0], 60, "a healthy service")
+                await until(lambda: bool(service.silences()) and check()[0], 60, "a healthy service")
                 seen.append(check())
                 os.kill(broker.process.pid, signal.SIGSTOP)  # the broker hangs: connections stay open
                 try:
                     await until(lambda: not check()[0], 30, "the silence to show")
                     seen.append(check())
-                    assert not task.done() and service.healthy  # the loop itself went on polling
+                    assert not task.done() and service.state is ServiceState.RUNNING  # the loop itself went on polling
                 finally:
                     os.kill(broker.process.pid, signal.SIGCONT)
                 await until(lambda: check()[0], 60, "health to come back")
@@ -52,5 +53,5 @@ def test_a_silent_broker_makes_a_polling_service_unhealthy(tmp_path):
 
         healthy, silent, again = asyncio.run(scenario())
     assert healthy == again == (True, "ok")
-    assert silent[1].startswith("projector: no answer from the cluster for ") and silent[1].endswith(
-        " s (stale after 3 s)"), silent
+    assert silent[1].startswith(f"projector: no answer from the cluster for {names.events}[0] for ") and silent[
+        1].endswith(" s (stale after 3 s)") and f"{names.events}[1] for " in silent[1], silent

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from consumers.runtime import ServiceState
 from dsh_core.errors import PipelineError
 from dsh_pipeline.ops_server import consumers_health, serve_ops
 
@@ -124,18 +125,21 @@ def test_the_cli_names_a_port_in_use_in_one_line(tmp_path: Path, command: list[s
 
 
 class TestConsumersHealth:
-    def service(self, healthy: bool = True, last_poll: float = 100.0, silent: float | None = None) -> SimpleNamespace:
-        return SimpleNamespace(healthy=healthy, last_poll=last_poll, silent=silent, silent_for=lambda: silent)
+    def service(self, state: ServiceState = ServiceState.RUNNING, last_poll: float = 100.0,
+                silences: dict[str, float] | None = None, assigning: float | None = None) -> SimpleNamespace:
+        return SimpleNamespace(state=state, last_poll=last_poll, silences=lambda: dict(silences or {}),
+                               assigning_for=lambda: assigning)
 
     def test_healthy_when_every_service_polls(self) -> None:
         check = consumers_health({"projector": self.service(), "auditor": self.service(last_poll=95.0)},
                                  stale_after=10, clock=lambda: 104.0)
         assert check() == (True, "ok")
 
-    def test_a_stopped_service_is_unhealthy(self) -> None:
-        check = consumers_health({"projector": self.service(), "auditor": self.service(healthy=False)},
+    @pytest.mark.parametrize("state", [s for s in ServiceState if s is not ServiceState.RUNNING])
+    def test_a_service_not_running_is_unhealthy_and_says_its_state(self, state: ServiceState) -> None:
+        check = consumers_health({"projector": self.service(), "auditor": self.service(state=state)},
                                  stale_after=10, clock=lambda: 100.0)
-        assert check() == (False, "auditor: not running")
+        assert check() == (False, f"auditor: {state.value}, not running")
 
     def test_a_stale_poll_is_unhealthy(self) -> None:
         now = [105.0]
@@ -147,10 +151,18 @@ class TestConsumersHealth:
         service.last_poll = 109.5  # it polled again
         assert check() == (True, "ok")
 
-    def test_a_silent_cluster_is_unhealthy_though_the_loop_polls(self) -> None:
-        check = consumers_health({"projector": self.service(silent=12.5), "auditor": self.service(silent=None)},
+    def test_one_silent_partition_makes_a_service_unhealthy_and_is_named(self) -> None:
+        silences = {"dsh.session-events[0]": 0.2, "dsh.session-events[1]": 12.5, "dsh.session-events[2]": 10.0}
+        check = consumers_health({"projector": self.service(silences=silences), "auditor": self.service()},
                                  stale_after=10, clock=lambda: 101.0)
-        assert check() == (False, "projector: no answer from the cluster for 12.5 s (stale after 10 s)")
+        assert check() == (False, "projector: no answer from the cluster for dsh.session-events[1] for 12.5 s, "
+                                  "dsh.session-events[2] for 10.0 s (stale after 10 s)")
+
+    def test_an_assignment_step_past_the_window_is_unhealthy_and_says_so(self) -> None:
+        check = consumers_health({"auditor": self.service(assigning=61.0), "archiver": self.service(assigning=2.0)},
+                                 stale_after=60, clock=lambda: 100.0)
+        assert check() == (False, "auditor: taking partitions for 61.0 s (rebuilding their state or waiting for the "
+                                  "cluster's offsets; stale after 60 s)")
 
     def test_no_service_is_unhealthy(self) -> None:
         assert consumers_health({})() == (False, "no service running")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 
 import pytest
 
@@ -14,8 +15,10 @@ from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
 from consumers.projector.reader import DeadLetterFilter, FindingFilter
 from consumers.projector.store import ViewStore
 from consumers.projector.store_reader import StoreReader
+from consumers.runtime import ServiceState
 from dsh_core.jsonvalue import encode_json
 from dsh_kafka.clients import make_producer
+from dsh_pipeline.ops_server import consumers_health
 from tests import postgres_fixture
 from tests.waiting import until
 
@@ -135,3 +138,24 @@ def test_outcomes_no_store_text_or_column_holds_are_indexed_exactly(kafka, topic
             "auditor", "unknown", None, None, 2)
     finally:
         reader.close()
+
+
+def test_a_failed_resume_on_assignment_stops_the_index_and_it_says_so(kafka, topics, group_id, tmp_path,
+                                                                     monkeypatch):
+    """The index is a member of the consumer runtime: a rebalance step that
+    fails (here the store cannot say where to resume) stops it with that
+    error (aiokafka alone would log it and read on from the group's
+    offsets), and its state, read by /healthz, says it failed."""
+    names = topics(partitions=1)
+
+    def unreadable(store):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(ViewStore, "outcome_offsets", unreadable)
+    index = OutcomeIndex(OutcomeIndexConfig(kafka=kafka, topics=names, group=group_id("outcomes"),
+                                            store=tmp_path / "views.sqlite"))
+    check = consumers_health({index.name: index})
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        asyncio.run(asyncio.wait_for(index.run(asyncio.Event()), 60))
+    assert index.state is ServiceState.FAILED
+    assert check() == (False, "projector-outcomes: failed, not running")

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from consumers.projector import Projection, ProjectorConfig, ViewStore, projector_service
-from consumers.runtime import ConsumerService, ProducerOutputs
+from consumers.runtime import ConsumerService, ProducerOutputs, ServiceState
 from dsh_core.jsonvalue import sha256_jcs
 from dsh_kafka.records import KIND_RECORD
 from producers.publisher import Publisher
@@ -228,7 +228,7 @@ def test_a_static_member_catches_up_and_its_restart_does_too(kafka, topics, grou
     for _ in range(2):  # the same instance id again, as after a restart
         service = projector(kafka, names, group, db, instance_id="projector-host-1", session_timeout_ms=30_000)
         asyncio.run(run_until(service, lambda: caught_up(service, ends)))
-        assert service.drained
+        assert service.state is ServiceState.STOPPED
     assert views_match(db, truths)
 
 

@@ -241,7 +241,7 @@ def test_a_commit_the_group_refuses_after_moving_on_is_logged_not_fatal(tmp_path
     async def scenario() -> None:
         await policy.open(outputs)
         service.handle_batch({TopicPartition(NAMES.events, 0): [Fetched(b"s", b"not a record", [], offset=4)]})
-        await service._checkpoint()  # the group moved on: raises nothing
+        await service.checkpoint()  # the group moved on: raises nothing
         await policy.close(True)
 
     asyncio.run(scenario())
