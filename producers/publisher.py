@@ -93,8 +93,10 @@ async def _abandon(producer: Any, error: BaseException) -> None:
         sender.cancel()
         await asyncio.wait([sender])
     accumulator = producer._message_accumulator
-    held = [batch for batches in accumulator._batches.values() for batch in batches]
-    held += accumulator._pending_batches
+    # A batch sent before and queued again for a retry leaves the in-flight
+    # set when it fails: it must be in it then, or its callback raises.
+    accumulator._pending_batches.update(batch for batches in accumulator._batches.values() for batch in batches)
+    held = list(accumulator._pending_batches)
     accumulator.fail_all(error)
     for batch in held:  # failed as a whole by the error the publisher raises: retrieved
         for future in (batch.future, batch._drain_waiter):
