@@ -163,12 +163,12 @@ class Publisher:
 
     # ------------------------------------------------------------ sending
 
-    async def send(self, record: SessionRecord) -> asyncio.Future | None:
+    async def send(self, record: SessionRecord) -> asyncio.Future[Any] | None:
         """Enqueue one record; returns its delivery (done once the cluster
         acknowledged it). :meth:`flush` confirms it, or raises."""
         return await self.send_many((record,))
 
-    async def send_many(self, records: Sequence[SessionRecord]) -> asyncio.Future | None:
+    async def send_many(self, records: Sequence[SessionRecord]) -> asyncio.Future[Any] | None:
         """Enqueue records in order; returns the last one's delivery. Every
         record is checked against the topic's size limit before any of them
         is sent."""
@@ -205,7 +205,7 @@ class Publisher:
                 unsettled = self._unsettled
         return delivery
 
-    async def _queue(self, record: SessionRecord) -> asyncio.Future:
+    async def _queue(self, record: SessionRecord) -> asyncio.Future[Any]:
         """Hand ``record`` to the client. It waits for room (its buffer is
         full while the cluster does not acknowledge) or for the topic's
         metadata up to its request timeout, at most the delivery deadline;
