@@ -26,7 +26,8 @@
     │   └── ForkError             fork boundary rules (v0 §7.2)
     └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
         ├── DeliveryError         a record was not acknowledged by the cluster
-        │   └── RecordTooLargeError   a record over the topic's message limit, refused before sending
+        │   ├── RecordTooLargeError   a record over the topic's message limit, refused before sending
+        │   └── DeliveryTimeoutError  not acknowledged within the delivery deadline (exit 69: waiting may help)
         ├── ClusterUnavailableError   no broker answered, or the cluster refused this client
         │   ├── BrokerAbsentError     no broker answered at all (waiting may help)
         │   └── BrokerOutageError     the cluster answered, some of its brokers did not (waiting may help)
@@ -72,6 +73,7 @@ __all__ = [
     "RecordTooLargeError",
     "BrokerAbsentError",
     "ClusterUnavailableError",
+    "DeliveryTimeoutError",
     "BrokerOutageError",
     "TopicMismatchError",
     "FencedError",
@@ -225,6 +227,14 @@ class DeliveryError(PipelineError):
 
 class RecordTooLargeError(DeliveryError):
     """Raised before sending a record larger than the topic's message limit."""
+
+
+class DeliveryTimeoutError(DeliveryError):
+    """Raised when records sent waited longer than the delivery deadline
+    (``--delivery-timeout``) for the cluster to take or acknowledge them
+    (fewer copies in sync than ``min.insync.replicas``, no leader): the
+    producer stops; what was acknowledged before is kept (checkpoints,
+    manifests), nothing after it. Waiting for the cluster may help."""
 
 
 class ClusterUnavailableError(PipelineError):

@@ -148,6 +148,10 @@ class ProducerSettings:
     max_batch_bytes: int = 1024 * 1024
     max_record_bytes: int = MAX_MESSAGE_BYTES
     request_timeout_ms: int = 30_000
+    #: The longest a publisher waits for the cluster, to queue a record or
+    #: for the acknowledgement of what it queued, before it stops with a
+    #: DeliveryTimeoutError; until then an outage is ridden out.
+    delivery_timeout_s: float = 120.0
 
 
 #: A service's own producer: every checkpoint flushes it, and a flush waits

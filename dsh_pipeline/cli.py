@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dsh_core.errors import ClusterUnavailableError, DshError
+from dsh_core.errors import ClusterUnavailableError, DeliveryTimeoutError, DshError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.migration.migrate import migrate
 from dsh_core.jsonvalue import encode_json
@@ -160,6 +160,16 @@ def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
                              "fail at once); a broker that refuses this client is named at once")
 
 
+def _add_delivery_option(parser: argparse.ArgumentParser, kept: str) -> None:
+    from dsh_kafka.config import ProducerSettings
+    default = ProducerSettings.delivery_timeout_s
+    parser.add_argument("--delivery-timeout", type=_positive_seconds, default=default, metavar="SECONDS",
+                        help="while the cluster cannot take records (fewer brokers up than the topic's "
+                             "min.insync.replicas, no leader) the command waits and resumes once it can; after this "
+                             f"long without room or acknowledgement it stops with DeliveryTimeoutError, exit 69 "
+                             f"(default {default:g}): {kept}")
+
+
 def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -> None:
     """The options every consumer service shares, defaulted from its configuration class."""
     group = config_class.group
@@ -262,7 +272,8 @@ def build_parser() -> _Cli:
                     "whole root every --rescan-every seconds all the same; where inotify cannot be had or its "
                     "watch limit is reached, that is said once and each pass reads the whole root. Exit "
                     "codes: --once 0 all shipped, 1 something was refused (in this pass or an earlier one, and "
-                    "unchanged since), 130 stopped before the end; following, 0 when stopped.")
+                    "unchanged since), 130 stopped before the end; following, 0 when stopped; 69 the cluster did not "
+                    "acknowledge records within --delivery-timeout.")
     ship.add_argument("--root", required=True, help="dsh sessions root (DSH_SESSION_ROOT)")
     ship.add_argument("--state", help="checkpoint folder (default: ROOT/.dsh-shipper)")
     ship.add_argument("--once", action="store_true", help="ship what exists now and exit (backfill)")
@@ -276,6 +287,7 @@ def build_parser() -> _Cli:
                       help="first copy these session logs (or every .jsonl and .jsonl.zstd file under these "
                            "folders) into ROOT where dsh keeps them, as each one's header says; an identical copy "
                            "already there is kept, another log in its place is refused")
+    _add_delivery_option(ship, "the checkpoint holds what was acknowledged, so a restart ships no repeat of it")
     _add_ops_options(ship)
     _add_kafka_options(ship)
     ship.set_defaults(run=service_commands.ship)
@@ -298,6 +310,7 @@ def build_parser() -> _Cli:
     worker.add_argument("--no-gateway", action="store_true",
                         help="let the runtime call the model directly (by default its requests go through an "
                              "attesting gateway on loopback, so the auditor verifies each against the log)")
+    _add_delivery_option(worker, "the events acknowledged before stay published")
     _add_kafka_options(worker)
     worker.set_defaults(run=producer_commands.worker)
 
@@ -404,7 +417,6 @@ def build_parser() -> _Cli:
     add_reader_commands(commands, _add_kafka_options)
     add_export_command(commands)
 
-    from dsh_kafka.config import ProducerSettings
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)
     simulate.add_argument("--seed", type=int, default=1)
@@ -413,11 +425,7 @@ def build_parser() -> _Cli:
                           help="session format: 0 (dsh 0.1.x), 3 (0.1.5) or 4 (0.2.1); a comma-separated list "
                                "writes a mixed fleet, taking them in turns (default 0)")
     simulate.add_argument("--manifest", help="write the ground-truth manifest (JSON) here")
-    simulate.add_argument("--delivery-timeout", type=_positive_seconds, metavar="SECONDS",
-                          default=ProducerSettings.request_timeout_ms / 1000,
-                          help="how long a record may wait for the cluster's acknowledgement, queueing included, "
-                               f"before the command fails (default {ProducerSettings.request_timeout_ms / 1000:g}; "
-                               "raise it on a loaded host)")
+    _add_delivery_option(simulate, "the manifest holds the sessions acknowledged whole, marked partial")
     _add_log_options(simulate)
     for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown"):
         simulate.add_argument(f"--fault-{kind}", type=int, default=0, metavar="N", help=f"inject N {kind} defects")
@@ -439,7 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except DshError as exc:
         log_error(args.command, f"{type(exc).__name__}: {exc.message}", exc)
-        return EXIT_UNAVAILABLE if isinstance(exc, ClusterUnavailableError) else EXIT_REFUSED
+        return (EXIT_UNAVAILABLE if isinstance(exc, (ClusterUnavailableError, DeliveryTimeoutError))
+                else EXIT_REFUSED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so, keep the traceback for the report

@@ -36,6 +36,8 @@ from dsh_pipeline.local_kafka import (BrokerState, ClusterNode, LocalKafka, free
 __all__ = ["LocalCluster", "cluster_nodes", "stop_detached_cluster"]
 
 _CLUSTER_FILE = "cluster.json"
+#: A node's line on becoming the metadata quorum's leader, the active controller (QuorumState, INFO).
+_LEADER_LINE = re.compile(r"Completed transition to Leader\w*\(.*?\bepoch=(\d+)")
 _LISTENERS = re.compile(r"^listeners=PLAINTEXT://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)", re.MULTILINE)
 
 
@@ -153,6 +155,19 @@ class LocalCluster:
         outcome = broker.wait_ready(state, time.monotonic() + timeout)
         if outcome is not None:
             raise PipelineError(f"Kafka node {node} did not start again: {outcome}")
+
+    def controller(self) -> int:
+        """The active controller: the node that became the quorum's leader
+        at the highest epoch (each node logs its own transitions)."""
+        epochs = {}
+        for node, broker in self.nodes.items():
+            log = broker.data_dir / "broker.log"
+            found = _LEADER_LINE.findall(log.read_text(errors="replace")) if log.exists() else []
+            if found:
+                epochs[node] = max(map(int, found))
+        if not epochs:
+            raise PipelineError(f"no node of {self.data_dir} has become the active controller yet")
+        return max(epochs, key=epochs.__getitem__)
 
     def pause(self, node: int) -> None:
         """Freeze ``node`` (SIGSTOP): its connections stay open but nothing answers."""

@@ -54,6 +54,8 @@ rootLogger.level=WARN
 rootLogger.appenderRef.o.ref=O
 logger.r.name=kafka.server.KafkaRaftServer
 logger.r.level=INFO
+logger.q.name=org.apache.kafka.raft.QuorumState
+logger.q.level=INFO
 """
 
 

@@ -23,7 +23,9 @@ def simulate(args: argparse.Namespace) -> int:
     from dsh_kafka.config import ProducerSettings
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka, run_until_signal
-    from producers.publisher import Publisher
+    from dataclasses import replace
+    from dsh_core.errors import DeliveryTimeoutError
+    from producers.publisher import Publisher, acknowledged
     from dsh_core.jsonvalue import encode_json
     from dsh_core.storage.writer import replace_file
     from producers.fleet import fleet, formats_summary, manifest
@@ -38,18 +40,27 @@ def simulate(args: argparse.Namespace) -> int:
     config = SimulatorConfig(sessions=args.sessions, seed=args.seed, max_turns=args.max_turns, faults=faults,
                              formats=args.format)
     progress = _Progress(enabled=args.log_format == "text" and sys.stderr.isatty())
-    delivery = ProducerSettings(request_timeout_ms=round(args.delivery_timeout * 1000))
+    delivery = ProducerSettings(delivery_timeout_s=args.delivery_timeout)
 
     async def main(stop: asyncio.Event) -> int:
         await prepare_command_topics(kafka, names, args)
         async with Publisher(kafka, names, delivery) as publisher:
             run = await fleet(config, publisher.send, on_batch=progress.add, stop=stop)
-            await publisher.flush()  # what the manifest holds was acknowledged
+            try:
+                await publisher.flush()  # what the manifest holds was acknowledged
+            except DeliveryTimeoutError as error:
+                run = replace(run, failure=run.failure or error)
+        if run.failure is not None:  # the manifest of what the cluster acknowledged, then the error
+            run = run.acknowledged_only(acknowledged)
         result = manifest(config, run.truths, partial=run.stopped, unfinished=run.unfinished)
         progress.done()
         if args.manifest:  # whole or not at all, whenever the run stops
             replace_file(Path(args.manifest), encode_json(result) + b"\n")
         written = f"; {'partial ' if run.stopped else ''}manifest {args.manifest}" if args.manifest else ""
+        if run.failure is not None:
+            print(f"stopped at the delivery deadline: {result['sessions']} of {config.sessions} sessions "
+                  f"acknowledged whole ({len(run.unfinished)} cut short){written}", flush=True)
+            raise run.failure
         if run.stopped:
             print(f"stopped: {result['sessions']} of {config.sessions} sessions sent whole "
                   f"({len(run.unfinished)} cut short), {result['events']} events{written}", flush=True)
@@ -62,7 +73,7 @@ def simulate(args: argparse.Namespace) -> int:
 
 
 def worker(args: argparse.Namespace) -> int:
-    from dsh_kafka.config import Secret
+    from dsh_kafka.config import ProducerSettings, Secret
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka
     from producers.bridge import AgentBridge
@@ -100,7 +111,8 @@ def worker(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         await prepare_command_topics(kafka, names, args)
-        async with Publisher(kafka, names) as publisher, contextlib.AsyncExitStack() as stack:
+        delivery = ProducerSettings(delivery_timeout_s=args.delivery_timeout)
+        async with Publisher(kafka, names, delivery) as publisher, contextlib.AsyncExitStack() as stack:
             url, key = model_url, api_key
             if not args.no_gateway:  # the runtime's requests go through an attesting gateway on loopback, which
                 key = secrets.token_urlsafe(32)  # only it may use: it shows this credential, the gateway the key

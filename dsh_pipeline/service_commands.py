@@ -24,6 +24,7 @@ __all__ = ["api_tokens", "archive", "audit", "gateway", "project", "serve", "ser
 
 def ship(args: argparse.Namespace) -> int:
     from dsh_kafka.admin import cluster_id
+    from dsh_kafka.config import ProducerSettings
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics
     from dsh_pipeline.runtime import resolve_kafka, run_until_signal
@@ -52,7 +53,7 @@ def ship(args: argparse.Namespace) -> int:
         nonlocal shipping
         await prepare_command_topics(kafka, names, args)
         destination = Destination(await cluster_id(kafka), names.events)
-        async with Publisher(kafka, names) as publisher:
+        async with Publisher(kafka, names, ProducerSettings(delivery_timeout_s=args.delivery_timeout)) as publisher:
             shipping = True
             try:
                 with Shipper(config, publisher.send, publisher.flush, report, say=report,

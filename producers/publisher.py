@@ -5,6 +5,16 @@ partition holds each session in order. Every call enqueues without waiting;
 :meth:`Publisher.flush` is the durability barrier (await it at turn end, as
 dsh flushes its session file): it returns once everything sent so far is
 acknowledged, or raises the first delivery failure. Nothing fails silently.
+
+While the cluster cannot take records (fewer copies in sync than
+``min.insync.replicas``, no leader) the publisher waits, and resumes when
+it can: the Kafka client retries without a limit. The wait has a deadline,
+:attr:`ProducerSettings.delivery_timeout_s`: a flush whose records are
+not acknowledged by then, and a send that found no room by then (it learns
+so at the client's request timeout, which is at most the deadline), raise
+:class:`DeliveryTimeoutError`, and the publisher stops: what is still
+queued is dropped, so a caller's checkpoint keeps only what was
+acknowledged (each send returns its record's delivery to tell which).
 """
 
 from __future__ import annotations
@@ -12,14 +22,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
+from dataclasses import replace
 from enum import Enum
 from functools import partial
 from typing import Any, Iterable, Sequence
 
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from prometheus_client import Counter, Histogram
 
-from dsh_core.errors import PipelineError, RecordTooLargeError
+from dsh_core.errors import DeliveryTimeoutError, PipelineError, RecordTooLargeError
 from dsh_core.events import Event
 from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_producer, undelivered
 from dsh_kafka.config import KafkaConfig, ProducerSettings
@@ -38,7 +49,7 @@ from dsh_kafka.topics import TopicNames
 from dsh_core.request import build_request, request_digest
 from dsh_core.session_header import SessionHeader
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "acknowledged"]
 
 RECORDS = Counter("dsh_publisher_records_total", "Records handed to Kafka, by kind.", ["kind"])
 BYTES = Counter("dsh_publisher_bytes_total", "Record value bytes handed to Kafka, by kind.", ["kind"])
@@ -64,9 +75,39 @@ def _observe_latency(started: float, future: asyncio.Future) -> None:
 _ENVELOPE_ALLOWANCE = 4096
 
 
+def acknowledged(delivery: object) -> bool:
+    """Whether ``delivery`` (what :meth:`Publisher.send` returned) is a
+    record the cluster acknowledged."""
+    return isinstance(delivery, asyncio.Future) and delivery.done() and not delivery.cancelled() and (
+        delivery.exception() is None)
+
+
+async def _abandon(producer: Any, error: BaseException) -> None:
+    """Make an aiokafka producer give up what it holds, which it has no
+    public way to do (with idempotence it retries without end): its sender
+    stops first (its requests in flight end: answered, or at their request
+    timeout), then every record it holds fails with ``error``, so stopping
+    it waits for nothing."""
+    sender = producer._sender.sender_task
+    if sender is not None and not sender.done():
+        sender.cancel()
+        await asyncio.wait([sender])
+    accumulator = producer._message_accumulator
+    # A batch sent before and queued again for a retry leaves the in-flight
+    # set when it fails: it must be in it then, or its callback raises.
+    accumulator._pending_batches.update(batch for batches in accumulator._batches.values() for batch in batches)
+    held = list(accumulator._pending_batches)
+    accumulator.fail_all(error)
+    for batch in held:  # failed as a whole by the error the publisher raises: retrieved
+        for future in (batch.future, batch._drain_waiter):
+            if future.done() and not future.cancelled():
+                future.exception()
+
+
 class _State(Enum):
     NEW = "new"
     RUNNING = "running"
+    GAVE_UP = "stopped at its delivery deadline"
     CLOSED = "closed"
 
 
@@ -86,6 +127,7 @@ class Publisher:
         self._failures: list[BaseException] = []
         self._writers: dict[str, str] = {}  # session id -> the writer of the header published for it
         self._state = _State.NEW
+        self._gave_up: DeliveryTimeoutError | None = None
 
     async def __aenter__(self) -> "Publisher":
         await self.start()
@@ -97,7 +139,9 @@ class Publisher:
     async def start(self) -> None:
         if self._state is not _State.NEW:
             raise PipelineError(f"publisher is {self._state.value}; start it once")
-        self._producer = make_producer(self.kafka, self.settings)
+        # the client's own waits (room, metadata) end within the delivery deadline
+        self._producer = make_producer(self.kafka, replace(self.settings, request_timeout_ms=min(
+            self.settings.request_timeout_ms, round(self.settings.delivery_timeout_s * 1000))))
         try:
             await self._producer.start()
         except AUTHORIZATION_ERRORS as error:  # an idempotent producer's id needs Write on a topic
@@ -108,24 +152,28 @@ class Publisher:
     async def close(self) -> None:
         """Flush what is pending, then stop the producer (idempotent; the
         producer is stopped even when the flush fails)."""
-        if self._state is not _State.RUNNING:
-            self._state = _State.CLOSED
-            return
-        self._state = _State.CLOSED
-        try:
-            await self.flush()
-        finally:
+        state, self._state = self._state, _State.CLOSED
+        if state is _State.GAVE_UP:  # what the client held has failed: stopping does not wait for the cluster
             await self._producer.stop()
+        elif state is _State.RUNNING:
+            try:
+                await self.flush()
+            finally:
+                await self._producer.stop()
 
     # ------------------------------------------------------------ sending
 
-    async def send(self, record: SessionRecord) -> None:
-        """Enqueue one record (its delivery is confirmed by :meth:`flush`)."""
-        await self.send_many((record,))
+    async def send(self, record: SessionRecord) -> asyncio.Future[Any] | None:
+        """Enqueue one record; returns its delivery (done once the cluster
+        acknowledged it). :meth:`flush` confirms it, or raises."""
+        return await self.send_many((record,))
 
-    async def send_many(self, records: Sequence[SessionRecord]) -> None:
-        """Enqueue records in order. Every record is checked against the
-        topic's size limit before any of them is sent."""
+    async def send_many(self, records: Sequence[SessionRecord]) -> asyncio.Future[Any] | None:
+        """Enqueue records in order; returns the last one's delivery. Every
+        record is checked against the topic's size limit before any of them
+        is sent."""
+        if self._gave_up is not None:
+            raise self._gave_up
         if self._state is not _State.RUNNING:
             first = records[0] if records else None
             raise PipelineError(f"publisher is {self._state.value}: cannot send "
@@ -137,10 +185,13 @@ class Publisher:
                 raise RecordTooLargeError(
                     f"session {record.session_id!r} seq {record.seq}: a {record.size}-byte {record.kind} exceeds the "
                     f"{limit}-byte limit of topic {self.topics.events}; nothing was sent")
-        send, topic, unsettled = self._producer.send, self.topics.events, self._unsettled
+        topic, unsettled = self.topics.events, self._unsettled
+        delivery = None
         for record in records:
             try:
-                delivery = await send(topic, key=record.key, value=record.value, headers=record.headers)
+                delivery = await self._queue(record)
+            except DeliveryTimeoutError:
+                raise
             except KafkaError as error:
                 ERRORS.labels(type(error).__name__).inc()
                 raise undelivered(f"session {record.session_id!r} seq {record.seq}: {record.kind} could not be sent "
@@ -152,6 +203,42 @@ class Publisher:
             if len(unsettled) >= _SETTLE_EVERY or self._unsettled_bytes >= _SETTLE_BYTES:
                 self._settle()
                 unsettled = self._unsettled
+        return delivery
+
+    async def _queue(self, record: SessionRecord) -> asyncio.Future[Any]:
+        """Hand ``record`` to the client. It waits for room (its buffer is
+        full while the cluster does not acknowledge) or for the topic's
+        metadata up to its request timeout, at most the delivery deadline;
+        past the deadline the publisher gives up. (One timer per record
+        would cost more than the send.)"""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            try:
+                return await self._producer.send(self.topics.events, key=record.key, value=record.value,
+                                                 headers=record.headers)
+            except KafkaTimeoutError as error:
+                if loop.time() - started >= self.settings.delivery_timeout_s:
+                    raise await self._give_up(f"session {record.session_id!r} seq {record.seq}: {record.kind} "
+                                              f"could not be sent to {self.topics.events}", error) from error
+
+    async def _give_up(self, what: str, error: BaseException | None) -> DeliveryTimeoutError:
+        """The publisher stops: what it still holds fails (the client's
+        queue included, so closing does not wait for the cluster)."""
+        ERRORS.labels("DeliveryTimeoutError").inc()
+        self._state = _State.GAVE_UP
+        await _abandon(self._producer, KafkaTimeoutError(
+            f"abandoned after the {self.settings.delivery_timeout_s:g} s delivery deadline"))
+        for delivery, _ in self._pending + self._unsettled:
+            if delivery.done() and not delivery.cancelled():
+                delivery.exception()  # retrieved: failed as a whole by the error raised
+        self._pending, self._unsettled, self._unsettled_bytes, self._failures = [], [], 0, []
+        cause = f" ({type(error).__name__}: {error})" if error is not None and str(error) else ""
+        self._gave_up = DeliveryTimeoutError(
+            f"{what} within the {self.settings.delivery_timeout_s:g} s delivery deadline (--delivery-timeout)"
+            f"{cause}: too few of the cluster's brokers are up for the topic's min.insync.replicas, or its "
+            "partitions have no leader; what was acknowledged before is kept")
+        return self._gave_up
 
     def _settle(self) -> None:
         """Count the records sent since the last settle into the metrics,
@@ -186,10 +273,16 @@ class Publisher:
     async def flush(self) -> None:
         """The durability barrier: every record sent so far is acknowledged
         when this returns; otherwise the first failure is raised."""
+        if self._gave_up is not None:
+            raise self._gave_up
         if self._producer is not None and (self._pending or self._unsettled):
-            await self._producer.flush()
-            await asyncio.gather(*(delivery for delivery, _ in self._pending + self._unsettled),
-                                 return_exceptions=True)
+            waiting = self._pending + self._unsettled
+            _, late = await asyncio.wait([delivery for delivery, _ in waiting],
+                                         timeout=self.settings.delivery_timeout_s)
+            if late:
+                first = next(record for delivery, record in waiting if delivery in late)
+                raise await self._give_up(f"{len(late)} records, the first session {first.session_id!r} seq "
+                                          f"{first.seq}, were not acknowledged by {self.topics.events}", None)
         self._settle()
         if self._failures:
             first, self._failures = self._failures[0], []

@@ -13,7 +13,10 @@
   only then the checkpoints file is replaced atomically (write, fsync,
   rename). A crash — even ``kill -9`` — resumes from the last checkpoint, so
   a record is never lost; re-shipped records are exact repeats (same key,
-  same seq, same bytes) that consumers drop by seq. Checkpoints are kept
+  same seq, same bytes) that consumers drop by seq. When delivery fails
+  (the publisher's deadline passed during an outage) the checkpoint moves
+  to what the cluster acknowledged, nothing further, and the error is
+  raised: a restart ships no repeat of an acknowledged record. Checkpoints are kept
   for each destination (cluster id and events topic,
   :mod:`producers.shipper_checkpoints`).
 * Refusals: a refused file is marked (size, mtime, inode, digest); while
@@ -29,6 +32,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import time
 from dataclasses import dataclass, replace
@@ -37,10 +41,11 @@ from typing import Any, AsyncIterator, Callable
 
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import CorruptionError, DshError, FormatUnsupportedError, LayoutError, PipelineError
+from dsh_core.errors import CorruptionError, DeliveryError, DshError, FormatUnsupportedError, LayoutError, PipelineError
 from dsh_core.storage.layout import LAYOUT, SessionRoot
 from dsh_kafka.records import SessionRecord
 
+from .publisher import acknowledged
 from .root_watch import RootWatch
 from .session_tail import FileMark, Position, SessionTail
 from .shipper_checkpoints import Checkpoints, Destination
@@ -104,6 +109,29 @@ class PassSummary:
 _UNREAD = Position()
 
 
+class _Acked:
+    """How far one file's records were acknowledged: the positions read,
+    each with the delivery of the last record before it. One file's
+    records share a key, so the cluster acknowledges them in order."""
+
+    def __init__(self, start: Position) -> None:
+        self.position = start
+        self._marks: collections.deque[tuple[Any, Position]] = collections.deque()
+
+    def read(self, delivery: Any, position: Position) -> None:
+        """``position`` covers the records sent up to ``delivery``'s."""
+        if delivery is not None and position is not self.position and (
+                not self._marks or self._marks[-1][1] is not position):
+            self._marks.append((delivery, position))
+        self.settle()
+
+    def settle(self) -> Position:
+        """The furthest position whose records were all acknowledged."""
+        while self._marks and acknowledged(self._marks[0][0]):
+            self.position = self._marks.popleft()[1]
+        return self.position
+
+
 def _mark(path: Path, offset: int) -> FileMark | None:
     """The file's mark now, or ``None`` when it cannot be read."""
     try:
@@ -158,8 +186,33 @@ class Shipper:
         stop = stop or asyncio.Event()
         summary = PassSummary()
         moved: dict[str, Position] = {}
+        acked: dict[str, _Acked] = {}
         files = self._look(summary)
         summary.sessions = len(self._root)
+        try:
+            await self._ship(files, summary, stop, moved, acked)
+            if moved:
+                await self._flush()  # broker acks first, then the checkpoint
+        except DeliveryError:
+            moved = {name: done for name, file in acked.items()
+                     if (done := file.settle()) != self.checkpoints.positions.get(name, _UNREAD)}
+            if moved:  # what the cluster acknowledged, and nothing more
+                self.checkpoints.update(moved)
+                self.checkpoints.save()
+            raise
+        if moved:
+            self.checkpoints.update(moved)
+            self.checkpoints.save()
+        refused = self.checkpoints.refused
+        summary.skipped = sum(1 for name in refused if name not in moved and self.config.root / name in self._root)
+        SESSIONS.labels("shipping").set(len(self.checkpoints.positions) - len(refused))
+        SESSIONS.labels("refused").set(len(refused))
+        return summary
+
+    async def _ship(self, files: list[Path], summary: PassSummary, stop: asyncio.Event, moved: dict[str, Position],
+                    acked: dict[str, "_Acked"]) -> None:
+        """Send what ``files`` hold past their checkpoints; ``moved`` gets
+        each file's new position, ``acked`` what the cluster acknowledged."""
         prefix = len(str(self.config.root)) + 1
         for path in files:
             if stop.is_set():
@@ -175,7 +228,8 @@ class Shipper:
                         moved[name] = position
                     continue
                 tail = SessionTail(path, position)
-                async for record in self._sent(tail, stop):
+                acked[name] = _Acked(checkpointed)
+                async for record in self._sent(tail, stop, acked[name]):
                     summary.records += 1
                     summary.events += record.count
             except OSError as error:  # unreadable now (permissions, replaced): said once, tried again when it changes
@@ -186,15 +240,6 @@ class Shipper:
                 tail.position.failed, tail.position.failed_as = error.message, _mark(path, tail.position.offset)
             if tail.position != checkpointed:
                 moved[name] = tail.position
-        if moved:
-            await self._flush()  # broker acks first, then the checkpoint
-            self.checkpoints.update(moved)
-            self.checkpoints.save()
-        refused = self.checkpoints.refused
-        summary.skipped = sum(1 for name in refused if name not in moved and self.config.root / name in self._root)
-        SESSIONS.labels("shipping").set(len(self.checkpoints.positions) - len(refused))
-        SESSIONS.labels("refused").set(len(refused))
-        return summary
 
     def _look(self, summary: PassSummary) -> list[Path]:
         """The logs this pass looks at: every one when the whole root is
@@ -229,19 +274,25 @@ class Shipper:
         self._say(f"{path}: changed since it was refused: read again from byte {position.offset}")
         return replace(position, failed=None, failed_as=None)
 
-    async def _sent(self, tail: SessionTail, stop: asyncio.Event) -> AsyncIterator[SessionRecord]:
+    async def _sent(self, tail: SessionTail, stop: asyncio.Event, acked: _Acked) -> AsyncIterator[SessionRecord]:
         """Send the tail's records, yielding each once sent, until ``stop``;
-        the event loop runs at least every :data:`_SLICE_SECONDS`."""
-        for record in tail:
-            await self._send(record)
-            SHIPPED_RECORDS.labels(record.kind).inc()
-            SHIPPED_EVENTS.inc(record.count)
-            yield record
-            if time.monotonic() >= self._slice_ends:
-                await asyncio.sleep(0)
-                self._slice_ends = time.monotonic() + _SLICE_SECONDS
-            if stop.is_set():
-                return
+        the event loop runs at least every :data:`_SLICE_SECONDS`. ``acked``
+        learns each position read with the delivery before it."""
+        delivery = None
+        try:
+            for record in tail:
+                acked.read(delivery, tail.position)  # the tail moved past the records sent before this one
+                delivery = await self._send(record)
+                SHIPPED_RECORDS.labels(record.kind).inc()
+                SHIPPED_EVENTS.inc(record.count)
+                yield record
+                if time.monotonic() >= self._slice_ends:
+                    await asyncio.sleep(0)
+                    self._slice_ends = time.monotonic() + _SLICE_SECONDS
+                if stop.is_set():
+                    return
+        finally:
+            acked.read(delivery, tail.position)
 
     def _refuse(self, summary: PassSummary, error: DshError, key: str | None = None) -> None:
         """Count a refused file or entry; say it once per process (by
