@@ -22,8 +22,6 @@ class OtlpSettings:
     headers: Secret | None = None  # "name=value" pairs, comma-separated, as OTEL_EXPORTER_OTLP_HEADERS
     ca_file: Path | None = None
     timeout_seconds: float | None = None
-    service_name: str = "dsh-pipeline"
-    extra_resource: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -50,6 +50,15 @@ def _headers(secret: Secret | None) -> dict[str, str] | None:
     return headers
 
 
+def _resource() -> Resource:
+    """``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` as the SDK
+    reads them; ``service.name`` ``dsh-pipeline`` where they name none."""
+    given = Resource.create({})
+    if str(given.attributes.get("service.name", "unknown_service")).startswith("unknown_service"):
+        return given.merge(Resource({"service.name": "dsh-pipeline"}))
+    return given
+
+
 class OtlpSender:
     """One OTLP/HTTP exporter; :meth:`send` blocks (run it off the loop)."""
 
@@ -59,7 +68,7 @@ class OtlpSender:
             endpoint=settings.endpoint, headers=_headers(settings.headers),
             certificate_file=str(settings.ca_file) if settings.ca_file is not None else None,
             timeout=settings.timeout_seconds)
-        self.resource = Resource.create({"service.name": settings.service_name, **settings.extra_resource})
+        self.resource = _resource()
         self.scope = InstrumentationScope("dsh-pipeline.export-otel", schema_url=SCHEMA_URL)
         self.where = self.exporter._endpoint  # what the SDK resolved (flag, variable or its default)
 
