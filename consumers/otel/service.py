@@ -30,7 +30,7 @@ from dsh_core.errors import DeletedSessionError, PipelineError
 from dsh_core.folds import read_header
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope,
-                               check_identity, check_writer, where_of)
+                               check_identity, check_same_header, check_writer, where_of)
 from dsh_kafka.topics import TopicNames
 from dsh_core.session_header import SessionHeader
 
@@ -90,6 +90,9 @@ class OtelExport(Policy[ExportedSession]):
     def __init__(self, config: OtelExportConfig) -> None:
         super().__init__(config)
         self._changed: dict[str, ExportedSession] = {}
+        # persisted, their state not yet written (it is once their spans are
+        # accepted): an evicted one comes back from here, not from the file
+        self._unwritten: dict[str, ExportedSession] = {}
         self._deletions: dict[str, int] = {}
         self.log = logging.getLogger("dsh.otel-exporter")
 
@@ -98,6 +101,9 @@ class OtelExport(Policy[ExportedSession]):
 
     def _session(self, session_id: str, partition: int) -> ExportedSession:
         session = self.sessions.get(session_id)
+        if session is not None:
+            return session
+        session = self._unwritten.get(session_id)
         if session is None:
             db = self.store.connection
             session = ExportedSession(partition, HeldRecords(session_id, load_held(db, session_id)),
@@ -111,12 +117,13 @@ class OtelExport(Policy[ExportedSession]):
                 session.seq, session.header_line = row[0], bytes(row[1])
                 session.header = read_header(session.header_line, f"session {session_id!r} header")
                 session.mapper = SpanMapper(session_id, self.config.content, bytes(row[2]))
-            self.sessions.put(session_id, session)
+        self.sessions.put(session_id, session)
         return session
 
     def handle(self, record: KafkaRecord, decoded: SessionRecord) -> None:
         if decoded.kind == KIND_DELETION:
             self._changed.pop(decoded.session_id, None)
+            self._unwritten.pop(decoded.session_id, None)
             self.sessions.forget(decoded.session_id)
             self._deletions[decoded.session_id] = record.timestamp
             return
@@ -129,7 +136,9 @@ class OtelExport(Policy[ExportedSession]):
             raise DeletedSessionError(session_id, decoded.seq, where_of(record))
         check_writer(decoded, session.header)
         if decoded.kind == KIND_HEADER:
-            if session.header is None:
+            if session.header is not None:
+                check_same_header(decoded, session.header)
+            else:
                 header = read_header(decoded.value, f"session {session_id!r} header")
                 check_identity(decoded, header)
                 session.header, session.header_line, session.changed = header, decoded.value, True
@@ -148,6 +157,7 @@ class OtelExport(Policy[ExportedSession]):
         spans: list[GenAISpan] = []
         rows, held, digests = [], [], []
         for session_id, session in self._changed.items():
+            self._unwritten[session_id] = session
             spans += session.spans
             session.spans = []
             if session.changed:
@@ -159,7 +169,7 @@ class OtelExport(Policy[ExportedSession]):
                 digests.append((session_id, session.digests.changes()))
         self._changed.clear()
         deletions, self._deletions = self._deletions, {}
-        store = self.store
+        store, unwritten = self.store, self._unwritten
 
         def write_state() -> None:
             with store.transaction() as db:
@@ -173,6 +183,7 @@ class OtelExport(Policy[ExportedSession]):
                         db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
                     db.execute("INSERT INTO deleted_sessions (session_id, at) VALUES (?, ?) ON CONFLICT DO NOTHING",
                                (session_id, at))
+            unwritten.clear()  # the next batch persists only after this write: all of it was this batch's
 
         if spans or rows or held or digests or deletions:
             assert isinstance(self.outputs, OtelOutputs)
