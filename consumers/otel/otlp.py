@@ -27,10 +27,12 @@ from dsh_kafka.config import Secret
 from .config import OtlpSettings
 from .spans import SCHEMA_URL, GenAISpan
 
-__all__ = ["ExportError", "OtlpSender", "SPANS_PER_REQUEST"]
+__all__ = ["CHARS_PER_REQUEST", "ExportError", "OtlpSender", "SPANS_PER_REQUEST", "request_parts"]
 
-#: Spans per OTLP request (well under a receiver's usual 4 MiB limit without content).
+#: Spans per OTLP request, at most ...
 SPANS_PER_REQUEST = 256
+#: ... and characters of their text attributes (receivers refuse requests of a few MiB).
+CHARS_PER_REQUEST = 1024 * 1024
 _KINDS = {"client": SpanKind.CLIENT, "internal": SpanKind.INTERNAL}
 
 
@@ -59,6 +61,21 @@ def _resource() -> Resource:
     return given
 
 
+def request_parts(spans: Sequence[GenAISpan]) -> list[list[GenAISpan]]:
+    """``spans`` in requests of at most :data:`SPANS_PER_REQUEST` spans and
+    :data:`CHARS_PER_REQUEST` characters of text (one span at least each)."""
+    parts: list[list[GenAISpan]] = [[]]
+    chars = 0
+    for span in spans:
+        size = sum(len(value) for value in span.attributes.values() if isinstance(value, str))
+        if parts[-1] and (len(parts[-1]) >= SPANS_PER_REQUEST or chars + size > CHARS_PER_REQUEST):
+            parts.append([])
+            chars = 0
+        parts[-1].append(span)
+        chars += size
+    return [part for part in parts if part]
+
+
 class OtlpSender:
     """One OTLP/HTTP exporter; :meth:`send` blocks (run it off the loop)."""
 
@@ -73,9 +90,8 @@ class OtlpSender:
         self.where = self.exporter._endpoint  # what the SDK resolved (flag, variable or its default)
 
     def send(self, spans: Sequence[GenAISpan]) -> None:
-        for start in range(0, len(spans), SPANS_PER_REQUEST):
-            part = [self._readable(span) for span in spans[start:start + SPANS_PER_REQUEST]]
-            if self.exporter.export(part) is not SpanExportResult.SUCCESS:
+        for part in request_parts(spans):
+            if self.exporter.export([self._readable(span) for span in part]) is not SpanExportResult.SUCCESS:
                 raise ExportError(f"the OTLP receiver at {self.where} did not accept {len(part)} span(s) (the "
                                   "exporter's log line above says why); nothing of this batch is committed")
 

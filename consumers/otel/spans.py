@@ -18,7 +18,8 @@ id from the session id and that seq, so reading the same log again gives
 the same ids. Times are the log's own event times (:mod:`dsh_core.event_time`).
 
 Message content (``gen_ai.input.messages`` and ``gen_ai.output.messages``,
-tool arguments and results) is opt-in (``content``). The input messages of a
+tool arguments and results) is opt-in (``content``), each attribute cut at
+:data:`CONTENT_CHARS` characters. The input messages of a
 ``chat`` span are those the log added since the previous model response (the
 user's message, tool results), not the whole history each request resent:
 the earlier ones are on the earlier spans of the same trace.
@@ -39,7 +40,7 @@ import msgspec
 
 from dsh_core.event_time import line_time
 
-__all__ = ["AttributeValue", "GenAISpan", "MapperState", "SEMCONV_VERSION", "SCHEMA_URL", "SpanMapper",
+__all__ = ["AttributeValue", "CONTENT_CHARS", "GenAISpan", "MapperState", "SEMCONV_VERSION", "SCHEMA_URL", "SpanMapper",
            "provider_name", "span_id", "trace_id"]
 
 #: The OpenTelemetry semantic conventions release whose GenAI attributes the
@@ -56,6 +57,9 @@ _FINISH_REASONS = {"stop": "stop", "tool-calls": "tool_call", "max-tokens": "len
 _USAGE = {"inputTokens": "gen_ai.usage.input_tokens", "outputTokens": "gen_ai.usage.output_tokens",
           "cacheReadTokens": "gen_ai.usage.cache_read.input_tokens",
           "cacheWriteTokens": "gen_ai.usage.cache_creation.input_tokens"}
+#: Characters kept of one content attribute (a tool's output can be megabytes;
+#: receivers refuse requests of a few MiB): the rest is cut, and says how much.
+CONTENT_CHARS = 32 * 1024
 _WATCHED = frozenset({"turn/start", "turn/end", "step/start", "step/end", "request/header", "assistant/chunk",
                       "assistant/message", "tool/call", "tool/result", "user/message"})
 
@@ -236,11 +240,11 @@ class SpanMapper:
         if step is not None and step.number is not None:
             attributes["dsh.step"] = step.number
         if self.content:
-            attributes["gen_ai.input.messages"] = json.dumps(state.inputs, ensure_ascii=False)
+            attributes["gen_ai.input.messages"] = _capped(json.dumps(state.inputs, ensure_ascii=False))
             output: dict[str, Any] = {"role": "assistant", "parts": _parts(_content(message))}
             if finish is not None:
                 output["finish_reason"] = finish
-            attributes["gen_ai.output.messages"] = json.dumps([output], ensure_ascii=False)
+            attributes["gen_ai.output.messages"] = _capped(json.dumps([output], ensure_ascii=False))
             state.inputs = []
         if state.turn is not None:
             totals = state.turn.usage
@@ -275,9 +279,9 @@ class SpanMapper:
                            "gen_ai.tool.type": "function"})
         if self.content:
             if call.arguments is not None:
-                attributes["gen_ai.tool.call.arguments"] = call.arguments
+                attributes["gen_ai.tool.call.arguments"] = _capped(call.arguments)
             if result is not None:
-                attributes["gen_ai.tool.call.result"] = result
+                attributes["gen_ai.tool.call.result"] = _capped(result)
         return GenAISpan(name=f"execute_tool {call.name}".rstrip(), kind="internal", trace_id=self.trace,
                          span_id=span_id(self.session_id, call.seq, "execute_tool"), parent_id=self._parent(),
                          start_ms=call.start_ms, end_ms=max(end_ms, call.start_ms), attributes=attributes,
@@ -357,6 +361,13 @@ def _stream_finish(stream: Any) -> str | None:
         if chunk.get("type") == "finish":
             return _finish(chunk.get("reason"))
     return None
+
+
+def _capped(text: str) -> str:
+    """``text``, or its first :data:`CONTENT_CHARS` characters and how many were cut."""
+    if len(text) <= CONTENT_CHARS:
+        return text
+    return f"{text[:CONTENT_CHARS]}… [{len(text) - CONTENT_CHARS} more characters not exported]"
 
 
 def _content(message: dict[str, Any]) -> list[Any]:

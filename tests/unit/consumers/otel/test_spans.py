@@ -16,7 +16,8 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from opentelemetry.semconv.schemas import Schemas
 
 from consumers.otel import SCHEMA_URL, GenAISpan, SpanMapper
-from consumers.otel.spans import span_id, trace_id
+from consumers.otel.otlp import CHARS_PER_REQUEST, SPANS_PER_REQUEST, request_parts
+from consumers.otel.spans import CONTENT_CHARS, span_id, trace_id
 from dsh_core.errors import PipelineError
 from dsh_pipeline.otel_command import read_headers_file
 from tests.conftest import ROOT, corpus_logs
@@ -161,3 +162,26 @@ def test_the_headers_file_is_its_owners_alone_and_named_where_it_is_wrong(tmp_pa
     os.chmod(path, 0o644)
     with pytest.raises(PipelineError, match=r"its group or others may read or change it \(mode 0644\)"):
         read_headers_file(str(path))
+
+
+def test_a_long_tool_output_is_cut_and_says_how_much():
+    session_id = "otel-long"
+    long = "x" * (CONTENT_CHARS + 10)
+    lines = [json.dumps(event).encode() for event in (
+        {"type": "turn/start", "seq": 0, "time": 1000, "data": {"turn": 1}},
+        {"type": "tool/call", "seq": 1, "time": 1001, "data": {"turn": 1, "step": 1, "callId": "c", "name": "bash",
+                                                               "arguments": "{}"}},
+        {"type": "tool/result", "seq": 2, "time": 1002, "data": {"turn": 1, "step": 1, "callId": "c",
+                                                                 "content": [{"type": "text", "text": long}],
+                                                                 "isError": True}})]
+    [tool] = _spans(session_id, lines, content=True)
+    assert tool.attributes["gen_ai.tool.call.result"] == "x" * CONTENT_CHARS + "… [10 more characters not exported]"
+    assert tool.error == "tool-error"
+
+
+def test_spans_go_in_requests_bounded_in_count_and_text():
+    def span(chars: int) -> GenAISpan:
+        return GenAISpan(name="chat", kind="client", trace_id=1, span_id=1, parent_id=None, start_ms=0, end_ms=0,
+                         attributes={"gen_ai.output.messages": "y" * chars})
+    parts = request_parts([span(10)] * (SPANS_PER_REQUEST + 1) + [span(CHARS_PER_REQUEST)] * 2)
+    assert [len(part) for part in parts] == [SPANS_PER_REQUEST, 1, 1, 1]
