@@ -108,3 +108,51 @@ def test_spans_arrive_nested_with_their_attributes_once_each_across_a_kill_betwe
     assert first_chat[5]["gen_ai.provider.name"] == "deepseek"
     assert first_chat[5]["session.id"] == first_chat[5]["gen_ai.conversation.id"] == session_id
     assert json.loads(first_chat[5]["gen_ai.output.messages"])[0]["role"] == "assistant"
+
+
+def test_a_second_member_joining_and_the_first_leaving_move_sessions_without_a_span_lost_or_repeated(
+        kafka, topics, group_id, tmp_path):
+    """Two members of one group on one host share the state file: each
+    rebalance hands sessions over mid-way, and the member taking one on goes
+    on from the state the other wrote at its last checkpoint."""
+    names = topics(partitions=4)
+    sessions = [f"otel-{uuid.uuid4().hex[:12]}" for _ in range(8)]
+    records, expected = [], {}
+    for session_id in sessions:
+        own = records_of(session_id, LOG.read_bytes())
+        mapper = SpanMapper(session_id, content=False)
+        expected[session_id] = sorted((_expected(span) for record in own[1:] for span in mapper.feed(record.value)),
+                                      key=lambda span: span[1])
+        records += own
+    asyncio.run(publish_records(kafka, names, records))
+    group = group_id("otel")
+    prefix = names.events[: -len("dsh.session-events")]
+    with running_jaeger(tmp_path) as jaeger:
+        command = [sys.executable, "-m", "dsh_pipeline.cli", "export-otel", "--state", str(tmp_path / "otel.sqlite"),
+                   "--otlp-endpoint", jaeger.traces_url, "--group", group, "--bootstrap", kafka.bootstrap,
+                   "--topic-prefix", prefix, "--partitions", "4", "--max-records", "2"]
+        total = len(records)
+
+        def lag() -> int:
+            return asyncio.run(group_lag(kafka, names.events, group))
+
+        with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as first:
+            try:
+                wait_for(lambda: first.poll() is not None or lag() < total - 20, 120, "the first member's commits")
+                with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as second:
+                    try:
+                        wait_for(lambda: second.poll() is not None or lag() < total * 2 // 3, 120, "both at work")
+                        first.send_signal(signal.SIGTERM)  # leaves the group: the second takes every partition
+                        assert first.wait(60) == 0
+                        wait_for(lambda: second.poll() is not None or lag() == 0, 180, "the second to finish")
+                        assert second.poll() is None
+                    finally:
+                        second.send_signal(signal.SIGTERM)
+                        second.wait(60)
+            finally:
+                if first.poll() is None:
+                    first.kill()
+                first.wait(60)
+        received = {session_id: sorted((_received(span) for span in jaeger.spans(trace_id(session_id))),
+                                       key=lambda span: span[1]) for session_id in sessions}
+    assert received == expected
