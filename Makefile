@@ -6,14 +6,18 @@ VPY := $(VENV)/bin/python
 CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dsh-pipeline
 REFERENCE := $(CACHE)/reference
 export DSH_REFERENCE_DIR := $(REFERENCE)
+# Jaeger, the OTLP receiver export-otel's test sends to: the version
+# tools/jaeger/go.mod requires (a unit test holds the two together).
+JAEGER_VERSION := v1.75.0
+export DSH_JAEGER := $(CACHE)/jaeger-$(JAEGER_VERSION)/jaeger
 
-.PHONY: demo test check docs lock setup reference kafka-jars prometheus postgres chromium bench clean
+.PHONY: demo test check docs lock setup reference kafka-jars prometheus postgres chromium jaeger bench clean
 
 # The main job: the whole pipeline on a local broker, checked end to end.
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
-test: setup reference kafka-jars prometheus postgres chromium docs
+test: setup reference kafka-jars prometheus postgres chromium jaeger docs
 	$(VPY) -m pytest
 
 # The unit tier alone: no broker, no servers; the contributor's fast loop,
@@ -85,6 +89,19 @@ chromium:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
 	      >/dev/null 2>&1 || echo "apt-get could not install chromium: the browser test will be skipped"; \
 	  else echo "chromium is not installed and apt-get needs root here: the browser test will be skipped"; fi; \
+	fi
+
+# Jaeger v2 (an OTLP receiver teams run) for the export-otel test, built once
+# into the user cache from the Go module proxy; go build -mod=readonly checks
+# every module against tools/jaeger/go.sum. Without Go the test is skipped,
+# saying why. The first build takes about 6 min of CPU.
+jaeger:
+	@if [ ! -x $(DSH_JAEGER) ]; then \
+	  if command -v go >/dev/null 2>&1; then \
+	    mkdir -p $(dir $(DSH_JAEGER)) && cd tools/jaeger && \
+	    go build -mod=readonly -trimpath -buildvcs=false -o $(DSH_JAEGER).tmp github.com/jaegertracing/jaeger/cmd/jaeger && \
+	    mv $(DSH_JAEGER).tmp $(DSH_JAEGER) || echo "the Jaeger build failed: the export-otel test will be skipped"; \
+	  else echo "go not found: the export-otel test against Jaeger will be skipped"; fi; \
 	fi
 
 # Apache Kafka broker jars from Maven Central into the user cache (once),

@@ -13,7 +13,7 @@ from dsh_core.errors import ClusterUnavailableError, DeliveryTimeoutError, DshEr
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.migration.migrate import migrate
 from dsh_core.jsonvalue import encode_json
-from dsh_pipeline import kafka_command, producer_commands, service_commands
+from dsh_pipeline import kafka_command, otel_command, producer_commands, service_commands
 from dsh_pipeline.export_command import add_export_command
 from dsh_pipeline.reader_commands import add_reader_commands
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
@@ -384,6 +384,8 @@ def build_parser() -> _Cli:
                               "continues); rewritten after each batch of the session")
     _add_consumer_options(archive, ArchiverConfig)
     archive.set_defaults(run=service_commands.archive)
+
+    otel_command.add_export_otel(commands, _add_consumer_options)
 
     demo = commands.add_parser("demo", help="the end-to-end pipeline on a local broker, checked against ground truth")
     demo.add_argument("--sessions", type=int, default=300)

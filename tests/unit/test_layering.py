@@ -21,7 +21,8 @@ ALLOWED = {
                   "aiohttp", "uvicorn",  # the gateway's upstream client and its ASGI server
                   "inotify_simple"},  # the following shipper's watches
     "consumers": {"dsh_core", "dsh_kafka", "msgspec", "aiokafka", "prometheus_client", "zstandard",
-                  "psycopg", "psycopg_pool"},  # the view store on PostgreSQL
+                  "psycopg", "psycopg_pool",  # the view store on PostgreSQL
+                  "opentelemetry"},  # export-otel's OTLP exporter (the otel extra)
     "dsh_pipeline": set(PACKAGES) | {"msgspec", "aiokafka", "prometheus_client", "zstandard", "psycopg",
                                      "fastapi", "starlette",  # the read API and the viewer (FastAPI is Starlette)
                                      "itsdangerous",  # the viewer's signed session cookies

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import consumers.archiver  # noqa: F401  (registers its metrics)
 import consumers.auditor  # noqa: F401
+import consumers.otel  # noqa: F401
 import consumers.projector  # noqa: F401
 import consumers.projector.outcomes  # noqa: F401
 import producers.bridge  # noqa: F401
