@@ -48,17 +48,29 @@ _MARK_BYTES = 64 << 10
 
 
 def open_log(path: Path) -> BinaryIO:
-    """A session log opened for reading, if it is a regular file: never
-    through a symbolic link, never waiting on a fifo (either may have been put
-    in its place after its folder was read): :class:`CorruptionError`
-    otherwise, naming it as the root's scan would."""
+    """A session log (``<root>/<project>/<id>/<file>``) opened for reading,
+    if it is a regular file: each of its project folder, session folder and
+    file opened from the one before, never through a symbolic link, and the
+    file never waited on if it is a fifo (any of these may have been put in
+    place after the root was read): :class:`CorruptionError` otherwise,
+    naming it as the root's scan would."""
+    parts = path.parts
+    chained = min(3, len(parts) - (1 if path.is_absolute() else 0))  # project folder, session folder, file
+    descriptor = os.open(Path(*parts[:len(parts) - chained]) if len(parts) > chained else Path("."),
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise CorruptionError(f"{path}: a symbolic link; links in a sessions root are not followed") from None
-        raise
-    try:
+        for index, part in enumerate(parts[len(parts) - chained:], 1):
+            kind = os.O_NONBLOCK if index == chained else os.O_DIRECTORY
+            try:
+                opened = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | kind, dir_fd=descriptor)
+            except OSError as error:  # a link: ELOOP, or ENOTDIR where a folder was asked for
+                if error.errno == errno.ELOOP or error.errno == errno.ENOTDIR and stat.S_ISLNK(
+                        os.stat(part, dir_fd=descriptor, follow_symlinks=False).st_mode):
+                    raise CorruptionError(f"{Path(*parts[:len(parts) - chained + index])}: a symbolic link; links "
+                                          "in a sessions root are not followed") from None
+                raise
+            os.close(descriptor)
+            descriptor = opened
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise CorruptionError(f"{path}: not a regular file")
         os.set_blocking(descriptor, True)
