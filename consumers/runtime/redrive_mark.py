@@ -66,13 +66,12 @@ def redriven_from(key: Secret | None, record_key: bytes | None, value: bytes | N
     if not hmac.compare_digest(mac, _mac(key, record_key, value, own, mark).encode()):
         return None
     try:
-        topic, partition, offset = (item.decode() for _, item in mark[:3])  # type: ignore[union-attr]
-        reasons = frozenset(mark[3][1].decode().split(","))  # type: ignore[union-attr]
-    except (AttributeError, UnicodeDecodeError):
+        topic, partition, offset, reasons = (item.decode() if item is not None else "" for _, item in mark)
+    except UnicodeDecodeError:
         return None
-    if not (partition.isdigit() and offset.isdigit()):
+    if not (topic and partition.isdigit() and offset.isdigit() and reasons):
         return None
-    return (topic, int(partition), int(offset)), reasons
+    return (topic, int(partition), int(offset)), frozenset(reasons.split(","))
 
 
 def _mac(key: Secret, record_key: bytes | None, value: bytes | None, headers: Headers, mark: Headers) -> str:
