@@ -7,9 +7,11 @@ counts, tokens by kind and their cost by the price table) and ``messages``
 from). The sessions are those the ``sessions`` command's filters select,
 or ``--session`` ids; every page of them is read and written in turn, so a
 file of any number of sessions is written in bounded memory (a session's
-messages are read whole). The file is written beside ``--out``, readable by
-its owner only, and renamed into place once complete; an ``--out`` that
-exists is refused unless ``--force``.
+messages are read whole). The file is written beside ``--out`` under a
+new name no one else can have planted (created exclusively, readable by its
+owner only, never through a link), and put in place once complete: renamed
+over ``--out`` with ``--force``, else linked to it, which refuses an
+``--out`` that exists, even one that appeared while the rows were written.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import itertools
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from dsh_core.errors import PipelineError
 from dsh_pipeline.exit_codes import EXIT_OK
@@ -73,7 +76,7 @@ def _export(args: argparse.Namespace) -> int:
         chosen = [resolve_session(reader, given) for given in args.session or ()]
         sessions = _chosen(reader, chosen) if chosen else _selected(reader, where)
         rows = _session_rows(sessions, prices) if args.table == "sessions" else _message_rows(reader, sessions)
-        count = write(out, args.table, rows)
+        count = write(out, args.table, rows, args.force)
     print(f"dsh-pipeline export: {count} {args.table} rows written to {out}", file=sys.stderr)
     return EXIT_OK
 
@@ -145,7 +148,7 @@ def _json_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=True)
 
 
-def _writer(kind: str) -> Callable[[Path, str, Iterator[dict[str, Any]]], int]:
+def _writer(kind: str) -> Callable[[Path, str, Iterator[dict[str, Any]], bool], int]:
     if kind == "jsonl":
         return _write_jsonl
     if importlib.util.find_spec("pyarrow") is None:
@@ -153,43 +156,53 @@ def _writer(kind: str) -> Callable[[Path, str, Iterator[dict[str, Any]]], int]:
     return _write_parquet
 
 
-def _staged(out: Path, write: Callable[[Path], int]) -> int:
-    """``write`` a file beside ``out`` (owner-only), then rename it into place."""
-    staged = out.with_name(f".{out.name}.partial")
+def _staged(out: Path, force: bool, write: Callable[[BinaryIO], int]) -> int:
+    """``write`` a new owner-only file beside ``out`` (a name made with
+    ``O_EXCL``: nothing planted there is opened or followed), then put it in
+    place: renamed over ``out`` when ``force``, else linked as ``out``,
+    which fails if ``out`` exists by then."""
     try:
-        descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.close(descriptor)
-        count = write(staged)
-        os.replace(staged, out)
+        descriptor, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    except OSError as error:
+        raise PipelineError(f"--out {out}: cannot be written: {error.strerror or error}") from None
+    staged = Path(name)
+    try:
+        with open(descriptor, "wb") as stream:
+            count = write(stream)
+        if force:
+            os.replace(staged, out)
+        else:
+            os.link(staged, out)
         return count
+    except FileExistsError:
+        raise PipelineError(f"--out {out}: exists; give --force to replace it") from None
     except OSError as error:
         raise PipelineError(f"--out {out}: cannot be written: {error.strerror or error}") from None
     finally:
         staged.unlink(missing_ok=True)
 
 
-def _write_jsonl(out: Path, table: str, rows: Iterator[dict[str, Any]]) -> int:
-    def write(path: Path) -> int:
+def _write_jsonl(out: Path, table: str, rows: Iterator[dict[str, Any]], force: bool) -> int:
+    def write(stream: BinaryIO) -> int:
         count = 0
-        with open(path, "w", encoding="utf-8") as stream:
-            for row in rows:
-                stream.write(_json_text(row) + "\n")
-                count += 1
+        for row in rows:
+            stream.write((_json_text(row) + "\n").encode("utf-8"))  # UTF-8 holds it (see _json_text)
+            count += 1
         return count
-    return _staged(out, write)
+    return _staged(out, force, write)
 
 
-def _write_parquet(out: Path, table: str, rows: Iterator[dict[str, Any]]) -> int:
+def _write_parquet(out: Path, table: str, rows: Iterator[dict[str, Any]], force: bool) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in _COLUMNS[table].items()])
 
-    def write(path: Path) -> int:
+    def write(stream: BinaryIO) -> int:
         count = 0
-        with pq.ParquetWriter(path, schema) as writer:
+        with pq.ParquetWriter(stream, schema) as writer:
             while batch := list(itertools.islice(rows, _ROW_GROUP)):
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 count += len(batch)
         return count
-    return _staged(out, write)
+    return _staged(out, force, write)

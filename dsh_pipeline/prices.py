@@ -13,6 +13,7 @@ A table that is not what this module reads is a
 from __future__ import annotations
 
 import datetime
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -87,8 +88,9 @@ def load_prices(path: str | Path | None = None) -> PriceTable:
     seen: set[tuple[str | None, str]] = set()
     for index, price in enumerate(found.price):
         rates = (price.input, price.output, price.cache_read, price.cache_write, price.reasoning or 0.0)
-        if any(rate < 0 or rate != rate for rate in rates):
-            raise PipelineError(f"{where}: price[{index}] ({price.model}): a price is negative or not a number")
+        if any(rate < 0 or not math.isfinite(rate) for rate in rates):  # an infinite cost is no JSON number
+            raise PipelineError(f"{where}: price[{index}] ({price.model}): a price is negative, infinite or not a "
+                                "number")
         if (price.provider, price.model) in seen:
             raise PipelineError(f"{where}: price[{index}]: {price.model} is priced twice"
                                 + (f" for provider {price.provider}" if price.provider else ""))

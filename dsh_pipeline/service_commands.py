@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 from dsh_pipeline.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 
 if TYPE_CHECKING:
+    from dsh_kafka.config import Secret
     from dsh_pipeline.ops_server import HealthCheck
 
-__all__ = ["api_tokens", "archive", "audit", "gateway", "project", "serve", "service_config", "ship"]
+__all__ = ["api_tokens", "archive", "audit", "gateway", "project", "redrive_key", "serve", "service_config", "ship"]
 
 
 def ship(args: argparse.Namespace) -> int:
@@ -259,7 +260,24 @@ def service_config(args: argparse.Namespace, config_class: type, kafka, names, *
     """A consumer service's configuration: the common options, then its own."""
     return config_class(kafka=kafka, topics=names, group=args.group, max_records=args.max_records,
                         hot_sessions=args.hot_sessions, session_timeout_ms=round(args.session_timeout * 1000),
-                        instance_id=args.instance_id, **own)
+                        instance_id=args.instance_id, redrive_key=redrive_key(), **own)
+
+
+def redrive_key() -> Secret | None:
+    """The key redrive marks are signed with, from the 0600 file
+    ``$DSH_REDRIVE_KEY_FILE`` names; ``None`` when it is not set."""
+    from dsh_core.errors import PipelineError
+    from dsh_kafka.config import Secret
+    from consumers.runtime.redrive_mark import MIN_KEY_CHARACTERS, REDRIVE_KEY_ENV
+    from producers.gateway_admission import read_secret_file
+    path = os.environ.get(REDRIVE_KEY_ENV)
+    if not path:
+        return None
+    key = read_secret_file(path, f"${REDRIVE_KEY_ENV}").strip()
+    if len(key) < MIN_KEY_CHARACTERS:
+        raise PipelineError(f"${REDRIVE_KEY_ENV} {path}: the redrive key has {len(key)} characters, fewer than "
+                            f"{MIN_KEY_CHARACTERS} (make one with `openssl rand -hex 32 > {path}`)")
+    return Secret(key)
 
 
 def project(args: argparse.Namespace) -> int:

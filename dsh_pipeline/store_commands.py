@@ -17,8 +17,9 @@ record was first read (topic, partition, offset) and its reason. It reads
 one letter of the record whole from its topic (the store keeps only its
 first bytes), strips the ``dsh-dlq-*`` headers, so the record is again
 what its producer wrote, adds where it was first read and why it was
-refused (``dsh-redrive-*``), and publishes it on its key to the events
-topic. The services take a record they applied before as a duplicate, so
+refused (``dsh-redrive-*``, signed with the redrive key:
+:mod:`consumers.runtime.redrive_mark`), and publishes it on its key to the
+events topic. The services take a record they applied before as a duplicate, so
 sending one twice changes nothing; a service that refuses it again for a
 reason it was dead-lettered for writes no new letter (the old one
 stands), and one that refuses it for a new reason writes a letter under
@@ -60,7 +61,14 @@ def redrive(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.reader_commands import reader_of, resolve_session
     from dsh_pipeline.runtime import resolve_kafka
+    from dsh_pipeline.service_commands import redrive_key
+    from consumers.runtime.redrive_mark import REDRIVE_KEY_ENV
 
+    key = redrive_key()
+    if key is None:
+        raise PipelineError(f"dead-letters --redrive: ${REDRIVE_KEY_ENV} is not set: the services believe a record "
+                            f"sent back only with a mark signed by the key they were started with (give the same "
+                            f"file here; see docs/howto/dead-letters.md)")
     with reader_of(args.store) as reader:
         session = resolve_session(reader, args.session) if args.session else None
         where = DeadLetterFilter(service=args.service, reason=args.reason, session_id=session)
@@ -80,7 +88,7 @@ def redrive(args: argparse.Namespace) -> int:
     try:
         before = set() if args.again else store.redriven(records)
         kafka = resolve_kafka(args.bootstrap, "dsh-pipeline-redrive")
-        sent, cut = asyncio.run(_send_back(kafka, names, [found for source, found in records.items()
+        sent, cut = asyncio.run(_send_back(kafka, key, names, [found for source, found in records.items()
                                                           if source not in before]))
         store.mark_redriven([found.source for found in sent], int(time.time() * 1000))
     finally:
@@ -115,11 +123,13 @@ def _source(letter: dict[str, Any], names: Any) -> tuple[str, int, int]:
     return source if None not in source else _letter_coordinates(letter, names)
 
 
-async def _send_back(kafka: Any, names: Any, records: list[_Redriven]) -> tuple[list[_Redriven], list[_Redriven]]:
-    """Publish each record, read from its letter, to the events topic; the
-    records sent, and those whose letter was cut to fit (not sendable)."""
+async def _send_back(kafka: Any, key: Any, names: Any, records: list[_Redriven]
+                     ) -> tuple[list[_Redriven], list[_Redriven]]:
+    """Publish each record, read from its letter, to the events topic with
+    its mark signed by ``key``; the records sent, and those whose letter was
+    cut to fit (not sendable)."""
     from aiokafka import TopicPartition
-    from consumers.runtime.outputs import redrive_headers
+    from consumers.runtime.redrive_mark import redrive_headers
     from dsh_kafka.clients import make_consumer, make_producer
     from dsh_kafka.config import ConsumerSettings
     sent: list[_Redriven] = []
@@ -143,10 +153,9 @@ async def _send_back(kafka: Any, names: Any, records: list[_Redriven]) -> tuple[
             if any(name == "dsh-dlq-value-size" for name, _ in record.headers):
                 cut.append(found)
                 continue
-            headers = [(name, value) for name, value in record.headers
-                       if not name.startswith(("dsh-dlq-", "dsh-redrive-"))]
-            await producer.send(names.events, record.value, key=record.key,
-                                headers=headers + redrive_headers(found.source, found.reasons))
+            headers = [(name, value) for name, value in record.headers if not name.startswith("dsh-dlq-")]
+            await producer.send(names.events, record.value, key=record.key, headers=redrive_headers(
+                key, record.key, record.value, headers, found.source, found.reasons))
             sent.append(found)
         await producer.flush()
     finally:

@@ -151,7 +151,7 @@ class Gateway:
                                    f"second")
             exchange = Exchange(wire, session_id, next(self._arrivals), client) if session_id and wire != "catalog" \
                 else None
-            body = await self._body(receive, named.get("content-length"), exchange)
+            body = await self._body(receive, named.get("content-length"), client, exchange)
         except Refusal as refusal:
             REFUSED.labels(str(refusal.status)).inc()
             await _error(send, refusal.status, refusal.message)
@@ -163,7 +163,7 @@ class Gateway:
                                  named.get(COMPACT_HEADER) == "1")
         finally:
             if exchange is None:
-                self._memory.give(len(body))
+                self._memory.give(client, len(body))
 
     async def _exchange(self, scope: dict[str, Any], wire: str, headers: list[tuple[str, str]], body: bytes,
                         receive: Callable, send: Callable, exchange: Exchange | None, compact_header: bool) -> None:
@@ -182,18 +182,19 @@ class Gateway:
             if exchange is not None:  # read once the exchange is over: none of it delays a response
                 await self._attesting.finished(exchange, body, compact_header)
 
-    async def _body(self, receive: Callable, declared: str | None, exchange: Exchange | None) -> bytes | None:
+    async def _body(self, receive: Callable, declared: str | None, client: str,
+                    exchange: Exchange | None) -> bytes | None:
         """The request body, within the size, memory and time limits
         (:class:`Refusal` beyond), digested as it arrives; ``None`` if the
         client went away. A body of ``declared`` length has its memory
         counted whole before it is read (so that many large bodies arriving
         at once do not each get part of the memory and all fail); its bytes
-        stay counted until given back."""
+        stay counted, as ``client``'s, until given back."""
         limit = self.config.max_body_bytes
         reserved = int(declared) if declared is not None and declared.isdigit() else 0
         if reserved > limit:
             raise Refusal(413, f"request body of {reserved} bytes, over {limit}")
-        if not self._memory.take(reserved):
+        if not self._memory.take(client, reserved):
             raise self._crowded()
         chunks, size, digest = [], 0, hashlib.sha256()
         try:
@@ -201,13 +202,13 @@ class Gateway:
                 while True:
                     message = await receive()
                     if message["type"] == "http.disconnect":
-                        self._memory.give(reserved)
+                        self._memory.give(client, reserved)
                         return None
                     chunk = message.get("body", b"")
                     if size + len(chunk) > limit:
                         raise Refusal(413, f"request body over {limit} bytes")
                     if size + len(chunk) > reserved:  # a body of no declared length: counted as it comes
-                        if not self._memory.take(size + len(chunk) - reserved):
+                        if not self._memory.take(client, size + len(chunk) - reserved):
                             raise self._crowded()
                         reserved = size + len(chunk)
                     size += len(chunk)
@@ -216,19 +217,19 @@ class Gateway:
                     if not message.get("more_body"):
                         break
         except TimeoutError:
-            self._memory.give(reserved)
+            self._memory.give(client, reserved)
             raise Refusal(408, f"the request body did not arrive within {self.config.body_timeout:g} s") from None
         except Refusal:
-            self._memory.give(reserved)
+            self._memory.give(client, reserved)
             raise
-        self._memory.give(reserved - size)
+        self._memory.give(client, reserved - size)
         if exchange is not None:
             exchange.body_bytes, exchange.raw_digest = size, digest.hexdigest()
         return b"".join(chunks)
 
     def _crowded(self) -> Refusal:
         return Refusal(503, f"the gateway holds {self._memory.held} bytes of request bodies, near its limit of "
-                            f"{self._memory.limit}: try again")
+                            f"{self._memory.limit} or past this client's share of it: try again")
 
     def _rewritten(self, exchange: Exchange, body: bytes) -> bytes:
         """The body as the rewrite hook makes it (a body that is no JSON

@@ -204,17 +204,29 @@ class SessionRates:
 
 class BodyMemory:
     """The bytes of request bodies the gateway holds (being read, forwarded
-    or waiting to be attested): at most ``limit``."""
+    or waiting to be attested): at most ``limit``, and shared so that no
+    client of the fleet can hold all of it. A client holding more than half
+    of it takes more only while a quarter stays free: however many bodies
+    one client declares and holds back, another finds at least a quarter
+    of the memory for its own."""
 
     def __init__(self, limit: int) -> None:
         self.limit, self.held = limit, 0
+        self._clients: dict[str, int] = {}  # bytes each client holds (a fleet's credentials: a bounded set)
 
-    def take(self, size: int) -> bool:
-        """Count ``size`` more bytes held, if that stays within the limit."""
-        if self.held + size > self.limit:
+    def take(self, client: str, size: int) -> bool:
+        """Count ``size`` more bytes held for ``client``, if that stays
+        within the limit and the client's share."""
+        mine = self._clients.get(client, 0) + size
+        if self.held + size > self.limit or (mine > self.limit // 2 and
+                                             self.held + size > self.limit - self.limit // 4):
             return False
         self.held += size
+        self._clients[client] = mine
         return True
 
-    def give(self, size: int) -> None:
+    def give(self, client: str, size: int) -> None:
         self.held -= size
+        mine = self._clients.pop(client, 0) - size
+        if mine:
+            self._clients[client] = mine

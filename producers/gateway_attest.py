@@ -145,11 +145,11 @@ class Attesting:
     ``workers`` processes, the bodies waiting for a free worker handed to it
     as one batch. At most ``queue_bytes`` of bodies wait for a worker: a body
     past that, or past ``parse_limit``, is attested unread, by its bytes'
-    digest. ``release`` is called with a body's size once it is read (or not
+    digest. ``release`` is called with a body's client and size once it is read (or not
     to be read)."""
 
     def __init__(self, instance: str, attest: Attest, *, workers: int, inline_limit: int, parse_limit: int,
-                 queue_bytes: int, release: Callable[[int], None]) -> None:
+                 queue_bytes: int, release: Callable[[str, int], None]) -> None:
         self.instance, self.attest, self.workers = instance, attest, workers
         self.inline_limit, self.parse_limit, self.queue_bytes = inline_limit, parse_limit, queue_bytes
         self.release = release
@@ -183,15 +183,15 @@ class Attesting:
     def _reading(self, exchange: Exchange, body: bytes, compact_header: bool) -> asyncio.Future:
         reading = asyncio.get_running_loop().create_future()
         size = exchange.body_bytes
-        if size > self.parse_limit or self._queued + size > self.queue_bytes:
-            why = "over the parse limit" if size > self.parse_limit else "the attesting backlog was full"
-            UNREAD.labels(why).inc()
-            self.release(size)
-            reading.set_result(_raw_reading(exchange, compact_header, why))
-        elif size <= self.inline_limit:  # about what a hand-off to the pool costs
-            if self._reader is None:
+        if size <= self.inline_limit:  # about what a hand-off to the pool costs; never waits for a worker,
+            if self._reader is None:  # so other clients' large bodies filling the backlog leave it read
                 self._reader = asyncio.create_task(self._read_small())
             self._small.put_nowait((exchange, body, compact_header, reading))
+        elif size > self.parse_limit or self._queued + size > self.queue_bytes:
+            why = "over the parse limit" if size > self.parse_limit else "the attesting backlog was full"
+            UNREAD.labels(why).inc()
+            self.release(exchange.client, size)
+            reading.set_result(_raw_reading(exchange, compact_header, why))
         else:
             self._queued += size
             self._waiting.append((exchange, body, compact_header, reading))
@@ -210,7 +210,7 @@ class Attesting:
                 reading.set_result(read_request(exchange.wire, body, compact_header))
             except Exception as error:  # noqa: BLE001 - reported by _attest, as a worker's fault would be
                 reading.set_exception(error)
-            self.release(exchange.body_bytes)
+            self.release(exchange.client, exchange.body_bytes)
             await asyncio.sleep(0)
 
     def _hand_over(self) -> None:
@@ -236,7 +236,7 @@ class Attesting:
             readings = [done.exception()] * len(batch) if done.exception() else done.result()
         for (exchange, _, _, reading), read in zip(batch, readings):
             self._queued -= exchange.body_bytes
-            self.release(exchange.body_bytes)
+            self.release(exchange.client, exchange.body_bytes)
             if done.cancelled():
                 reading.cancel()
             elif isinstance(read, BaseException):

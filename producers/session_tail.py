@@ -18,8 +18,10 @@ again as they are handed out.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator
@@ -30,11 +32,11 @@ from dsh_core.session_header import SessionHeader
 from dsh_core.storage.framing import READ_SIZE, Frame, frame_pieces, iter_frames
 from dsh_core.storage.layout import LAYOUT, compression_of, encode_segment, generation_of
 from dsh_core.storage.lines import LineSplitter
-from dsh_core.storage.reader import header_line_of
+from dsh_core.storage.reader import header_line_from
 from dsh_kafka.records import SessionRecord, header_record, record_from_line, writer_of
 from dsh_kafka.topics import MAX_MESSAGE_BYTES
 
-__all__ = ["FileMark", "Position", "SessionTail"]
+__all__ = ["FileMark", "Position", "SessionTail", "open_log"]
 
 #: A frame of up to this much plaintext keeps its lines from the check;
 #: a larger one is inflated a second time as its records are handed out.
@@ -43,6 +45,39 @@ _HELD_FRAME_BYTES = 4 << 20
 
 #: A file's mark digests this much at its position and at its end.
 _MARK_BYTES = 64 << 10
+
+
+def open_log(path: Path) -> BinaryIO:
+    """A session log (``<root>/<project>/<id>/<file>``) opened for reading,
+    if it is a regular file: each of its project folder, session folder and
+    file opened from the one before, never through a symbolic link, and the
+    file never waited on if it is a fifo (any of these may have been put in
+    place after the root was read): :class:`CorruptionError` otherwise,
+    naming it as the root's scan would."""
+    parts = path.parts
+    chained = min(3, len(parts) - (1 if path.is_absolute() else 0))  # project folder, session folder, file
+    descriptor = os.open(Path(*parts[:len(parts) - chained]) if len(parts) > chained else Path("."),
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts[len(parts) - chained:], 1):
+            kind = os.O_NONBLOCK if index == chained else os.O_DIRECTORY
+            try:
+                opened = os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | kind, dir_fd=descriptor)
+            except OSError as error:  # a link: ELOOP, or ENOTDIR where a folder was asked for
+                if error.errno == errno.ELOOP or error.errno == errno.ENOTDIR and stat.S_ISLNK(
+                        os.stat(part, dir_fd=descriptor, follow_symlinks=False).st_mode):
+                    raise CorruptionError(f"{Path(*parts[:len(parts) - chained + index])}: a symbolic link; links "
+                                          "in a sessions root are not followed") from None
+                raise
+            os.close(descriptor)
+            descriptor = opened
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise CorruptionError(f"{path}: not a regular file")
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 @dataclass(frozen=True)
@@ -61,7 +96,7 @@ class FileMark:
     def of(cls, path: Path, offset: int) -> "FileMark":
         """The mark of ``path`` now, its digest taken at ``offset``."""
         digest = hashlib.blake2b(digest_size=16)
-        with open(path, "rb") as stream:
+        with open_log(path) as stream:
             status = os.fstat(stream.fileno())
             for at in (offset, max(0, status.st_size - _MARK_BYTES)):
                 stream.seek(at)
@@ -101,9 +136,10 @@ class SessionTail:
         self.position = replace(start)
 
     def __iter__(self) -> Iterator[SessionRecord]:
-        if self.position.session_id is not None and not self.position.writer:  # read past its header before writers
-            self.position.writer = writer_of(read_header(header_line_of(self.path), self.where))
-        with open(self.path, "rb") as stream:
+        with open_log(self.path) as stream:
+            if self.position.session_id is not None and not self.position.writer:  # read past it before writers
+                self.position.writer = writer_of(read_header(header_line_from(stream, self.path), self.where))
+                stream.seek(0)
             if compression_of(self.path) == "zstd":
                 yield from self._zstd(stream)
             else:

@@ -133,10 +133,11 @@ class _Acked:
 
 
 def _mark(path: Path, offset: int) -> FileMark | None:
-    """The file's mark now, or ``None`` when it cannot be read."""
+    """The file's mark now, or ``None`` when it cannot be read (or is no
+    longer a regular file)."""
     try:
         return FileMark.of(path, offset)
-    except OSError:
+    except (OSError, CorruptionError):
         return None
 
 

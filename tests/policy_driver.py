@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 
 from consumers.runtime import ConsumerService, Outputs, Policy
-from dsh_kafka.config import KafkaConfig
+from dsh_kafka.config import KafkaConfig, Secret
 from dsh_kafka.records import SessionRecord
 from dsh_kafka.topics import TopicNames
 
@@ -36,9 +36,10 @@ class RecordingOutputs(Outputs):
     """Outputs that keep what a checkpoint would send."""
 
     sent: list[tuple[str, bytes | None, bytes | None, dict]] = field(default_factory=list)
+    key: Secret | None = None  # the redrive key
 
     def __post_init__(self) -> None:
-        super().__init__(NAMES, "test")
+        super().__init__(NAMES, "test", self.key)
 
     async def start(self, consumer) -> None:
         pass
@@ -64,9 +65,9 @@ def fetched(records: list[SessionRecord]) -> list[Fetched]:
     return [Fetched(r.key, r.value, r.headers, offset) for offset, r in enumerate(records)]
 
 
-def run_batch(policy: Policy, records: list[Fetched]) -> RecordingOutputs:
+def run_batch(policy: Policy, records: list[Fetched], redrive_key: Secret | None = None) -> RecordingOutputs:
     """What the runtime does with one batch, then its checkpoint."""
-    outputs = RecordingOutputs()
+    outputs = RecordingOutputs(key=redrive_key)
     service = ConsumerService(policy.config, policy, outputs)
 
     async def batch() -> None:

@@ -293,4 +293,5 @@ class Archive(Policy[ArchivedSession]):
 
 
 def archiver_service(config: ArchiverConfig) -> ConsumerService:
-    return ConsumerService(config, Archive(config), ProducerOutputs(config.kafka, config.topics, Archive.name))
+    outputs = ProducerOutputs(config.kafka, config.topics, Archive.name, config.redrive_key)
+    return ConsumerService(config, Archive(config), outputs)

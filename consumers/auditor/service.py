@@ -372,5 +372,5 @@ class Audit(Policy[AuditedSession]):
 
 
 def auditor_service(config: AuditorConfig) -> ConsumerService:
-    outputs = TransactionalOutputs(config.kafka, config.topics, Audit.name, config.group)
+    outputs = TransactionalOutputs(config.kafka, config.topics, Audit.name, config.group, config.redrive_key)
     return ConsumerService(config, Audit(config), outputs)

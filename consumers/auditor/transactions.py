@@ -23,7 +23,7 @@ from aiokafka.errors import ProducerFenced
 
 from dsh_core.errors import FencedError
 from dsh_kafka.clients import make_producer
-from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig
+from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig, Secret
 from dsh_kafka.topics import TopicNames
 
 from ..runtime.outputs import OutgoingRecord, Outputs, all_done
@@ -32,8 +32,9 @@ __all__ = ["TransactionalOutputs"]
 
 
 class TransactionalOutputs(Outputs):
-    def __init__(self, kafka: KafkaConfig, topics: TopicNames, service: str, group: str) -> None:
-        super().__init__(topics, service)
+    def __init__(self, kafka: KafkaConfig, topics: TopicNames, service: str, group: str,
+                 redrive_key: Secret | None = None) -> None:
+        super().__init__(topics, service, redrive_key)
         self.kafka = kafka
         self.group = group
         self._producers: dict[TopicPartition, AIOKafkaProducer] = {}

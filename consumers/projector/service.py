@@ -405,4 +405,5 @@ class Projection(Policy[ProjectedSession]):
 
 
 def projector_service(config: ProjectorConfig) -> ConsumerService:
-    return ConsumerService(config, Projection(config), ProducerOutputs(config.kafka, config.topics, Projection.name))
+    outputs = ProducerOutputs(config.kafka, config.topics, Projection.name, config.redrive_key)
+    return ConsumerService(config, Projection(config), outputs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from dsh_kafka.config import ConsumerSettings, KafkaConfig
+from dsh_kafka.config import ConsumerSettings, KafkaConfig, Secret
 from dsh_kafka.topics import TopicNames
 
 __all__ = ["HOT_SESSIONS", "ServiceConfig"]
@@ -25,6 +25,7 @@ class ServiceConfig:
     start_from: Literal["earliest", "latest"] = "earliest"  # where a group without offsets begins
     session_timeout_ms: int = 10_000  # a member silent that long loses its partitions
     instance_id: str | None = None  # static membership: a restart within the timeout keeps the partitions
+    redrive_key: Secret | None = None  # verifies redrive marks (consumers.runtime.redrive_mark)
 
     def consumer_settings(self) -> ConsumerSettings:
         return ConsumerSettings(group_id=self.group, max_records=self.max_records, auto_offset_reset=self.start_from,

@@ -21,14 +21,14 @@ from aiokafka.errors import CommitFailedError
 
 from dsh_core.errors import DeletedSessionError, DshError
 from dsh_kafka.clients import make_producer, undelivered
-from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig
+from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig, Secret
 from dsh_kafka.records import KafkaRecord
 from dsh_kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 
 from .metrics import DEAD_LETTERS
+from .redrive_mark import Source, redriven_from
 
-__all__ = ["DEAD_LETTER_VALUE_BYTES", "Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter",
-           "redrive_headers", "redriven_from"]
+__all__ = ["DEAD_LETTER_VALUE_BYTES", "Outputs", "OutgoingRecord", "ProducerOutputs", "all_done", "dead_letter"]
 
 Headers = Sequence[tuple[str, bytes | None]]
 #: ``(source partition, topic, key, value, headers)``
@@ -42,39 +42,12 @@ DEAD_LETTER_VALUE_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 _ORIGINAL_HEADER_BYTES = 16 * 1024
 
 
-#: What ``dead-letters --redrive`` adds to a record it sends back: where the
-#: record was first read (its dead letters' identity) and why it was refused.
-_REDRIVE_SOURCE = ("dsh-redrive-topic", "dsh-redrive-partition", "dsh-redrive-offset")
-_REDRIVE_REASONS = "dsh-redrive-reasons"
-#: ``(topic, partition, offset)`` where a record was first read.
-Source = tuple[str, int, int]
-
-
-def redrive_headers(source: Source, reasons: Iterable[str]) -> list[tuple[str, bytes]]:
-    """The headers of a record sent back from its dead letters."""
-    return [*((name, str(part).encode()) for name, part in zip(_REDRIVE_SOURCE, source)),
-            (_REDRIVE_REASONS, ",".join(sorted(set(reasons))).encode())]
-
-
-def redriven_from(headers: Iterable[tuple[str, bytes]]) -> tuple[Source, frozenset[str]] | None:
-    """Where a redriven record was first read and why it was refused there;
-    ``None`` for a record never redriven (or headers that do not say)."""
-    given = {name: value for name, value in headers if name.startswith("dsh-redrive-")}
-    try:
-        topic, partition, offset = (given[name].decode() for name in _REDRIVE_SOURCE)
-        reasons = frozenset(given[_REDRIVE_REASONS].decode().split(","))
-        if partition.isdigit() and offset.isdigit():
-            return (topic, int(partition), int(offset)), reasons
-    except (KeyError, UnicodeDecodeError):
-        pass
-    return None
-
-
-def dead_letter(record: KafkaRecord, error: DshError,
-                service: str) -> tuple[bytes | None, list[tuple[str, bytes | None]]]:
+def dead_letter(record: KafkaRecord, error: DshError, service: str, redriven: tuple[Source, frozenset[str]] | None = None
+                ) -> tuple[bytes | None, list[tuple[str, bytes | None]]]:
     """The dead letter of ``record``: its value and headers plus why and where
-    it was refused (a redriven record: where it was first read, so all the
-    letters of one record share its coordinates). The letter of a deleted
+    it was refused (a redriven record, ``redriven`` its verified mark: where
+    it was first read, so all the letters of one record share its
+    coordinates). The letter of a deleted
     session's record keeps none of its value (only its size and SHA-256):
     what was erased is not copied. It always fits the topic: an original over
     :data:`DEAD_LETTER_VALUE_BYTES` is cut, with its size and SHA-256, and
@@ -93,7 +66,6 @@ def dead_letter(record: KafkaRecord, error: DshError,
         headers += [("dsh-dlq-value-size", str(len(value)).encode()),
                     ("dsh-dlq-value-sha256", hashlib.sha256(value).hexdigest().encode())]
         value = value[:kept]
-    redriven = redriven_from(original)
     topic, partition, offset = redriven[0] if redriven else (record.topic, record.partition, record.offset)
     headers += [
         ("dsh-dlq-service", service.encode()), ("dsh-dlq-reason", error.category.encode()),
@@ -124,9 +96,10 @@ async def all_done(awaitables: Iterable[Awaitable[Any]]) -> None:
 class Outputs(ABC):
     """A service's outgoing records and offset commits."""
 
-    def __init__(self, topics: TopicNames, service: str) -> None:
+    def __init__(self, topics: TopicNames, service: str, redrive_key: Secret | None = None) -> None:
         self.topics = topics
         self.service = service
+        self.redrive_key = redrive_key  # verifies the marks of redriven records (none believed without it)
         self.pending: list[OutgoingRecord] = []
 
     def send(self, source: int, topic: str, key: bytes | None, value: bytes | None, headers: Headers = ()) -> None:
@@ -138,11 +111,14 @@ class Outputs(ABC):
         coordinates, and count it; ``False`` (nothing queued) for a redriven
         record refused for a reason it was dead-lettered for before: that
         letter exists already, and a redrive run again (from cron) must not
-        add one per service each time."""
-        redriven = redriven_from(record.headers or ())
+        add one per service each time. Only a mark signed with the redrive
+        key counts (:mod:`.redrive_mark`): a forged one hides nothing."""
+        redriven = redriven_from(self.redrive_key, record.key, record.value,
+                                 [(name, _header_value(item)) for name, item in record.headers or ()])
         if redriven is not None and error.category in redriven[1]:
             return False
-        self.send(record.partition, self.topics.dead_letter, record.key, *dead_letter(record, error, self.service))
+        self.send(record.partition, self.topics.dead_letter, record.key,
+                  *dead_letter(record, error, self.service, redriven))
         DEAD_LETTERS.labels(self.service, error.category).inc()
         return True
 
@@ -179,8 +155,9 @@ class Outputs(ABC):
 class ProducerOutputs(Outputs):
     """One idempotent producer; offsets committed by the group's consumer."""
 
-    def __init__(self, kafka: KafkaConfig, topics: TopicNames, service: str) -> None:
-        super().__init__(topics, service)
+    def __init__(self, kafka: KafkaConfig, topics: TopicNames, service: str, redrive_key: Secret | None = None
+                 ) -> None:
+        super().__init__(topics, service, redrive_key)
         self.kafka = kafka
         self.producer: AIOKafkaProducer | None = None  # made in start(), inside the service's event loop
         self.consumer: AIOKafkaConsumer | None = None

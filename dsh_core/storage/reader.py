@@ -157,12 +157,17 @@ def header_line_of(path: str | os.PathLike[str]) -> bytes:
     """The header line of a session file alone (the first line; of a zstd
     file, its first frame); raises :class:`CorruptionError` without one."""
     with open(path, "rb") as stream:
-        if compression_of(path) != "zstd":
-            line = stream.readline(READ_SIZE)
-        else:
-            frame = next(iter_frames(stream, str(path)), None)
-            line = (frame_plaintext(stream, frame, str(path), MAX_LINE_BYTES + 1)
-                    if frame is not None and frame.complete else b"")
+        return header_line_from(stream, path)
+
+
+def header_line_from(stream: BinaryIO, path: str | os.PathLike[str]) -> bytes:
+    """:func:`header_line_of` the file ``stream`` (at its start) opened."""
+    if compression_of(path) != "zstd":
+        line = stream.readline(READ_SIZE)
+    else:
+        frame = next(iter_frames(stream, str(path)), None)
+        line = (frame_plaintext(stream, frame, str(path), MAX_LINE_BYTES + 1)
+                if frame is not None and frame.complete else b"")
     if not line.endswith(b"\n"):
         raise CorruptionError(f"{path}: no complete header line")
     return line[:-1]

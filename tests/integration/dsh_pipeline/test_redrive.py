@@ -13,6 +13,7 @@ from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
 from consumers.projector.service import ProjectedSession
 from consumers.projector.store import ViewStore
 from dsh_core.errors import DecodeError
+from dsh_kafka.config import Secret
 from dsh_kafka.topics import TopicNames
 from dsh_pipeline.cli import main
 from producers.simulator import SimulatorConfig
@@ -22,6 +23,18 @@ from tests.services import projector
 from tests.waiting import until
 
 pytestmark = pytest.mark.kafka
+
+KEY = Secret("redrive-key-of-these-tests-" + "0" * 16)
+
+
+@pytest.fixture(autouse=True)
+def redrive_key_file(tmp_path, monkeypatch):
+    """The redrive key, given to the redrive command as a deployment does."""
+    path = tmp_path / "redrive.key"
+    path.touch(0o600)
+    path.write_text(KEY.reveal() + "\n")
+    monkeypatch.setenv("DSH_REDRIVE_KEY_FILE", str(path))
+    return path
 
 
 def _view(store_path, session_id: str) -> dict | None:
@@ -44,7 +57,7 @@ def _letters(store_path) -> int:
 
 async def _run_until(kafka, names, group: str, db, condition, what: str) -> None:
     stop = asyncio.Event()
-    services = [projector(kafka, names, group, db),
+    services = [projector(kafka, names, group, db, redrive_key=KEY),
                 OutcomeIndex(OutcomeIndexConfig(kafka=kafka, topics=names, group=f"{group}-outcomes", store=db))]
     tasks = [asyncio.create_task(service.run(stop)) for service in services]
     try:
@@ -109,9 +122,9 @@ def test_letters_of_one_record_are_one_and_a_redrive_run_again_adds_none(kafka, 
     async def run_services() -> None:  # until each read the events topic to its end, then drain
         stop = asyncio.Event()
         ends = await end_offsets(kafka, names.events)
-        consumers = [projector(kafka, names, group, db), projector(kafka, names, f"{group}-rebuild",
-                                                                    tmp_path / "rebuild.sqlite"),
-                     archiver(kafka, names, f"{group}-archiver", tmp_path / "archive")]
+        consumers = [projector(kafka, names, group, db, redrive_key=KEY),
+                     projector(kafka, names, f"{group}-rebuild", tmp_path / "rebuild.sqlite", redrive_key=KEY),
+                     archiver(kafka, names, f"{group}-archiver", tmp_path / "archive", redrive_key=KEY)]
         index = OutcomeIndex(OutcomeIndexConfig(kafka=kafka, topics=names, group=f"{group}-outcomes", store=db))
         tasks = [asyncio.create_task(service.run(stop)) for service in (*consumers, index)]
         try:
@@ -159,3 +172,4 @@ async def _index_until(index, condition) -> None:
     finally:
         stop.set()
         await task
+

@@ -27,14 +27,16 @@ from tests.wire_upstream import WireUpstream
 
 FLEET = "fleet-91c3e0a7d25b4f68"
 HEADERS = {CREDENTIAL_HEADER: FLEET, "x-deepseek-harness-session-id": "s"}
+#: Three more clients of the fleet, by name.
+OTHERS = {name: f"{name}-credential-5d0e8a17" for name in ("one", "two", "three")}
 
 
 def _gateway(upstream: str, records: list, *, header_timeout: float = 10.0, max_connections: int = 1024,
              **config) -> AsgiServer:
     async def attest(record) -> None:
         records.append(record)
-    gateway = Gateway(GatewayConfig(upstream=upstream, credentials=Credentials({"ci": Secret(FLEET)}), **config),
-                      attest)
+    clients = {"ci": Secret(FLEET)} | {name: Secret(secret) for name, secret in OTHERS.items()}
+    gateway = Gateway(GatewayConfig(upstream=upstream, credentials=Credentials(clients), **config), attest)
     limits = dataclasses.replace(LISTENER_LIMITS, head_seconds=header_timeout, max_connections=max_connections)
     return AsgiServer(gateway, "the gateway", limits=limits)
 
@@ -44,8 +46,8 @@ async def _connect(server: AsgiServer) -> tuple[asyncio.StreamReader, asyncio.St
     return await asyncio.open_connection(host, int(port))
 
 
-def _head(content_length: int) -> bytes:
-    return (f"POST /v1/messages HTTP/1.1\r\nhost: x\r\n{CREDENTIAL_HEADER}: {FLEET}\r\n"
+def _head(content_length: int, credential: str = FLEET) -> bytes:
+    return (f"POST /v1/messages HTTP/1.1\r\nhost: x\r\n{CREDENTIAL_HEADER}: {credential}\r\n"
             f"x-deepseek-harness-session-id: s\r\ncontent-length: {content_length}\r\n\r\n").encode()
 
 
@@ -99,9 +101,9 @@ def test_bodies_beyond_the_size_and_memory_limits_and_connections_beyond_the_lim
             oversized = await client.post(f"{server.url}/v1/messages", content=b" " * (3 << 20), headers=HEADERS)
             statuses.append(oversized.status_code)
             holders = []
-            for _ in range(3):  # three clients, each with 1 MiB of its body sent and the rest held back
+            for credential in OTHERS.values():  # three clients, each with 1 MiB of its body sent, the rest held back
                 reader, writer = await _connect(server)
-                writer.write(_head(1 << 20) + b" " * ((1 << 20) - 1))
+                writer.write(_head(1 << 20, credential) + b" " * ((1 << 20) - 1))
                 holders.append((reader, writer))
             await until(lambda: _body_bytes() == 3 << 20, 10, "3 MiB held")  # each body counted whole at once
             crowded = await client.post(f"{server.url}/v1/messages", json={"model": "m"}, headers=HEADERS)
@@ -169,3 +171,30 @@ def test_a_large_request_never_delays_another_clients_bytes_and_past_the_limits_
     for raw, why in zip(attested[-2:], ("over the parse limit", "the attesting backlog was full")):
         assert (raw["algorithm"], raw["digest"], raw["bytes"], raw["kind"], raw["parts"], raw["unread"]) == (
             RAW_ALGORITHM, hashlib.sha256(large).hexdigest(), len(large), "agent", None, why)
+
+
+def test_one_client_holding_back_bodies_leaves_the_others_room():
+    """A client of the fleet declares body after body of the largest size
+    and sends none of them: it fills at most three quarters of the gateway's
+    body memory, and another client's request is still forwarded."""
+    async def scenario(upstream: WireUpstream) -> tuple[list[bytes], int]:
+        async with _gateway(upstream.url, [], max_body_bytes=1 << 20, body_memory_bytes=8 << 20) as server, \
+                httpx.AsyncClient(timeout=30) as client:
+            holders, refusals = [], []
+            for _ in range(8):  # as many as the whole memory holds
+                reader, writer = await _connect(server)
+                writer.write(_head(1 << 20))
+                holders.append((reader, writer))
+            await until(lambda: _body_bytes() == 6 << 20, 10, "the client's share held")
+            for reader, writer in holders[6:]:
+                refusals.append(await asyncio.wait_for(reader.readuntil(b"\r\n"), 10))
+            other = await client.post(f"{server.url}/v1/messages", json={"model": "m"},
+                                      headers={**HEADERS, CREDENTIAL_HEADER: OTHERS["one"]})
+            for _, writer in holders:
+                writer.close()
+        return refusals, other.status_code
+
+    with WireUpstream() as upstream:
+        refusals, status = asyncio.run(scenario(upstream))
+    assert refusals == [b"HTTP/1.1 503 Service Unavailable\r\n"] * 2
+    assert status == 200

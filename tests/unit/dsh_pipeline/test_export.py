@@ -84,3 +84,43 @@ def test_text_utf8_cannot_hold_is_written_as_json_escapes(tmp_path):
     assert json.loads(_json_text(value)) == value
     _json_text(value).encode("utf-8")
     assert _text("x\udfffy") == "x\\udfffy" and _text("é") == "é" and _text(None) is None
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_planted_staging_name_neither_redirects_nor_exposes_the_export(store, tmp_path, fmt):
+    """Another user who can write the folder plants the name the staged file
+    once had: a symlink to a file of the exporting user's, or a file of its
+    own that others may read. The export touches neither; its file is the
+    exporting user's, owner-only."""
+    victim = tmp_path / "victim"
+    victim.write_text("the user's own file\n")
+    out = tmp_path / f"sessions.{fmt}"
+    (tmp_path / f".{out.name}.partial").symlink_to(victim)
+    assert _export(store, out, "--format", fmt) == 0
+    assert victim.read_text() == "the user's own file\n" and not out.is_symlink()
+    planted = tmp_path / f"other.{fmt}"
+    trap = tmp_path / f".{planted.name}.partial"
+    trap.write_text("")
+    trap.chmod(0o666)
+    assert _export(store, planted, "--format", fmt) == 0
+    assert planted.stat().st_mode & 0o777 == 0o600
+    assert trap.read_text() == ""  # the planted file stays as it was, and nothing staged is left
+    assert {path.name for path in tmp_path.iterdir() if path.name.startswith(".")} == {
+        f".{out.name}.partial", trap.name}
+
+
+def test_an_out_that_appears_while_exporting_is_not_replaced_without_force(store, tmp_path, monkeypatch, capsys):
+    import dsh_pipeline.export_command as export_command
+    out = tmp_path / "sessions.jsonl"
+    writing = export_command._write_jsonl
+
+    def racing(path, table, rows, force):  # the file shows up after the check, while rows are written
+        out.write_text("someone else's\n")
+        return writing(path, table, rows, force)
+
+    monkeypatch.setattr(export_command, "_write_jsonl", racing)
+    monkeypatch.setattr(export_command, "_writer", lambda kind: racing)
+    assert _export(store, out) == 1
+    assert out.read_text() == "someone else's\n"
+    assert f"--out {out}: exists; give --force to replace it" in capsys.readouterr().err
+    assert [path.name for path in tmp_path.iterdir()] == ["sessions.jsonl"]

@@ -65,7 +65,11 @@ def test_the_packaged_table_prices_the_deepseek_models_a_log_names():
     ("taken = 2026-12-01\nsource = 's'\n[[price]]\nmodel = 'm'\ninput = 1\noutput = 1\ninptu = 2\n",
      "unknown field `inptu`"),
     ("taken = 2026-12-01\nsource = 's'\n[[price]]\nmodel = 'm'\ninput = -1\noutput = 1\n",
-     "price[0] (m): a price is negative or not a number"),
+     "price[0] (m): a price is negative, infinite or not a number"),
+    ("taken = 2026-12-01\nsource = 's'\n[[price]]\nmodel = 'm'\ninput = 1\noutput = inf\n",
+     "price[0] (m): a price is negative, infinite or not a number"),
+    ("taken = 2026-12-01\nsource = 's'\n[[price]]\nmodel = 'm'\ninput = 1\noutput = 1\nreasoning = nan\n",
+     "price[0] (m): a price is negative, infinite or not a number"),
     ("taken = 2026-12-01\nsource = 's'\n[[price]]\nmodel = 'm'\ninput = 1\noutput = 1\n"
      "[[price]]\nmodel = 'm'\ninput = 1\noutput = 1\n", "price[1]: m is priced twice"),
     ("taken = \n", "not a TOML file"),

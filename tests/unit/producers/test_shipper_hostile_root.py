@@ -256,3 +256,61 @@ def test_an_idle_pass_reads_no_session_folder_and_opens_no_file(tmp_path, monkey
     asyncio.run(shipper.ship_once())
     assert opened == [paths[3]] and reports == [f"refused SequenceGapError: session 's-3': expected seq "
                                                 f"{expected['eventCount']}, got 0 at {paths[3]}: line {len(storage_lines(log)) + 2}"]
+
+
+def test_a_log_swapped_for_a_link_or_a_fifo_after_the_scan_is_refused_not_followed_or_waited_on(tmp_path, monkeypatch):
+    """Between the pass's look at a session folder and its opening of the
+    log, whoever can write the root swaps the log for a symbolic link (to a
+    file of the shipping user's), the session folder for a link to a folder
+    elsewhere, or the log for a fifo: the links are refused, never read
+    through; the fifo is refused at once, never blocking the pass."""
+    import os
+    import threading
+
+    import producers.shipper as shipper_module
+
+    root = tmp_path / "root"
+    log, expected = _honest_log()
+    place(root, log, "none")
+    secret = tmp_path / "secret"
+    secret.write_bytes(_header("to-link") + b"\n" + b'{"seq": 0, "secret": "of the shipping user"}\n')
+    project = root / "--work-hostile--"
+    elsewhere = tmp_path / "elsewhere" / "folder-to-link"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "session.jsonl").write_bytes(secret.read_bytes().replace(b"to-link", b"folder-to-link"))
+    for name in ("to-link", "to-fifo", "folder-to-link"):
+        (project / name).mkdir(parents=True)
+        (project / name / "session.jsonl").write_bytes(_header(name) + b"\n")
+
+    class SwappingTail(shipper_module.SessionTail):
+        def __iter__(self):
+            folder = self.path.parent
+            if folder.name in ("to-link", "to-fifo") and not self.path.is_symlink() and self.path.is_file():
+                self.path.unlink()
+                if folder.name == "to-link":
+                    self.path.symlink_to(secret)
+                else:
+                    os.mkfifo(self.path)
+            elif folder.name == "folder-to-link" and not folder.is_symlink():
+                (folder / "session.jsonl").unlink()
+                folder.rmdir()
+                folder.symlink_to(elsewhere)
+            return super().__iter__()
+
+    monkeypatch.setattr(shipper_module, "SessionTail", SwappingTail)
+    shipper, sent, reports = _collecting_shipper(root, tmp_path / "state")
+    passing = threading.Thread(target=asyncio.run, args=(shipper.ship_once(),), daemon=True)
+    passing.start()
+    passing.join(60)
+    if passing.is_alive():  # blocked opening the fifo: give it a writer, then fail
+        with open(project / "to-fifo" / "session.jsonl", "wb"):
+            pass
+        passing.join(10)
+        pytest.fail("the pass blocked on a fifo put in place of a log")
+    assert not [r for r in sent if b"of the shipping user" in r.value]
+    assert {r.session_id for r in sent} == {expected["sessionHeader"]["id"]}
+    said = "\n".join(reports)
+    assert f"{project / 'to-link' / 'session.jsonl'}: a symbolic link; links in a sessions root are not followed" \
+        in said
+    assert f"{project / 'to-fifo' / 'session.jsonl'}: not a regular file" in said
+    assert f"{project / 'folder-to-link'}: a symbolic link; links in a sessions root are not followed" in said
