@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaConsumer
 from prometheus_client import Counter
 
 from dsh_core.errors import DeletedSessionError, PipelineError
-from dsh_core.folds import read_header
+from dsh_core.formats import read_header
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope,
                                check_identity, check_same_header, check_writer, where_of)
