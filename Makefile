@@ -9,7 +9,8 @@ export DSH_REFERENCE_DIR := $(REFERENCE)
 # Jaeger, the OTLP receiver export-otel's test sends to: the version
 # tools/jaeger/go.mod requires (a unit test holds the two together).
 JAEGER_VERSION := v1.75.0
-export DSH_JAEGER := $(CACHE)/jaeger-$(JAEGER_VERSION)/jaeger
+DSH_JAEGER ?= $(CACHE)/jaeger-$(JAEGER_VERSION)/jaeger
+export DSH_JAEGER
 
 .PHONY: demo test check docs lock setup reference kafka-jars prometheus postgres chromium jaeger bench clean
 
