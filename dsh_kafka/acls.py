@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from aiokafka.protocol.admin import CreateAclsRequest
 
-from dsh_core.errors import ClusterUnavailableError
+from dsh_kafka.errors import ClusterUnavailableError
 
 from .clients import make_admin
 from .config import KafkaConfig

@@ -14,8 +14,8 @@ from aiokafka.errors import (GroupCoordinatorNotAvailableError, GroupLoadInProgr
 from aiokafka.protocol.offset import OffsetRequest, OffsetResetStrategy
 from tenacity import AsyncRetrying, retry, retry_if_exception_type, retry_if_result, stop_after_delay, wait_exponential
 
-from dsh_core.errors import (BrokerAbsentError, BrokerOutageError, ClusterUnavailableError, PipelineError,
-                             TopicMismatchError)
+from dsh_core.errors import PipelineError
+from dsh_kafka.errors import BrokerAbsentError, BrokerOutageError, ClusterUnavailableError, TopicMismatchError
 
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig

@@ -12,7 +12,7 @@ from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorization
                              TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
 from aiokafka.helpers import create_ssl_context
 
-from dsh_core.errors import ClusterUnavailableError, DeliveryError
+from dsh_kafka.errors import ClusterUnavailableError, DeliveryError
 
 from .config import ConsumerSettings, KafkaConfig, ProducerSettings
 from .oauth import TokenProvider

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dsh_core.errors import ClusterUnavailableError, DshError
+from dsh_core.errors import DshError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.v4.migrate import migrate
 from dsh_core.jsonvalue import encode_json
@@ -439,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except DshError as exc:
         log_error(args.command, f"{type(exc).__name__}: {exc.message}", exc)
+        from dsh_kafka.errors import ClusterUnavailableError  # here: the commands that need no cluster load no client
+
         return EXIT_UNAVAILABLE if isinstance(exc, ClusterUnavailableError) else EXIT_REFUSED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -20,13 +20,15 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
-from dsh_core.errors import DecodeError, PipelineError, RuntimeDiedError
+from dsh_core.errors import DecodeError, PipelineError
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.config import Secret
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import frame_plaintext, iter_frames
 from dsh_core.storage.lines import MAX_LINE_BYTES
 from dsh_core.storage.layout import encode_segment
+
+from .errors import RuntimeDiedError
 
 __all__ = ["AgentBridge", "RuntimeConfig", "WorkerBridge", "TurnResult", "find_runtime"]
 

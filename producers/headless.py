@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsh_core.errors import RuntimeDiedError
 from dsh_core.storage.layout import log_path
 from dsh_kafka.config import Secret
 
 from .bridge import BRIDGE_EVENTS, BRIDGE_TURNS, TurnResult
+from .errors import RuntimeDiedError
 from .session_tail import Position, SessionTail
 
 __all__ = ["HeadlessConfig", "HeadlessBridge"]

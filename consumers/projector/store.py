@@ -29,7 +29,8 @@ from typing import Any, Iterable
 import psycopg
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DeletedSessionError, FencedError, UnstorableError
+from dsh_core.errors import DeletedSessionError, UnstorableError
+from dsh_kafka.errors import FencedError
 from dsh_core.folds import SessionFold
 from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 from dsh_core.jsonvalue import decode_json, dump_json

@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dsh_core.errors import DshError, StateStoreError
+from consumers.runtime.errors import StateStoreError
+from dsh_core.errors import DshError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 

@@ -16,8 +16,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from dsh_core.errors import DshError, StateStoreError
+from dsh_core.errors import DshError
 
+from .errors import StateStoreError
 from .sequencing import AppliedDigest, HeldChanges, HeldRow
 from .stored_text import read_row, stored_parameters
 

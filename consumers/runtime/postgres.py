@@ -24,9 +24,8 @@ from urllib.parse import unquote
 
 import psycopg
 
-from dsh_core.errors import StateStoreError
-
 from .database import Migrations, claim_layout
+from .errors import StateStoreError
 from .stored_text import read_row, stored_parameters
 
 __all__ = ["PostgresDatabase", "display_location", "first_line", "postgres_sql", "text_rows", "without_password"]

@@ -39,7 +39,8 @@ from typing import Any, Coroutine
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from dsh_core.errors import ClusterUnavailableError, DecodeError, DshError, InternalError, PipelineError
+from dsh_core.errors import DecodeError, DshError, InternalError, PipelineError
+from dsh_kafka.errors import ClusterUnavailableError
 from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_consumer
 from dsh_kafka.records import decode_kafka_record, where_of
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from dsh_core.errors import StoreLocationError
+from .errors import StoreLocationError
 
 __all__ = ["SCHEMES", "Backend", "store_backend", "store_location"]
 

@@ -36,7 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from pathlib import Path as FilePath
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from dsh_pipeline.prices import PriceTable, load_prices
 from producers.http_limits import ListenerLimits
 from .browser_sessions import SESSION_COOKIE, BrowserSessions

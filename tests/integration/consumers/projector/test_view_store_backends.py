@@ -20,7 +20,8 @@ from consumers.runtime.database import Database, store_digests
 from consumers.runtime.postgres import PostgresDatabase
 from consumers.runtime.store_location import store_backend
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import FencedError, StateStoreError
+from consumers.runtime.errors import StateStoreError
+from dsh_kafka.errors import FencedError
 from dsh_core.fold_snapshot import snapshot_fold
 from dsh_pipeline.local_postgres import create_database
 from dsh_core.jsonvalue import dump_json, encode_json, thaw

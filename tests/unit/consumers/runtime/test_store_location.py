@@ -12,7 +12,7 @@ import pytest
 from consumers.projector.store import ViewStore
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_location import SCHEMES, store_backend, store_location
-from dsh_core.errors import StoreLocationError
+from consumers.runtime.errors import StoreLocationError
 
 UNKNOWN = "mysql://dsh:secret@db.example/views"
 
