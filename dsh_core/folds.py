@@ -18,15 +18,34 @@ from typing import Any
 
 from .errors import CorruptionError, DecodeError, FormatUnsupportedError
 from .fold import FoldObserver, StagedFold
+from .session import SessionState
 from .jsonvalue import decode_json
 from .session_header import SessionHeader, parse_header_line
 from .v4.header import parse_header as parse_v4_header
 from .v4.load import V4_VERSIONS, V4Fold
+from .v4.session import V4State
 from .v4.v3 import V3Fold
 
-__all__ = ["SessionFold", "check_generation", "header_version", "open_fold", "read_header"]
+__all__ = ["SessionFold", "check_generation", "header_version", "open_fold", "opened_header", "opened_state",
+           "read_header"]
 
 SessionFold = StagedFold | V4Fold | V3Fold
+
+
+def opened_header(fold: SessionFold) -> SessionHeader:
+    """The header of a fold :func:`open_fold` or a snapshot's restore gave
+    (it has read one, so it is never ``None``)."""
+    header = fold.header
+    assert header is not None, "an opened fold has read its header"
+    return header
+
+
+def opened_state(fold: SessionFold) -> SessionState | V4State:
+    """The state of a fold :func:`open_fold` or a snapshot's restore gave
+    (made with its header, so it is never ``None``)."""
+    state = fold.state
+    assert state is not None, "an opened fold has a state"
+    return state
 
 
 def _decode_header(line: bytes, where: str) -> Any:
