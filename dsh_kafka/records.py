@@ -194,7 +194,7 @@ def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
     """Check a fetched record's envelope; raises :class:`DecodeError` naming
     ``topic[partition]@offset`` and what is wrong."""
     try:  # the well-formed record, checked without building anything else
-        headers = dict(record.headers)
+        headers = {name: value for name, value in record.headers if value is not None}
         kind = headers["dsh-kind"].decode()
         seq, count = int(headers["dsh-seq"]), int(headers["dsh-count"])
         if (kind in _KINDS and record.key and b"\x00" not in record.key and record.value is not None

@@ -28,7 +28,7 @@ from typing import Any, Callable, Protocol
 
 from msgspec import UNSET
 
-from dsh_core.folds import open_fold
+from dsh_core.folds import open_fold, opened_state
 from dsh_core.session import SessionLog
 from dsh_core.session_header import SessionHeader
 from dsh_kafka.records import SessionRecord, record_from_line, records_for_batch, writer_of
@@ -227,7 +227,7 @@ class V4Log:
 
     @property
     def surface_nodes(self) -> tuple[int, ...]:
-        return tuple(self._fold.state.surface.nodes)
+        return tuple(opened_state(self._fold).surface.nodes)
 
     @property
     def compactable(self) -> tuple[int, ...]:
@@ -235,10 +235,10 @@ class V4Log:
         return self.surface_nodes[1:] if self._system_written else self.surface_nodes
 
     def messages(self) -> list[Any]:
-        return self._fold.state.messages()
+        return opened_state(self._fold).messages()
 
     def request_header(self) -> Any:
-        return self._fold.state.header
+        return opened_state(self._fold).header
 
     def append(self, event_type: str, data: Any, *, surface_op: Any = UNSET, sources: Any = UNSET,
                ignorable: bool = False, refused: bool = False) -> int:

@@ -41,7 +41,8 @@ from dsh_core.errors import ValidationError
 from dsh_core.jsonvalue import thaw
 from dsh_core.request import Boundary
 from dsh_core.v4.wire import messages_body
-from dsh_core.wire_request import ALGORITHM, RAW_ALGORITHM, differences, normalize, request_parts, wire_digest
+from dsh_core.wire_request import (ALGORITHM, RAW_ALGORITHM, Wire, differences, normalize, request_parts,
+                                   wire_digest)
 
 from .findings import Report
 
@@ -55,7 +56,7 @@ _LIMIT = 256
 _RECENT = 32
 #: The wire each format's runtime speaks, where its requests can be rebuilt
 #: (v3, written by 0.1.5, speaks chat completions in a shape not rebuilt here).
-_WIRES = {0: "chat-completions", 4: "messages"}
+_WIRES: dict[int, Wire] = {0: "chat-completions", 4: "messages"}
 
 
 @dataclass
@@ -77,7 +78,7 @@ class _Sent:
     """An agent-step request a gateway forwarded."""
 
     gateway: str
-    arrival: int
+    arrival: int | None  # as the attestation says (shown in findings, never computed with)
     wire: str
     status: int | None
     outcome: str

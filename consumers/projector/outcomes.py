@@ -136,7 +136,8 @@ class OutcomeIndex:
                 batch = await consumer.getmany(timeout_ms=_POLL_MS, max_records=config.max_records)
                 if not batch:
                     continue
-                findings, letters, verdicts, offsets = [], [], {}, {}
+                findings, letters, offsets = [], [], {}
+                verdicts: dict[str, tuple[Any, ...]] = {}
                 for partition, records in batch.items():
                     if partition.topic == config.topics.findings:
                         findings += [finding_row(record) for record in records]

@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from consumers.runtime.errors import StateStoreError
 from dsh_core.errors import DshError
 from dsh_core.fold_snapshot import restore_fold
+from dsh_core.folds import opened_state
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
 from ..runtime.postgres import display_location, first_line, postgres_sql, without_password
@@ -153,7 +154,7 @@ class StoreReader:
         if snapshot is not None:
             try:
                 fold = restore_fold(bytes(snapshot), f"session {session_id!r}", None, surface)
-                messages = thaw(fold.state.messages())
+                messages = thaw(opened_state(fold).messages())
             except DshError as error:
                 raise StateStoreError(f"{self.where}: the stored view does not restore ({error.message}); rebuild "
                                       "it (a new projector group) or delete the session") from None
@@ -298,10 +299,11 @@ class StoreReader:
 
 def _message_seqs(surface: list[tuple[int, str, Any]]) -> dict[str, int]:
     """The seq of the surface event each derived message comes from, by message id."""
-    seqs = {}
+    seqs: dict[str, int] = {}
     for seq, _, data in surface:
         if isinstance(data, dict):
-            message = data.get("message") if isinstance(data.get("message"), dict) else data
+            inner = data.get("message")
+            message = inner if isinstance(inner, dict) else data
             if isinstance(message.get("id"), str):
                 seqs[message["id"]] = seq
     return seqs

@@ -72,7 +72,8 @@ class _Connection:
         rows = [stored_parameters(row) for row in rows]
         insert = _ROW_INSERT.fullmatch(statement)
         if insert is not None and len(rows) >= _COPY_ROWS:
-            self._copy_insert(*insert.groups(), rows)
+            table, columns, conflict = insert.groups()
+            self._copy_insert(table, columns, conflict, rows)
         elif rows:
             with self.connection.cursor() as cursor:
                 cursor.executemany(postgres_sql(statement), rows)

@@ -127,8 +127,8 @@ class ConsumerService:
     # ------------------------------------------------------------------ run
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.consumer = make_consumer(self.config.kafka, self.config.consumer_settings())
-        self.consumer.subscribe([self.config.topics.events], listener=_Rebalance(self))
+        self.consumer = consumer = make_consumer(self.config.kafka, self.config.consumer_settings())
+        consumer.subscribe([self.config.topics.events], listener=_Rebalance(self))
         try:
             await self.outputs.start(self.consumer)
             await self.policy.open(self.outputs)
@@ -165,15 +165,15 @@ class ConsumerService:
             raise
         finally:
             self.healthy = False
-            await self._shut_down()
+            await self._shut_down(consumer)
 
-    async def _shut_down(self) -> None:
+    async def _shut_down(self, consumer: AIOKafkaConsumer) -> None:
         if self._committing is not None:  # only when failing: a clean drain awaited it
             self._committing.cancel()
             with contextlib.suppress(BaseException):
                 await self._committing
         try:
-            await self.consumer.stop()
+            await consumer.stop()
         finally:
             try:
                 await self.policy.close(self.drained)
