@@ -29,7 +29,7 @@ guesswork.
 
 from __future__ import annotations
 
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import msgspec
 
@@ -43,6 +43,10 @@ from .session import SessionState, SessionStateSnapshot
 from .session_header import SessionHeader
 from .storage.repair import OpenTurnSnapshot, OpenTurnTracker
 from .v4 import snapshot as v4_snapshot
+
+if TYPE_CHECKING:
+    from .v4.load import V4Fold
+    from .v4.v3 import V3Fold
 
 __all__ = ["FOLD_SNAPSHOT_VERSION", "FoldSnapshot", "V4Snapshot", "V4_SNAPSHOT_LAYOUT", "is_pickled", "snapshot_fold",
            "restore_fold"]
@@ -145,7 +149,7 @@ class V4Snapshot(msgspec.Struct, frozen=True):
 _decode_v4 = msgspec.json.Decoder(V4Snapshot, float_hook=float_hook).decode
 
 
-def _snapshot_v4(fold: SessionFold, with_surface_events: bool) -> bytes:
+def _snapshot_v4(fold: V4Fold | V3Fold, with_surface_events: bool) -> bytes:
     analysis = fold.observer if isinstance(fold.observer, LogAnalysis) else None
     saved = V4Snapshot(v4_snapshot.save(fold, with_surface_events),
                        analysis.snapshot() if analysis is not None else None)

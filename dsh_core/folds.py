@@ -26,10 +26,12 @@ from .v4.load import V4_VERSIONS, V4Fold
 from .v4.session import V4State
 from .v4.v3 import V3Fold
 
-__all__ = ["SessionFold", "check_generation", "header_version", "open_fold", "opened_header", "opened_state",
+__all__ = ["FoldState", "SessionFold", "check_generation", "header_version", "open_fold", "opened_header", "opened_state",
            "read_header"]
 
 SessionFold = StagedFold | V4Fold | V3Fold
+#: What a fold's ``state`` is once it has read its header.
+FoldState = SessionState | V4State
 
 
 def opened_header(fold: SessionFold) -> SessionHeader:
@@ -40,7 +42,7 @@ def opened_header(fold: SessionFold) -> SessionHeader:
     return header
 
 
-def opened_state(fold: SessionFold) -> SessionState | V4State:
+def opened_state(fold: SessionFold) -> FoldState:
     """The state of a fold :func:`open_fold` or a snapshot's restore gave
     (made with its header, so it is never ``None``)."""
     state = fold.state
@@ -91,10 +93,10 @@ def open_fold(line: bytes, where: str, observer: FoldObserver | None = None, *, 
     version = header_version(parsed)
     check_generation(where, generation, version)
     if type(version) is int and version in V4_VERSIONS:
-        fold: SessionFold = (V4Fold(where, observer, folder=folder) if version == 4
-                             else V3Fold(where, observer, folder=folder, keep=keep_migrated))
-        fold.header_value(parsed)
-        return fold
+        versioned: V4Fold | V3Fold = (V4Fold(where, observer, folder=folder) if version == 4
+                                      else V3Fold(where, observer, folder=folder, keep=keep_migrated))
+        versioned.header_value(parsed)
+        return versioned
     fold = StagedFold(where, observer)
     fold.header_line(line)
     return fold

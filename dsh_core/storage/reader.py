@@ -16,9 +16,8 @@ from typing import Any, BinaryIO, Protocol
 from ..errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError
 from ..events import is_row
 from ..fold import FoldObserver
-from ..folds import SessionFold, open_fold, read_header
+from ..folds import FoldState, SessionFold, open_fold, read_header
 from ..jsonvalue import decode_json
-from ..session import SessionState
 from ..session_header import SessionHeader
 from ..v4.v3 import V3Fold
 from ..v4.catalog import catalog_children
@@ -38,7 +37,7 @@ class LoadResult:
     compression: Compression
     header: SessionHeader | None = None
     error: DshError | None = None
-    state: SessionState | None = None
+    state: FoldState | None = None
     #: the session's events (of a v3 log, as migrated; plus any closers)
     event_count: int = 0
     stored_count: int = 0
@@ -241,6 +240,7 @@ class _FormatSink:
                               keep_migrated=self.keep_migrated)
 
     def event_line(self, line: bytes) -> bool:
+        assert self.fold is not None, "the readers hand the header line first"
         return self.fold.event_line(line)
 
     @property
@@ -263,6 +263,7 @@ def _load(stream: BinaryIO, source: str, compression: Compression, observer: Fol
         result.error = exc
         return result
     pipeline = sink.fold
+    assert pipeline is not None, "a log without a header line is refused above"
     result.header, result.stored_count = pipeline.header, pipeline.count
     try:
         if isinstance(pipeline, V3Fold) and children:

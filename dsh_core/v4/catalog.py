@@ -24,8 +24,10 @@ def catalog_children(fold: V3Fold, children: list[dict[str, Any]]) -> None:
     for each child session (``{childId, childCreatedAt, descriptors}``,
     see :func:`~.migrate.children_of`) the log does not catalogue yet
     (after its inherited cut). ``fold`` keeps its events (``keep``); the entries join them."""
+    events, state = fold.events, fold.v4.state
+    assert events is not None and state is not None, "the fold keeps its events and has read its header"
     catalogued: dict[Any, Any] = {}
-    for event in fold.events:
+    for event in events:
         if event["type"] == "session/end-seed" and isinstance(event["data"], dict) \
                 and event["data"].get("inherited") is True:
             catalogued.clear()
@@ -40,9 +42,9 @@ def catalog_children(fold: V3Fold, children: list[dict[str, Any]]) -> None:
                 raise FormatUnsupportedError(f"Session {child['childId']} conflicts with its parent catalog")
             continue
         catalogued[child["childId"]] = entry
-        event = {"type": "subagent/catalog", "seq": fold.v4.count, "time": fold.v4.state.last_time, "data": entry}
+        event = {"type": "subagent/catalog", "seq": fold.v4.count, "time": state.last_time, "data": entry}
         fold.v4.migrated_event(event)
-        fold.events.append(event)
+        events.append(event)
 
 
 def child_catalog_entry(child: dict[str, Any]) -> dict[str, Any]:

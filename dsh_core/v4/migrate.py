@@ -52,16 +52,17 @@ def migrated_log(source: str | os.PathLike[str], candidates: Iterable[Path] | No
                                      "or session.v3.jsonl[.zstd])")
     header = decode_json(header_line_of(source))
     session_id = header.get("id") if isinstance(header, dict) else None
-    in_layout = type(session_id) is str and source.parent.name == encode_segment(session_id)
-    if candidates is None:  # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
-        candidates = find_session_files(source.parent.parent.parent, refuse=lambda error: None) if in_layout else []
-    children = children_of(candidates, session_id, _read_child) if in_layout else []
+    children: list[dict[str, Any]] = []
+    if type(session_id) is str and source.parent.name == encode_segment(session_id):  # in dsh's layout
+        if candidates is None:  # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
+            candidates = find_session_files(source.parent.parent.parent, refuse=lambda error: None)
+        children = children_of(candidates, session_id, _read_child)
     if generation == 0:
         return migrate_v0_log(source, children)
     result = load_session(source, keep_migrated=True, children=children)
-    if not result.accepted:
+    if result.error is not None:
         raise result.error
-    if result.migrated_events is None:
+    if result.migrated_events is None or result.header is None:
         raise FormatUnsupportedError(f"{source}: the file does not hold a v3 log")
     return MigratedLog(result.header, result.migrated_events)
 
@@ -75,8 +76,9 @@ def _read_child(path: Path) -> tuple[list[dict[str, Any]], int]:
         events, seeded = migrated.events, migrated.header.isSeeded
     else:
         result = load_session(path, keep_migrated=True)
-        if not result.accepted:
+        if result.error is not None:
             raise result.error
+        assert result.header is not None, "an accepted log has its header"
         events = result.migrated_events if result.migrated_events is not None else read_events(path)[1]
         seeded = result.header.isSeeded
     marks = [event["seq"] for event in events if event["type"] == "session/end-seed"
@@ -90,7 +92,7 @@ def migrate(source: str | os.PathLike[str]) -> Path:
     source = Path(source)
     if source.is_dir():
         logs = [log for log in source.iterdir() if generation_of(log) is not None]
-        source = max(logs, key=generation_of) if logs else source / "session.jsonl.zstd"
+        source = max(logs, key=lambda log: generation_of(log) or 0) if logs else source / "session.jsonl.zstd"
     data = v4_file(migrated_log(source))  # a refusal raises before anything is written
     target = source.parent / V4_NAME
     staged = target.with_name(f"{target.name}.{os.getpid()}.tmp")

@@ -17,7 +17,7 @@ new layout of :mod:`dsh_core.fold_snapshot`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -166,6 +166,14 @@ FoldState = V4FoldState | V3FoldState
 
 
 # ------------------------------------------------------------------ saving
+
+
+@overload
+def _error(exc: DshError) -> Error: ...
+
+
+@overload
+def _error(exc: None) -> None: ...
 
 
 def _error(exc: DshError | None) -> Error | None:

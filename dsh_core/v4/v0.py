@@ -141,4 +141,5 @@ def migrate_v0_log(path: str | os.PathLike[str], children: list[dict[str, Any]])
             raise refusal(f"the migrated event at seq {event['seq']} is not a v3 row dsh reads", version=0)
     catalog_children(fold, children)
     fold.finish()
+    assert fold.header is not None and fold.events is not None, "the fold read its header and kept its events"
     return MigratedLog(fold.header, fold.events)

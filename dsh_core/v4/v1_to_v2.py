@@ -124,6 +124,7 @@ class V1ToV2:
             self.target_cut = self.target
             self._put({"type": "session/end-seed", "seq": self.target, "time": self.last_time,
                        "data": {"inherited": True}})
+        assert self.target_cut is not None, "an unseeded log's cut is 0 from the start"
         return self.target_cut
 
     # ------------------------------------------------------------ turns
@@ -227,7 +228,7 @@ class V1ToV2:
             same = (last is not None and last[0]["type"] == "tool-call-chunks" and last[0]["index"] == index
                     and last[0]["id"] == call_id and ("name" in last[0]) == ("name" in chunk)
                     and last[0].get("name") == chunk.get("name") and _safe(time - last[1]))
-            if same:
+            if same and last is not None:
                 last[0]["dt"].append(time - last[1])
                 last[0]["args"].append(delta)
                 last[1] = time
