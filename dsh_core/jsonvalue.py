@@ -40,6 +40,7 @@ __all__ = [
     "thaw",
     "decode_json",
     "encode_json",
+    "dump_json",
     "canonical_json",
     "sha256_jcs",
     "json_equal",

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator, Literal
 from ..errors import CorruptionError, DshError, LayoutError, ValidationError
 
 __all__ = ["LAYOUT", "Compression", "encode_segment", "project_dir", "project_key", "session_dir", "log_path",
-           "log_name", "compression_of", "find_session_files", "generation_of", "SessionRoot"]
+           "log_name", "compression_of", "find_session_files", "generation_of", "is_log_name", "SessionRoot"]
 
 Compression = Literal["zstd", "none"]
 

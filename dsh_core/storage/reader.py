@@ -26,7 +26,7 @@ from .layout import Compression, compression_of, generation_of
 from .lines import MAX_LINE_BYTES, LineSplitter
 from .records import decode_row
 
-__all__ = ["LoadResult", "load_session", "load_session_bytes", "read_events"]
+__all__ = ["LoadResult", "header_line_of", "load_session", "load_session_bytes", "read_events"]
 
 
 @dataclass
