@@ -30,7 +30,8 @@ from typing import Any, Iterable, Sequence
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 from prometheus_client import Counter, Histogram
 
-from dsh_core.errors import DeliveryTimeoutError, PipelineError, RecordTooLargeError
+from dsh_core.errors import PipelineError
+from dsh_kafka.errors import DeliveryTimeoutError, RecordTooLargeError
 from dsh_core.events import Event
 from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_producer, undelivered
 from dsh_kafka.config import KafkaConfig, ProducerSettings

@@ -22,7 +22,7 @@ from ..errors import DshError
 from ..session_header import SessionHeader
 from ..storage.records import ChunkRow
 
-__all__ = ["FoldObserver", "FoldOptions", "Format", "SessionFold", "SnapshotCodec", "SurfaceRows"]
+__all__ = ["FoldObserver", "FoldOptions", "Format", "SessionFold", "SnapshotCodec", "SurfaceRows", "opened_header"]
 
 #: ``(seq, type, data)`` of the current surface events a snapshot left out.
 SurfaceRows = list[tuple[int, str, Any]]
@@ -83,6 +83,14 @@ class SessionFold(Protocol):
     def apply(self, line: bytes) -> None: ...
 
     def finish(self) -> list[dict[str, Any]]: ...
+
+
+def opened_header(fold: SessionFold) -> SessionHeader:
+    """The header of a fold :func:`~.registry.open_fold` or a snapshot's
+    restore gave: each reads the header first, so it is never ``None``."""
+    header = fold.header
+    assert header is not None, "an opened fold has read its header"
+    return header
 
 
 class SnapshotCodec(Protocol):

@@ -102,7 +102,7 @@ def migrate(source: str | os.PathLike[str]) -> Path:
     source = Path(source)
     if source.is_dir():
         logs = [log for log in source.iterdir() if generation_of(log) is not None]
-        source = max(logs, key=generation_of) if logs else source / "session.jsonl.zstd"
+        source = max(logs, key=lambda log: generation_of(log) or 0) if logs else source / "session.jsonl.zstd"
     data = v4_file(migrated_log(source))  # a refusal raises before anything is written
     target = source.parent / V4_NAME
     staged = target.with_name(f"{target.name}.{os.getpid()}.tmp")

@@ -122,7 +122,7 @@ class V0ToV1:
         if event["type"] != "assistant/chunk":
             check_payload(event)
         message = event["data"] if event["type"] == "user/message" else event["data"].get("message")
-        if isinstance(message, dict) and type(message.get("id")) is str:
+        if isinstance(message, dict) and type(message.get("id")) is str and seq is not None:
             self.message_ids[seq] = message["id"]
         return event
 
