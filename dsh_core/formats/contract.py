@@ -53,8 +53,12 @@ class SessionFold(Protocol):
     #: (dsh's migrating readers keep the prefix) rather than corrupting it
     tolerates_defects: ClassVar[bool]
     where: str
-    observer: Any
     count: int
+
+    @property
+    def observer(self) -> Any:
+        """What follows the fold (a :class:`FoldObserver`, or ``None``); fixed when it is opened."""
+        ...
 
     @property
     def header(self) -> SessionHeader | None: ...

@@ -22,7 +22,8 @@ from ..errors import DshError, FormatUnsupportedError
 from ..jsonvalue import encode_json, is_safe_int
 from ..formats.v0.legacy import legacy_message_id
 from ..formats.v4.rows import decode_seq_ranges
-from .v0_checks.inventory import check_payload, count, keys, record, refusal
+from .v0_checks.inventory import check_payload
+from .v0_checks.values import count, keys, record, refusal
 from .v1_to_v2 import ChunkRun
 
 __all__ = ["V0ToV1", "decode_v0_row", "refusal"]
