@@ -286,8 +286,8 @@ class Publisher:
                                           f"{first.seq}, were not acknowledged by {self.topics.events}", None)
         self._settle()
         if self._failures:
-            first, self._failures = self._failures[0], []
-            raise first
+            failure, self._failures = self._failures[0], []
+            raise failure
 
     # ------------------------------------------------------- record kinds
 
