@@ -117,6 +117,7 @@ class AuditedSession:
 
     def _request(self, boundary: Boundary, state: Any) -> None:
         """A boundary no worker attestation covers: for the gateway's."""
+        assert self.fold is not None, "boundaries come from the fold"
         self.wire.boundary(logged_request(format_of(self.fold), boundary, state, self.clock))
 
     def wire_attestation(self, arrival: int, value: bytes, timestamp: int) -> None:

@@ -21,6 +21,7 @@ from ..analysis import AnalysisSnapshot
 from ..errors import DshError
 from ..session_header import SessionHeader
 from ..storage.records import ChunkRow
+from ..wire_request import Wire
 
 __all__ = ["FoldObserver", "FoldOptions", "Format", "SessionFold", "SnapshotCodec", "SurfaceRows", "opened_header"]
 
@@ -147,7 +148,7 @@ class Format:
     #: the header line, decoded, checked as this format's reader checks it
     read_header: Callable[[Any, str], SessionHeader]
     #: the wire a dsh runtime of this format sends its requests on (``None``: not rebuilt)
-    wire: str | None
+    wire: Wire | None
     #: whether dsh writes this format today (an older one is migrated to it)
     current: bool
     #: the fold's state as a msgspec Struct, and back (see :mod:`dsh_core.fold_snapshot`)
