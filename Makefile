@@ -17,7 +17,7 @@ export DSH_JAEGER := $(CACHE)/jaeger-$(JAEGER_VERSION)/jaeger
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
-test: setup reference kafka-jars prometheus postgres chromium jaeger docs
+test: setup reference kafka-jars prometheus postgres chromium docs
 	$(VENV)/bin/mypy
 	$(VPY) -m pytest
 
@@ -98,7 +98,9 @@ chromium:
 # Jaeger v2 (an OTLP receiver teams run) for the export-otel test, built once
 # into the user cache from the Go module proxy; go build -mod=readonly checks
 # every module against tools/jaeger/go.sum. Without Go the test is skipped,
-# saying why. The first build takes about 6 min of CPU.
+# saying why. The first build takes about 8 min of CPU: `make test` does not
+# wait for it, the test session starts it beside the other tests and runs the
+# tests that need Jaeger last (tests/jaeger.py).
 jaeger:
 	@if [ ! -x $(DSH_JAEGER) ]; then \
 	  if command -v go >/dev/null 2>&1; then \

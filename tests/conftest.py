@@ -56,3 +56,11 @@ def pytest_report_to_serializable(config, report):
     warnings quote them, and a report whose captured log holds one cannot be
     sent as UTF-8 (pytest-xdist#843: the worker would crash)."""
     return _escaped((yield))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that need Jaeger run last, its first build beside the others
+    (:func:`tests.jaeger.build_in_background`)."""
+    if not hasattr(config, "workerinput"):  # pytest-xdist's controller schedules; its workers only run
+        from tests.jaeger import build_in_background
+        build_in_background(items)

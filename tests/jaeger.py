@@ -1,7 +1,12 @@
 """Jaeger v2 (``make jaeger`` builds it) as the OTLP receiver of the
 export-otel tests: one process per test on free loopback ports, with
 in-memory storage, read back over its API v3 without the query adjusters
-(``raw_traces``), so a span received twice shows twice."""
+(``raw_traces``), so a span received twice shows twice.
+
+A first build takes minutes of CPU: when a test session collects a test
+that needs Jaeger and no binary is cached, :func:`build_in_background`
+starts ``make jaeger`` at once and puts those tests last, so the build runs
+beside the rest of the suite instead of before it."""
 
 from __future__ import annotations
 
@@ -26,6 +31,30 @@ assert _VERSION is not None
 JAEGER_VERSION = _VERSION.group(1)
 BINARY = Path(os.environ.get("DSH_JAEGER") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
               / "dsh-pipeline" / f"jaeger-{JAEGER_VERSION}" / "jaeger")
+
+#: ``make jaeger`` running beside the tests (:func:`build_in_background`), and its log.
+_BUILD: tuple[subprocess.Popen[bytes], Path] | None = None
+#: How long a test waits for that build (a cold one took 7.6 min of CPU).
+_BUILD_DEADLINE_S = 20 * 60
+_USES_JAEGER = "tests/integration/consumers/otel/"
+
+
+def build_in_background(items: list[pytest.Item]) -> None:
+    """Start ``make jaeger`` if a collected test needs Jaeger and none is
+    built yet, and move those tests to the end of ``items``."""
+    global _BUILD
+    needing = [item for item in items if _USES_JAEGER in item.nodeid]
+    if not needing:
+        return
+    items[:] = [item for item in items if _USES_JAEGER not in item.nodeid] + needing
+    if BINARY.is_file() or _BUILD is not None:
+        return
+    BINARY.parent.mkdir(parents=True, exist_ok=True)
+    log = BINARY.parent / "build.log"
+    with log.open("wb") as out:
+        _BUILD = subprocess.Popen(["make", "--no-print-directory", "-C", str(ROOT), "jaeger"], stdout=out,
+                                  stderr=subprocess.STDOUT), log
+
 
 _CONFIG = """\
 service:
@@ -97,6 +126,14 @@ class Jaeger:
 
 @contextmanager
 def running_jaeger(folder: Path) -> Iterator[Jaeger]:
+    if _BUILD is not None:
+        build, log = _BUILD
+        try:
+            build.wait(_BUILD_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"make jaeger did not finish in {_BUILD_DEADLINE_S} s (its log: {log})")
+        if not BINARY.is_file():
+            pytest.skip(f"make jaeger built no Jaeger: {log.read_text(errors='replace')[-2000:]}")
     if not BINARY.is_file():
         pytest.skip(f"no Jaeger at {BINARY}: `make jaeger` builds it (it needs Go and the Go module proxy)")
     otlp, query, grpc = _free_port(), _free_port(), _free_port()

@@ -98,13 +98,18 @@ class OtelExport(Policy[ExportedSession, Database]):
     def open_store(self) -> Database:
         return Database(self.config.state, "otel-exporter", 1, [HELD_SCHEMA, DIGESTS_SCHEMA, _SESSIONS, _DELETED])
 
+    def _opened(self) -> Database:
+        """The state file (opened before the first batch)."""
+        assert self.store is not None, "the exporter's state file is opened before the first batch"
+        return self.store
+
     def _session(self, session_id: str, partition: int) -> ExportedSession:
         session = self.sessions.get(session_id)
         if session is not None:
             return session
         session = self._unwritten.get(session_id)
         if session is None:
-            db = self.store.connection
+            db = self._opened().connection
             session = ExportedSession(partition, HeldRecords(session_id, load_held(db, session_id)),
                                       AppliedDigests(session_id, functools.partial(applied_digest, db, session_id)),
                                       SpanMapper(session_id, self.config.content))
@@ -168,7 +173,7 @@ class OtelExport(Policy[ExportedSession, Database]):
                 digests.append((session_id, session.digests.changes()))
         self._changed.clear()
         deletions, self._deletions = self._deletions, {}
-        store, unwritten = self.store, self._unwritten
+        store, unwritten = self._opened(), self._unwritten
 
         def write_state() -> None:
             with store.transaction() as db:

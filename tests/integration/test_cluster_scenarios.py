@@ -1,8 +1,8 @@
 """The failover scenarios of a three-node cluster (``--replication 3
 --min-insync-replicas 2``) while the projector, auditor and archiver run and
 a second fleet is published: the active controller killed, the auditor's
-transaction coordinator killed, a rolling restart, two brokers down then
-back, and the auditor killed (``kill -9``) during a failover. Each is
+transaction coordinator killed, two brokers down then back, and the auditor
+killed (``kill -9``) during a failover. Each is
 counted against the simulator's ground truth: 0 lost, 0 doubled, 0 false
 findings in views, archive and findings, and says how long the services
 took to catch up. (A partition leader killed: ``test_cluster_failover.py``.)"""
@@ -201,14 +201,6 @@ def test_the_auditors_transaction_coordinator_killed(kafka_cluster, group_id, tm
         run.cluster.kill(asyncio.run(_coordinator(run.kafka, transactional_id)))
     scenario(kafka_cluster, group_id, tmp_path, kill_coordinator, "the auditor's transaction coordinator killed",
              seed=2)
-
-
-def test_a_rolling_restart(kafka_cluster, group_id, tmp_path):
-    def roll(run: Run) -> None:
-        for node in sorted(run.cluster.nodes):
-            run.cluster.stop_node(node)
-            run.cluster.start_node(node)
-    scenario(kafka_cluster, group_id, tmp_path, roll, "a rolling restart", seed=3)
 
 
 def test_two_brokers_down_then_back(kafka_cluster, group_id, tmp_path):
