@@ -19,11 +19,15 @@ demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
 test: setup reference kafka-jars prometheus postgres chromium docs
+	$(VENV)/bin/mypy
 	$(VPY) -m pytest
 
 # The unit tier alone: no broker, no servers; the contributor's fast loop,
-# spread over the machine's cores (pytest-xdist: one worker per core).
+# spread over the machine's cores (pytest-xdist: one worker per core). The
+# type checker first (pyproject's [tool.mypy]: dsh_core strict, the rest at
+# its default), so an error in the annotations fails before the tests run.
 check: setup
+	$(VENV)/bin/mypy
 	$(VPY) -m pytest tests/unit tests/contract tests/docs -q -n auto
 
 # The documentation site (Sphinx), warnings as errors.

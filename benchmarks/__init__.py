@@ -1,5 +1,6 @@
 """Speed and memory benchmarks: ratios against a baseline run in the same process tree."""
 
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,17 @@ def peak_rss_kb() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def local_bootstrap(stack: contextlib.ExitStack) -> str:
+    """The bootstrap address of a local broker started for this run (and
+    stopped with ``stack``)."""
+    from dsh_pipeline.local_kafka import LocalKafka
+
+    broker = stack.enter_context(LocalKafka(heap="1g"))
+    if broker.bootstrap is None:
+        raise RuntimeError("the local broker did not start")
+    return broker.bootstrap
 
 
 _PROJECT = """

@@ -46,7 +46,7 @@ def write_big_session(path: Path, target_bytes: int, seed: int = 7) -> dict[str,
 
     def stream(turn: int, step: int, index: int, kind: str, pieces: list[str], call: str | None = None) -> list[int]:
         nonlocal seq, time, chunk_events
-        seqs = []
+        seqs: list[int] = []
         for start in range(0, len(pieces), ROW):
             members = pieces[start:start + ROW]
             dt = [rng.randint(0, 40) for _ in members[1:]]

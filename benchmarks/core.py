@@ -50,7 +50,8 @@ def ours_run(blobs: list[bytes], repeat: int) -> tuple[int, float]:
     for _ in range(repeat):
         for blob in blobs:
             result = load_session_bytes(blob)
-            result.state.messages()
+            if result.state is not None:
+                result.state.messages()
             events += result.stored_count
     return events, time.perf_counter() - start
 
@@ -121,7 +122,8 @@ def v4_ratio(repeat: int) -> dict:
             for _ in range(repeat):
                 for path in paths:
                     result = load_session(path)
-                    result.state.messages()
+                    if result.state is not None:
+                        result.state.messages()
                     events += result.event_count
             best_ours = max(best_ours, events / (time.perf_counter() - start))
             done = subprocess.run([str(node_binary(folder)), str(ROOT / "benchmarks" / "dsh_reader_race.mjs"),

@@ -41,6 +41,8 @@ import time
 import uuid
 from pathlib import Path
 
+from benchmarks import local_bootstrap
+
 CONCURRENCY = (1, 50, 200)
 LARGE_BESIDE = 50  # the streams measured beside a large request
 SOURCE = Path(__file__).parent / "loadgen"
@@ -112,10 +114,9 @@ def main() -> None:
                         help=f"MiB of the large request beside {LARGE_BESIDE} streams (default 7)")
     parser.add_argument("--bootstrap", help="a Kafka cluster for the attestations (default: the local broker)")
     args = parser.parse_args()
-    from dsh_pipeline.local_kafka import LocalKafka
     loadgen = _loadgen()
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        bootstrap = args.bootstrap or local_bootstrap(stack)
         credentials = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "credentials"
         credentials.touch(0o600)
         credentials.write_text(f"loadgen {CREDENTIAL}\n")

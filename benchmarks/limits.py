@@ -41,10 +41,11 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Sequence
 
 import zstandard
 
-from benchmarks import projector_peak_rss_mb
+from benchmarks import local_bootstrap, projector_peak_rss_mb
 from benchmarks.bigsession import write_big_session
 from dsh_core.jsonvalue import decode_json, encode_json
 from dsh_core.storage.framing import compress_frame
@@ -54,7 +55,6 @@ from dsh_kafka.clients import make_producer
 from dsh_kafka.config import BOOTSTRAP_ENV, SERVICE_PRODUCER, KafkaConfig
 from dsh_kafka.records import KIND_RECORD, SessionRecord
 from dsh_kafka.topics import MAX_MESSAGE_BYTES, TopicNames
-from dsh_pipeline.local_kafka import LocalKafka
 from producers.simulator import SimulatorConfig, simulate_session
 
 _SHIP = """
@@ -67,7 +67,7 @@ print(peak_rss_kb(), file=sys.stderr)
 sys.exit(status)
 """
 
-def _honest_session(root: Path, session_id: str, extra: list[bytes] = ()) -> None:
+def _honest_session(root: Path, session_id: str, extra: Sequence[bytes] = ()) -> None:
     """A small valid session as dsh writes it (a plain log), with ``extra``
     event lines after its own."""
     truth, batches = simulate_session(SimulatorConfig(sessions=1, seed=3, min_turns=1, max_turns=1), 0)
@@ -316,14 +316,14 @@ def main() -> None:
     args = parser.parse_args()
     figures: dict[str, float] = {}
     if args.idle_only:
-        with tempfile.TemporaryDirectory() as work:
-            (Path(work) / "many").mkdir()
-            _many_sessions(Path(work) / "many", args.sessions)
-            _idle_case(Path(work) / "many", args.sessions, figures)
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "many").mkdir()
+            _many_sessions(Path(folder) / "many", args.sessions)
+            _idle_case(Path(folder) / "many", args.sessions, figures)
         print(json.dumps({"sessions": args.sessions, **figures}))
         return
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        bootstrap = args.bootstrap or local_bootstrap(stack)
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
 
         def ship_case(name: str, prepare) -> None:

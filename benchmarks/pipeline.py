@@ -36,9 +36,8 @@ from pathlib import Path
 
 from aiokafka import ConsumerRebalanceListener
 
-from benchmarks import projector_peak_rss_mb
+from benchmarks import local_bootstrap, projector_peak_rss_mb
 from dsh_core.jsonvalue import decode_json
-from dsh_pipeline.local_kafka import LocalKafka
 from dsh_kafka.config import BOOTSTRAP_ENV, ConsumerSettings, KafkaConfig
 from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
 from dsh_kafka.admin import end_offsets, prepare_topics
@@ -88,6 +87,8 @@ async def _baseline(kafka: KafkaConfig, names: TopicNames, ends: dict) -> float:
             batch = await consumer.getmany(timeout_ms=500, max_records=ConsumerSettings.max_records)
             for tp, records in batch.items():
                 done[tp.partition] = records[-1].offset + 1
+        if assigned.at is None:
+            raise RuntimeError("the group never assigned the baseline its partitions")
         return time.perf_counter() - assigned.at
     finally:
         await consumer.stop()
@@ -123,7 +124,7 @@ async def catch_up(service: ConsumerService, ends: dict) -> float:
         if not assigned:
             assigned.append(time.perf_counter())
 
-    service.policy.assigned = assigned_timed
+    setattr(service.policy, "assigned", assigned_timed)  # this instance's hook, timed
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop))
     while True:
@@ -234,6 +235,7 @@ async def _latency(kafka: KafkaConfig, names: TopicNames, rate: int, seconds: fl
     agents = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _PUBLISH_CHILD, kafka.bootstrap, prefix, str(rate), str(seconds),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    assert projector.stdin and projector.stdout and agents.stdin and agents.stdout  # all PIPE
     try:
         assert await projector.stdout.readline() == b"ready\n", "the latency projector failed"
         assert await agents.stdout.readline() == b"ready\n", "the latency publisher failed"
@@ -326,7 +328,7 @@ def scaled_out(service: str, bootstrap: str, names: TopicNames, ends: dict, memb
             time.sleep(0.01)  # wait-ok: polling a condition with a deadline
         started = time.time()
         (work / "go").touch()
-        times = [json.loads(child.stdout.readline()) for child in children]
+        times = [json.loads(child.stdout.readline()) for child in children if child.stdout is not None]
     finally:
         for child in children:
             child.terminate()
@@ -344,7 +346,7 @@ def main() -> None:
                         help="processes in one group for the scaled-out runs (default: the CPU count)")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        bootstrap = args.bootstrap or local_bootstrap(stack)
         kafka = KafkaConfig(bootstrap)
         names = TopicNames.with_prefix(f"pipe{uuid.uuid4().hex[:6]}.")
         asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))

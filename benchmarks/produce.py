@@ -26,12 +26,12 @@ import time
 import uuid
 from pathlib import Path
 
-from dsh_pipeline.local_kafka import LocalKafka
+from benchmarks import local_bootstrap
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig, ProducerSettings
 from dsh_kafka.topics import TopicNames
 from dsh_core.storage.framing import compress_frame
-from dsh_core.storage.layout import log_path
+from dsh_core.storage.layout import Compression, log_path
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.admin import cluster_id, prepare_topics
 from producers.publisher import Publisher
@@ -87,7 +87,7 @@ def _backfill_root(root: Path, min_events: int) -> int:
             session_id = f"{header['id']}-copy{copy}"
             head = json.dumps({**header, "id": session_id}, separators=(",", ":")).encode()
             body = [line + b"\n" for line in lines[1:] if line]
-            compression = "zstd" if i % 2 else "none"
+            compression: Compression = "zstd" if i % 2 else "none"
             path = log_path(root, header.get("cwd"), session_id, compression)
             path.parent.mkdir(parents=True, exist_ok=True)
             if compression == "zstd":
@@ -118,7 +118,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", default=os.environ.get(BOOTSTRAP_ENV))
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        bootstrap = args.bootstrap or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        bootstrap = args.bootstrap or local_bootstrap(stack)
         kafka = KafkaConfig(bootstrap)
         batches = _batches(args.events)
         records = [record for batch in batches for record in batch]

@@ -43,13 +43,13 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from benchmarks import local_bootstrap
 from benchmarks.pipeline import catch_up, fill, scaled_out
 from consumers.projector import ProjectorConfig, projector_service
 from consumers.projector.store_reader import StoreReader
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import BOOTSTRAP_ENV, KafkaConfig
 from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
-from dsh_pipeline.local_kafka import LocalKafka
 from dsh_pipeline.local_postgres import DSN_ENVIRONMENT, LocalPostgres, create_database
 from dsh_pipeline.web import read_api
 from producers.asgi_server import AsgiServer
@@ -82,7 +82,7 @@ def _grow(dsn: str, listed: int) -> tuple[int, list[str]]:
                                     "outputtokens, cachereadtokens, cachewritetokens, reasoningtokens FROM usage "
                                     "WHERE session_id = ANY(%s)", (f"~{copy}", originals))
         connection.execute("ANALYZE")
-        stored = connection.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        (stored,) = connection.execute("SELECT COUNT(*) FROM sessions").fetchall()[0]
     return stored, originals
 
 
@@ -125,11 +125,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400)
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        bootstrap = os.environ.get(BOOTSTRAP_ENV) or stack.enter_context(LocalKafka(heap="1g")).bootstrap
+        bootstrap = os.environ.get(BOOTSTRAP_ENV) or local_bootstrap(stack)
         work = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         work.chmod(0o711)  # the server may run as another user (root's postgres), who must reach its folder
         # a data folder of its own: fsync on, as a server that keeps its data runs
-        server = os.environ.get(DSN_ENVIRONMENT) or stack.enter_context(LocalPostgres(work / "postgres")).dsn
+        server = os.environ.get(DSN_ENVIRONMENT)
+        if not server:
+            local = LocalPostgres(work / "postgres")
+            server = local.start()  # a start that fails stops what it began
+            stack.callback(local.stop)
         kafka = KafkaConfig(bootstrap)
         names = TopicNames.with_prefix(f"store{uuid.uuid4().hex[:6]}.")
         asyncio.run(prepare_topics(kafka, names, DEFAULT_PARTITIONS))
@@ -140,6 +144,7 @@ def main() -> None:
 
         backends = {"sqlite": 0.0, "postgres": 0.0}  # seconds, summed over the rounds
         for turn, backend in enumerate(_ROUNDS):
+            store: Path | str
             if backend == "postgres":
                 postgres = store = create_database(server, "bench")  # the last is grown for the API in (3)
             else:

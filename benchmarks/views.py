@@ -122,10 +122,10 @@ def build_store(location: Path, session_id: str, target: int, seed: int = 7) -> 
     if batch:
         db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)", batch)
     created = 1_767_225_600_000
-    usage = [{"provider": "deepseek", "model": "deepseek-chat", "inputTokens": tokens[0], "outputTokens": tokens[1]}]
+    usage_rows = [{"provider": "deepseek", "model": "deepseek-chat", "inputTokens": tokens[0], "outputTokens": tokens[1]}]
     view = {"sessionId": session_id, "status": "idle", "header": {"version": 0, "id": session_id,
                                                                  "createdAt": created, "cwd": "/srv/agent"},
-            "nextSeq": seq, "turns": turns, "lastTurnEnd": turns[-1]["reason"], "usage": usage,
+            "nextSeq": seq, "turns": turns, "lastTurnEnd": turns[-1]["reason"], "usage": usage_rows,
             "surfaceLength": seq, "replaceGeneration": 0, "messageCount": seq, "requestHeaderChanges": []}
     db.execute("INSERT INTO sessions (session_id, status, next_seq, view, cwd, created_at, last_activity, turn_count, "
                "message_count) VALUES (?, 'idle', ?, ?, ?, ?, ?, ?, ?)",

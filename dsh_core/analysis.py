@@ -27,7 +27,7 @@ _USAGE_FIELDS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTo
 _REQUEST_TYPES = frozenset({"assistant/chunk", "assistant/attempt", "assistant/message"})
 
 
-class RequestRecord(dict):
+class RequestRecord(dict[str, Any]):
     """``{turn, step, attempt, boundarySeq, header, context, messages}``."""
 
 

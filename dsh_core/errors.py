@@ -24,20 +24,14 @@
     │   ├── IdentityError         a record's value names another session than its key (identity)
     │   │   └── ConflictingWriterError  a second writer of a session (conflicting-writer)
     │   └── ForkError             fork boundary rules (v0 §7.2)
-    └── PipelineError             infrastructure: cluster, configuration, services (pipeline)
-        ├── DeliveryError         a record was not acknowledged by the cluster
-        │   ├── RecordTooLargeError   a record over the topic's message limit, refused before sending
-        │   └── DeliveryTimeoutError  not acknowledged within the delivery deadline (exit 69: waiting may help)
-        ├── ClusterUnavailableError   no broker answered, or the cluster refused this client
-        │   ├── BrokerAbsentError     no broker answered at all (waiting may help)
-        │   └── BrokerOutageError     the cluster answered, some of its brokers did not (waiting may help)
-        ├── TopicMismatchError    an existing topic is not what was asked (partitions, copies, settings)
-        ├── FencedError           a newer group member took this member's partition over
-        ├── StateStoreError       a service's state file is another kind, layout or group's, or unusable
-        │   └── StoreLocationError    a store location whose scheme no backend of this build takes
-        ├── LayoutError           a session log is not where dsh's directory layout keeps it
-        ├── RuntimeDiedError      a dsh agent runtime exited or broke protocol mid-turn
-        └── ExposedSecretError    a file of secrets other users may read or change
+    └── PipelineError             infrastructure: configuration, files, services (pipeline)
+        └── LayoutError           a session log is not where dsh's directory layout keeps it
+
+The infrastructure branch grows next to the layers that raise it, each a
+``PipelineError``: the Kafka edge's in :mod:`dsh_kafka.errors`, the services'
+state stores' in :mod:`consumers.runtime.errors`, the producers' in
+:mod:`producers.errors`. ``except DshError`` or ``except PipelineError``
+takes them all.
 
 Every message says what was expected, what was found and where: session id and
 seq, file and line, ``topic[partition]@offset``, a path, or a JSON path.
@@ -69,22 +63,10 @@ __all__ = [
     "ConflictingWriterError",
     "ForkError",
     "PipelineError",
-    "DeliveryError",
-    "RecordTooLargeError",
-    "BrokerAbsentError",
-    "ClusterUnavailableError",
-    "DeliveryTimeoutError",
-    "BrokerOutageError",
-    "TopicMismatchError",
-    "FencedError",
-    "StateStoreError",
-    "StoreLocationError",
     "LayoutError",
     "HeldLimitError",
     "DeletedSessionError",
     "UnstorableError",
-    "RuntimeDiedError",
-    "ExposedSecretError",
 ]
 
 #: The coarse classes of refusals and audit findings: an error's
@@ -216,64 +198,8 @@ class ForkError(ValidationError):
 
 
 class PipelineError(DshError):
-    """Raised for infrastructure failures: the cluster, topics, configuration,
-    a service's files."""
-
-
-class DeliveryError(PipelineError):
-    """Raised when a record sent to the cluster was not acknowledged; nothing
-    after it is committed."""
-
-
-class RecordTooLargeError(DeliveryError):
-    """Raised before sending a record larger than the topic's message limit."""
-
-
-class DeliveryTimeoutError(DeliveryError):
-    """Raised when records sent waited longer than the delivery deadline
-    (``--delivery-timeout``) for the cluster to take or acknowledge them
-    (fewer copies in sync than ``min.insync.replicas``, no leader): the
-    producer stops; what was acknowledged before is kept (checkpoints,
-    manifests), nothing after it. Waiting for the cluster may help."""
-
-
-class ClusterUnavailableError(PipelineError):
-    """Raised when no broker of the bootstrap answers, or the cluster refuses
-    this client (credentials, ACLs): nothing was done."""
-
-
-class BrokerAbsentError(ClusterUnavailableError):
-    """Raised when no broker of the bootstrap answers at all (none listens,
-    the name does not resolve): unlike a refusal, waiting may help."""
-
-
-class BrokerOutageError(ClusterUnavailableError):
-    """Raised when the cluster took this client but some of its brokers did
-    not answer until the deadline (down, paused, or fewer up than a topic's
-    copies need): not a refusal; waiting may help."""
-
-
-class TopicMismatchError(PipelineError):
-    """Raised when a topic exists but is not what was asked: other
-    partitions, fewer copies or in-sync copies, another cleanup policy,
-    compression or a smaller message limit. It names the topic, what it has
-    and what was asked."""
-
-
-class FencedError(PipelineError):
-    """Raised when a newer member of the group took one of this member's
-    partitions over (its transactional id): this member stops."""
-
-
-class StateStoreError(PipelineError):
-    """Raised when a service's state file cannot be used: another kind of
-    file, another layout version, another group's or topic's, or unopenable."""
-
-
-class StoreLocationError(StateStoreError):
-    """Raised for a store location (``--store``) that is a URI of a scheme no
-    backend of this build takes (``mysql://...``): a location is a file path
-    (SQLite) or a URI of a known scheme, never a file named like a URI."""
+    """Raised for infrastructure failures: configuration, a service's files,
+    the services around the domain (each layer's own branch)."""
 
 
 class LayoutError(PipelineError):
@@ -320,11 +246,3 @@ class UnstorableError(DshError):
 
     category: Category = "unstorable"
 
-
-class RuntimeDiedError(PipelineError):
-    """Raised when a dsh agent runtime exits or breaks protocol mid-turn."""
-
-
-class ExposedSecretError(PipelineError):
-    """Raised when a file of secrets (the read API's tokens) has permissions
-    for its group or others: the service refuses to start on it."""

@@ -54,7 +54,7 @@ class InspectReport:
             with open(self.path, "rb") as stream:
                 kept = stream.read(result.committed_bytes)
             return (kept + closer_text).decode("utf-8", "replace")
-        parts = []
+        parts: list[bytes] = []
         with open(self.path, "rb") as stream:
             for frame in iter_frames(stream, str(self.path)):
                 if frame.complete:
@@ -69,7 +69,8 @@ class InspectReport:
                     "eventCount": None, "surfaceNodes": None, "replaceGeneration": None,
                     "derivedMessages": None, "requestHeader": None, "requestContext": None,
                     "turns": None, "requests": None, "repair": None}
-        state = result.state
+        state, header = result.state, result.header
+        assert state is not None and header is not None, "an accepted log has its header and state"
         repair = None
         if result.repaired:
             repair = {"droppedBytes": result.dropped_bytes, "droppedText": result.dropped_text,
@@ -78,7 +79,7 @@ class InspectReport:
         return {
             "accepted": True,
             "error": None,
-            "sessionHeader": result.header.to_dict(),
+            "sessionHeader": header.to_dict(),
             "eventCount": result.event_count,
             "surfaceNodes": list(state.surface.nodes),
             "replaceGeneration": state.surface.replace_generation,
@@ -94,14 +95,16 @@ class InspectReport:
         result, analysis = self.result, self.analysis
         if not result.accepted:
             error = result.error
+            assert error is not None, "a refused log has its error"
             return f"{self.path}: REFUSED [{error.category}] {type(error).__name__}: {error.message}"
-        header = result.header
+        header, state = result.header, result.state
+        assert state is not None and header is not None, "an accepted log has its header and state"
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(analysis.end_reasons.items())) or "none"
         lines = [f"{self.path}: session {header.id} (v{header.version}, {result.compression}), {result.event_count} events, "
                  f"{len(analysis.turns)} turns, {analysis.steps} steps, {analysis.request_count} requests",
                  f"  turn ends: {reasons}",
-                 f"  messages: {result.state.message_count()}, surface nodes: {len(result.state.surface.nodes)}, "
-                 f"replacements: {result.state.surface.replace_generation}"]
+                 f"  messages: {state.message_count()}, surface nodes: {len(state.surface.nodes)}, "
+                 f"replacements: {state.surface.replace_generation}"]
         for (provider, model), totals in sorted(analysis.usage.items()):
             used = ", ".join(f"{k}={v}" for k, v in totals.items())
             lines.append(f"  tokens {provider}/{model}: {used}")

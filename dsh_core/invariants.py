@@ -27,6 +27,11 @@ def _call_key(call_id: Any) -> Any:
     return call_id
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (its fields all absent)."""
+    return value if isinstance(value, dict) else {}
+
+
 class Violation(NamedTuple):
     """One broken relation: which rule, where, and what was found."""
 
@@ -118,12 +123,11 @@ class InvariantChecker:
         elif event_type == "tool/result":
             if surface_op == "append":
                 self._in_step(event_type, turn, step, violation)
-                message = d.get("message") if isinstance(d.get("message"), dict) else {}
-                source = message.get("source") if isinstance(message.get("source"), dict) else {}
-                call_id = source.get("callId")
+                message = _object(d.get("message"))
+                call_id = _object(message.get("source")).get("callId")
                 content = message.get("content") or ()
-                block = content[0] if content and isinstance(content[0], dict) else {}
-                error = d.get("error") if isinstance(d.get("error"), dict) else {}
+                block = _object(content[0]) if content else {}
+                error = _object(d.get("error"))
                 not_started = block.get("isError") is True and error.get("code") == "TOOL_NOT_STARTED"
                 if _call_key(call_id) not in self.pending and not not_started:
                     violation("tool-result-unpaired", f"tool/result for call {call_id!r} with no pending tool/call in this step")

@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 import re
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeGuard, TypeVar
 
 import msgspec
 
@@ -41,6 +41,7 @@ __all__ = [
     "thaw",
     "decode_json",
     "encode_json",
+    "dump_json",
     "canonical_json",
     "sha256_jcs",
     "json_equal",
@@ -50,7 +51,7 @@ __all__ = [
 MAX_SAFE_INTEGER = 2**53 - 1
 
 
-class FrozenDict(dict):
+class FrozenDict(dict[Any, Any]):
     """A ``dict`` that refuses mutation; what the log hands out for objects."""
 
     __slots__ = ()
@@ -58,13 +59,13 @@ class FrozenDict(dict):
     def _immutable(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("session log values are immutable")
 
-    __setitem__ = __delitem__ = __ior__ = _immutable  # type: ignore[assignment]
-    clear = pop = popitem = setdefault = update = _immutable  # type: ignore[assignment]
+    __setitem__ = __delitem__ = __ior__ = _immutable
+    clear = pop = popitem = setdefault = update = _immutable
 
     def __copy__(self) -> "FrozenDict":
         return self
 
-    def __deepcopy__(self, memo: dict) -> "FrozenDict":
+    def __deepcopy__(self, memo: dict[int, Any]) -> "FrozenDict":
         return self
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled as a plain dict would be, then frozen
@@ -74,7 +75,7 @@ class FrozenDict(dict):
         return hash(canonical_json(self))
 
 
-def is_safe_int(value: Any) -> bool:
+def is_safe_int(value: Any) -> TypeGuard[int]:
     """Whether ``value`` is an ``int`` (never ``bool``) within ±(2^53−1)."""
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
@@ -122,7 +123,7 @@ def _copy_lossless(value: Any, where: str, frozen: bool) -> Any:
             ancestors.add(marker)
             try:
                 if kind is dict or kind is FrozenDict:
-                    out: dict = {}
+                    out: dict[str, Any] = {}
                     for key, item in current.items():
                         if type(key) is not str:
                             raise fail(f"non-string key {key!r}")

@@ -35,7 +35,7 @@ def _non_empty(value: Any) -> bool:
         return len(value) > 0
     if isinstance(value, dict):
         length = value.get("length")
-        return type(length) in (int, float) and length > 0
+        return (type(length) is int or type(length) is float) and length > 0
     return False
 
 

@@ -40,15 +40,15 @@ class SessionHeader(msgspec.Struct, frozen=True, omit_defaults=True):
         fields present, and ``delegationDepth`` (0 when never set); v3 and
         later in their own order, with ``isSeeded``."""
         if self.version > 0:
-            out = {"version": self.version, "id": self.id, "createdAt": self.createdAt}
-            out.update({key: getattr(self, key) for key in ("cwd", "parentSession") if getattr(self, key) is not UNSET})
-            out["isSeeded"] = self.isSeeded
+            fields: dict[str, Any] = {"version": self.version, "id": self.id, "createdAt": self.createdAt}
+            fields.update({key: getattr(self, key) for key in ("cwd", "parentSession") if getattr(self, key) is not UNSET})
+            fields["isSeeded"] = self.isSeeded
             if self.origin is not UNSET:
-                out["origin"] = self.origin
-            out["delegationDepth"] = self.delegationDepth
+                fields["origin"] = self.origin
+            fields["delegationDepth"] = self.delegationDepth
             if self.agentPreset is not UNSET:
-                out["agentPreset"] = self.agentPreset
-            return out
+                fields["agentPreset"] = self.agentPreset
+            return fields
         out: dict[str, Any] = {"version": self.version, "id": self.id, "createdAt": self.createdAt}
         for key in ("cwd", "parentSession", "seedLength", "origin"):
             value = getattr(self, key)

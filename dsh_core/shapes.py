@@ -6,7 +6,7 @@ more of the payload than its rule reads (block internals are not checked).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from .errors import EnvelopeError, MessageShapeError, RequestHeaderError
 from .events import RETIRED_TYPES
@@ -56,7 +56,7 @@ def check_envelope(event: Any, index: int) -> None:
         raise EnvelopeError(f"event at index {index} (seq {seq}) has an invalid envelope: ignorable must be true when present")
 
 
-def check_retired(event_type: str, data: Any, where: Where) -> None:
+def check_retired(event_type: Any, data: Any, where: Where) -> None:
     """Reject the retired vocabulary of docs/formats/v0.md §8.10 (``request/header-delta``,
     ``mode/set``, header reason ``fallback``)."""
     if event_type in RETIRED_TYPES:
@@ -74,7 +74,7 @@ def message_of(event_type: str, data: Any) -> Any:
     return None
 
 
-def _nonempty_str(value: Any) -> bool:
+def _nonempty_str(value: Any) -> TypeGuard[str]:
     return type(value) is str and value != ""
 
 
@@ -110,9 +110,9 @@ def check_message_shape(event_type: str, data: Any, where: Where) -> None:
 
 def check_request_header(data: Any, where: Where) -> None:
     """Load-time checks of a ``request/header`` payload (docs/formats/v0.md §6.1)."""
-    header = data.get("header") if isinstance(data, dict) else None
-    header = header if isinstance(header, dict) else None
-    config = header.get("config") if header is not None else None
+    given = data.get("header") if isinstance(data, dict) else None
+    header: dict[str, Any] = given if isinstance(given, dict) else {}
+    config = header.get("config")
     if not isinstance(config, dict) or not _nonempty_str(config.get("provider")) or not _nonempty_str(config.get("model")):
         raise RequestHeaderError(f"{_at(where)}: request header config lacks provider/model")
     effort = config.get("reasoningEffort", _ABSENT)

@@ -139,7 +139,7 @@ def fold_surface(events: list[Any]) -> tuple[list[int], list[Replacement]]:
     """Fold a whole log (Events, seq == index) into ``(nodes, replacements)``."""
     surface = Surface()
     replacements: list[Replacement] = []
-    by_seq = {}
+    by_seq: dict[int, Any] = {}
     for event in events:
         admitted = surface.admit(event.type, event.seq, event.data, event.surfaceOp, event.sourceEventSeqs,
                                  event.surfaceOp is not UNSET, event.sourceEventSeqs is not UNSET,

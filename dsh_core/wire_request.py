@@ -60,10 +60,10 @@ _SETTINGS = ("model", "maxTokens", "effort", "temperature", "stop")
 _PART_HEX = 16  # 64 bits: enough to tell which piece differs
 
 
-class _Entry(dict):
+class _Entry(dict[str, Any]):
     """One normalized message; empty fields are dropped by :meth:`done`."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, role: str | None) -> None:
         super().__init__(role=role, text=[], reasoning=[], toolCalls=[], other=[])
 
     def done(self) -> dict[str, Any]:

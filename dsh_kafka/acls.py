@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from aiokafka.protocol.admin import CreateAclsRequest
 
-from dsh_core.errors import ClusterUnavailableError
 
 from .clients import make_admin
 from .config import KafkaConfig
+from .errors import ClusterUnavailableError
 from .topics import TopicNames
 
 __all__ = ["Acl", "SERVICES", "grant", "kafka_acls_commands", "pipeline_acls", "service_acls"]

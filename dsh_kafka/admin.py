@@ -12,14 +12,15 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (GroupCoordinatorNotAvailableError, GroupLoadInProgressError, KafkaConnectionError,
                              KafkaTimeoutError, NodeNotReadyError, NotControllerError, RequestTimedOutError)
 from aiokafka.protocol.offset import OffsetRequest, OffsetResetStrategy
-from tenacity import AsyncRetrying, retry, retry_if_exception_type, retry_if_result, stop_after_delay, wait_exponential
+from tenacity import (AsyncRetrying, RetryCallState, retry, retry_if_exception_type, retry_if_result, stop_after_delay,
+                      wait_exponential)
 
-from dsh_core.errors import (BrokerAbsentError, BrokerOutageError, ClusterUnavailableError, PipelineError,
-                             TopicMismatchError)
+from dsh_core.errors import DshError, PipelineError
 
 from .clients import make_admin, make_consumer
 from .config import ConsumerSettings, KafkaConfig
 from .diagnose import why_unreachable
+from .errors import BrokerAbsentError, BrokerOutageError, ClusterUnavailableError, TopicMismatchError
 from .topics import TopicLayout, TopicNames, TopicSpec, topic_specs
 
 __all__ = ["await_group_coordinator", "cluster_id", "end_offsets", "ensure_topics", "prepare_topics"]
@@ -39,6 +40,19 @@ _RETRIED_CODES = {7: "the request timed out", 38: "fewer brokers are up than the
                   41: "the broker asked was not the controller"}
 
 
+def _failure(state: RetryCallState) -> str:
+    """The message of the error that made tenacity try again (it calls back after a failed attempt only)."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    return error.message if isinstance(error, DshError) else str(error)
+
+
+def _last_result(state: RetryCallState) -> set[str]:
+    """What the last attempt returned, once tenacity stops trying (it calls back after an attempt only)."""
+    assert state.outcome is not None, "tenacity gives up only after an attempt"
+    result: set[str] = state.outcome.result()
+    return result
+
+
 async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int, create: bool = True,
                          wait: float = 0.0, layout: TopicLayout = TopicLayout()) -> None:
     """Create or verify the pipeline's topics on ``kafka`` (every command's
@@ -56,7 +70,7 @@ async def prepare_topics(kafka: KafkaConfig, names: TopicNames, partitions: int,
     retrying = AsyncRetrying(retry=retry_if_exception_type((BrokerAbsentError, BrokerOutageError)),
                              stop=stop_after_delay(wait), wait=wait_exponential(multiplier=0.5, max=5), reraise=True,
                              before_sleep=lambda state: _log.warning(
-                                 "%s; trying again for up to %g s", state.outcome.exception().message, wait))
+                                 "%s; trying again for up to %g s", _failure(state), wait))
     async for attempt in retrying:
         with attempt:
             await _prepare_topics(kafka, names, partitions, create, layout)
@@ -111,7 +125,7 @@ async def _default_replication(admin: AIOKafkaAdminClient) -> int:
 
 
 @retry(retry=retry_if_result(bool), stop=stop_after_delay(_READY_WITHIN),
-       wait=wait_exponential(multiplier=0.05, max=1), retry_error_callback=lambda state: state.outcome.result())
+       wait=wait_exponential(multiplier=0.05, max=1), retry_error_callback=_last_result)
 async def _unready(admin: AIOKafkaAdminClient, names: set[str]) -> set[str]:
     """Which of the topics just created are not ready yet: not listed, or
     with a partition whose leader does not answer for it. A broker learns

@@ -12,9 +12,9 @@ from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorization
                              TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
 from aiokafka.helpers import create_ssl_context
 
-from dsh_core.errors import ClusterUnavailableError, DeliveryError
 
 from .config import ConsumerSettings, KafkaConfig, ProducerSettings
+from .errors import ClusterUnavailableError, DeliveryError
 from .oauth import TokenProvider
 from .topics import BATCH_OVERHEAD_BYTES
 

@@ -110,14 +110,14 @@ class KafkaConfig:
 def _token_source(environ: Mapping[str, str]) -> TokenSource:
     """OAUTHBEARER's token source: ``DSH_KAFKA_SASL_OAUTH_TOKEN_FILE`` or ``…_COMMAND``, exactly one."""
     path, command = (environ.get(f"DSH_KAFKA_SASL_OAUTH_TOKEN_{kind}") for kind in ("FILE", "COMMAND"))
-    if bool(path) == bool(command):
-        raise PipelineError("OAUTHBEARER needs one of DSH_KAFKA_SASL_OAUTH_TOKEN_FILE (a file a token agent keeps "
-                            "fresh) and DSH_KAFKA_SASL_OAUTH_TOKEN_COMMAND (a command printing a token)")
-    if path:
+    if path and not command:
         if not os.path.isfile(path):
             raise PipelineError(f"DSH_KAFKA_SASL_OAUTH_TOKEN_FILE={path}: no such file")
         return TokenSource("file", path)
-    return TokenSource("command", command)
+    if command and not path:
+        return TokenSource("command", command)
+    raise PipelineError("OAUTHBEARER needs one of DSH_KAFKA_SASL_OAUTH_TOKEN_FILE (a file a token agent keeps "
+                        "fresh) and DSH_KAFKA_SASL_OAUTH_TOKEN_COMMAND (a command printing a token)")
 
 
 def _password(environ: Mapping[str, str]) -> str:
@@ -133,10 +133,10 @@ def _password(environ: Mapping[str, str]) -> str:
         if not password:
             raise PipelineError(f"DSH_KAFKA_SASL_PASSWORD_FILE={path}: the file's first line is empty")
         return password
-    password = environ.get("DSH_KAFKA_SASL_PASSWORD")
-    if not password:
+    given = environ.get("DSH_KAFKA_SASL_PASSWORD")
+    if not given:
         raise PipelineError("SASL needs DSH_KAFKA_SASL_PASSWORD or DSH_KAFKA_SASL_PASSWORD_FILE")
-    return password
+    return given
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ def record_from_line(session_id: str, line: bytes, format_version: int = FORMAT_
     value = decode_json(line)
     if is_row(value):
         row = decode_row(value)
-        return SessionRecord(session_id, KIND_RECORD, row.seq0, row.count, line, format_version, writer)
+        return SessionRecord(session_id, KIND_RECORD, row.seq0, row.event_count, line, format_version, writer)
     seq = value.get("seq") if isinstance(value, dict) else None
     if type(seq) is not int or seq < 0:
         raise DecodeError(f"session {session_id!r}: a storage record needs a non-negative integer seq, got {seq!r}")
@@ -194,7 +194,7 @@ def decode_kafka_record(record: KafkaRecord) -> SessionRecord:
     """Check a fetched record's envelope; raises :class:`DecodeError` naming
     ``topic[partition]@offset`` and what is wrong."""
     try:  # the well-formed record, checked without building anything else
-        headers = dict(record.headers)
+        headers = {name: value for name, value in record.headers if value is not None}
         kind = headers["dsh-kind"].decode()
         seq, count = int(headers["dsh-seq"]), int(headers["dsh-count"])
         if (kind in _KINDS and record.key and b"\x00" not in record.key and record.value is not None

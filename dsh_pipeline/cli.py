@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from dsh_core.errors import ClusterUnavailableError, DeliveryTimeoutError, DshError
+from dsh_core.errors import DshError
 from dsh_core.inspect import expand_inputs, inspect_path
 from dsh_core.migration.migrate import migrate
 from dsh_core.jsonvalue import encode_json
@@ -21,9 +22,10 @@ from dsh_pipeline.exit_codes import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, E
                                      EXIT_USAGE)
 from dsh_pipeline.log_lines import log_error
 
+if TYPE_CHECKING:  # the services are imported by the commands that run them
+    from consumers.runtime.config import ServiceConfig
+
 __all__ = ["main"]
-
-
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -170,9 +172,10 @@ def _add_delivery_option(parser: argparse.ArgumentParser, kept: str) -> None:
                              f"(default {default:g}): {kept}")
 
 
-def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type) -> None:
+def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type[ServiceConfig]) -> None:
     """The options every consumer service shares, defaulted from its configuration class."""
-    group = config_class.group
+    # each service's class gives its group a default (ServiceConfig has none)
+    group = next(field.default for field in dataclasses.fields(config_class) if field.name == "group")
     parser.add_argument("--group", default=group, help=f"consumer group (default {group})")
     parser.add_argument("--max-records", type=int, default=config_class.max_records,
                         help="records per poll batch (one persist and commit each)")
@@ -449,6 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except DshError as exc:
         log_error(args.command, f"{type(exc).__name__}: {exc.message}", exc)
+        # here: the commands that need no cluster load no client
+        from dsh_kafka.errors import ClusterUnavailableError, DeliveryTimeoutError
+
         return (EXIT_UNAVAILABLE if isinstance(exc, (ClusterUnavailableError, DeliveryTimeoutError))
                 else EXIT_REFUSED)
     except KeyboardInterrupt:

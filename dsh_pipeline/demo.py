@@ -35,6 +35,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from consumers.archiver import ArchiverConfig
 from consumers.auditor import AuditorConfig
@@ -201,7 +202,7 @@ async def _follow(kafka: KafkaConfig, names: TopicNames, producers: list, servic
 async def _findings(kafka: KafkaConfig, names: TopicNames) -> list[dict]:
     consumer = make_consumer(kafka, _READER, names.findings)
     await consumer.start()
-    found = []
+    found: list[dict[str, Any]] = []
     try:
         while True:
             batch = await consumer.getmany(timeout_ms=1500)

@@ -48,7 +48,7 @@ EXPECTED_RULE = {"unlogged": "request-mismatch", "dropped": "sequence-gap", "los
 Truth = Mapping[str, Any]
 
 
-def compare(manifest: Mapping[str, Any], views: Path, archive: Path, findings: Iterable[Mapping[str, Any]],
+def compare(manifest: Mapping[str, Any], views: Path | str, archive: Path, findings: Iterable[Mapping[str, Any]],
             real: Mapping[str, Path] | None = None) -> list[str]:
     """Every disagreement of the view store at ``views``, the archive root
     ``archive`` and the auditor's ``findings`` with ``manifest`` and the
@@ -92,7 +92,7 @@ def compare_sessions(truths: Mapping[str, Truth], view_of: Callable[[str], Mappi
             if view.get("messagesDigest") != truth["messages_digest"] or view["nextSeq"] != truth["next_seq"]:
                 problems.append(f"{session_id}: view differs from ground truth")
             loaded = load_session(path)
-            if not loaded.accepted or loaded.stored_count != truth["next_seq"] or \
+            if not loaded.accepted or loaded.stored_count != truth["next_seq"] or loaded.state is None or \
                     messages_digest(loaded.state.messages()) != truth["messages_digest"]:
                 problems.append(f"{session_id}: archive differs from the shipped log")
     return problems
@@ -111,7 +111,7 @@ def compare_real_sessions(real: Mapping[str, Path], view_of: Callable[[str], Map
             problems.append(f"{session_id}: missing view (a real agent's session)")
         elif view["status"] != "idle":
             problems.append(f"{session_id}: expected an idle view of the real agent's session, got {view['status']}")
-        elif view["nextSeq"] != len(events) or not loaded.accepted or \
+        elif view["nextSeq"] != len(events) or not loaded.accepted or loaded.state is None or \
                 view.get("messagesDigest") != messages_digest(loaded.state.messages()):
             problems.append(f"{session_id}: view differs from the real agent's session file {source}")
         path = archived.get(encode_segment(session_id))

@@ -42,7 +42,7 @@ __all__ = ["HealthCheck", "OPS_LIMITS", "OpsServer", "Polled", "consumers_health
 #: ``() -> (ok, detail)``; called once per ``/healthz`` request, from the server's thread.
 HealthCheck = Callable[[], tuple[bool, str]]
 #: What an operations port holds its clients to: probes and scrapes are small and quick.
-OPS_LIMITS = ListenerLimits(request_seconds=10.0, idle_seconds=5.0, max_connections=64, max_head_bytes=16 * 1024)
+OPS_LIMITS = ListenerLimits(request_seconds=10.0, idle_seconds=5, max_connections=64, max_head_bytes=16 * 1024)
 
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8")]
 _App = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]

@@ -57,6 +57,8 @@ class PriceTable:
 
     def price(self, provider: str | None, model: str | None) -> Price | None:
         """The provider's own price of the model, else the model's price."""
+        if model is None:
+            return None
         return self._prices.get((provider, model)) or self._prices.get((None, model))
 
     def cost(self, provider: str | None, model: str | None, usage: Mapping[str, Any]) -> float | None:

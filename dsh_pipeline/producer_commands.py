@@ -24,7 +24,7 @@ def simulate(args: argparse.Namespace) -> int:
     from dsh_kafka.topics import TopicNames
     from dsh_pipeline.runtime import prepare_command_topics, resolve_kafka, run_until_signal
     from dataclasses import replace
-    from dsh_core.errors import DeliveryTimeoutError
+    from dsh_kafka.errors import DeliveryTimeoutError
     from producers.publisher import Publisher, acknowledged
     from dsh_core.jsonvalue import encode_json
     from dsh_core.storage.writer import replace_file

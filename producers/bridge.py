@@ -20,13 +20,15 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter
 
-from dsh_core.errors import DecodeError, PipelineError, RuntimeDiedError
+from dsh_core.errors import DecodeError, PipelineError
 from dsh_core.jsonvalue import decode_json
 from dsh_kafka.config import Secret
 from dsh_core.session_header import SessionHeader, parse_header_line
 from dsh_core.storage.framing import frame_plaintext, iter_frames
 from dsh_core.storage.lines import MAX_LINE_BYTES
 from dsh_core.storage.layout import encode_segment
+
+from .errors import RuntimeDiedError
 
 __all__ = ["AgentBridge", "RuntimeConfig", "WorkerBridge", "TurnResult", "find_runtime"]
 
@@ -38,7 +40,7 @@ def find_runtime() -> tuple[Path, Path]:
     """The runtime executable and its ``cordis.yml`` from the installed
     ``deepseek-harness-runtime-bin`` wheel."""
     try:
-        import deepseek_harness_runtime  # type: ignore[import-not-found]
+        import deepseek_harness_runtime
     except ImportError:
         raise PipelineError("the dsh runtime is not installed: pip install 'deepseek-harness-runtime-bin==0.1.1rc1'") from None
     runtime = Path(deepseek_harness_runtime.__file__).parent / "runtime"
@@ -203,7 +205,8 @@ class WorkerBridge:
                     future.set_result(message["result"])
             return
         params = message.get("params") or {}
-        session = self._sessions.get(params.get("sessionId"))
+        session_id = params.get("sessionId")
+        session = self._sessions.get(session_id) if isinstance(session_id, str) else None
         if session is None:
             return
         if message.get("method") == "session.event":
@@ -213,9 +216,12 @@ class WorkerBridge:
 
     # ------------------------------------------------------------------ turns
 
-    async def prompt(self, session_id: str, text: str) -> TurnResult:
+    async def prompt(self, session_id: str | None, text: str) -> TurnResult:
         """Run one turn; every event is published as it arrives (after the
-        header), and the publisher is flushed at the turn's end."""
+        header), and the publisher is flushed at the turn's end. The JSON-RPC
+        runtime makes no session: ``session_id`` names the one to use."""
+        if session_id is None:
+            raise PipelineError("the dsh JSON-RPC runtime needs a session id (the headless runtime makes one)")
         session = self._sessions.setdefault(session_id, _Session(session_id))
         call = asyncio.ensure_future(self._call("session/prompt", {
             "sessionId": session_id, "contentBlocks": [{"type": "text", "text": text}]}))

@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from dsh_core.errors import DeliveryTimeoutError
+from dsh_kafka.errors import DeliveryTimeoutError
 from dsh_kafka.records import SessionRecord
 
 from .simulator import FAULT_KINDS, SimulatedSession, SimulatorConfig, fault_assignment, simulate_session

@@ -56,7 +56,7 @@ __all__ = ["Gateway", "GatewayConfig", "LISTENER_LIMITS", "SESSION_HEADER"]
 #: The gateway's listener: a request head within 10 s; the body within
 #: ``GatewayConfig.body_timeout`` (answered 408 by the gateway itself, well
 #: before this deadline); a model client's keep-alive; room for a fleet.
-LISTENER_LIMITS = ListenerLimits(head_seconds=10.0, request_seconds=3600.0, idle_seconds=75.0, max_connections=1024)
+LISTENER_LIMITS = ListenerLimits(head_seconds=10.0, request_seconds=3600.0, idle_seconds=75, max_connections=1024)
 
 log = logging.getLogger("dsh_pipeline.gateway")
 

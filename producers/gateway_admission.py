@@ -46,9 +46,11 @@ from pathlib import Path
 from typing import Callable, Literal, Mapping
 from urllib.parse import unquote
 
-from dsh_core.errors import ExposedSecretError, PipelineError
+from dsh_core.errors import PipelineError
 from dsh_core.wire_request import Wire
 from dsh_kafka.config import Secret
+
+from .errors import ExposedSecretError
 
 __all__ = ["BodyMemory", "CREDENTIAL_HEADER", "Credentials", "Refusal", "SessionRates", "classify_path",
            "read_secret_file", "session_id_of"]

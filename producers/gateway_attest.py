@@ -58,7 +58,8 @@ _SENT, _FAILED = ATTESTED.labels("sent"), ATTESTED.labels("failed")
 UNREAD = Counter("dsh_gateway_unread_requests_total", "Requests attested by their bytes' digest, unread, by why.",
                  ["why"])
 
-Attest = Callable[[SessionRecord], Awaitable[None]]
+#: Hands an attestation record to the publisher (what it returns, a delivery, is not waited on here).
+Attest = Callable[[SessionRecord], Awaitable[object]]
 
 
 class Exchange:

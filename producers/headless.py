@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsh_core.errors import RuntimeDiedError
 from dsh_core.storage.layout import log_path
 from dsh_kafka.config import Secret
 
 from .bridge import BRIDGE_EVENTS, BRIDGE_TURNS, TurnResult
+from .errors import RuntimeDiedError
 from .session_tail import Position, SessionTail
 
 __all__ = ["HeadlessConfig", "HeadlessBridge"]
@@ -108,6 +108,7 @@ class HeadlessBridge:
             stderr=asyncio.subprocess.PIPE, limit=64 * 1024 * 1024)
         turn = _Turn()
         progress = asyncio.create_task(self._follow_progress(process, turn))
+        assert process.stdout is not None and process.stderr is not None  # both PIPE
         errors = asyncio.create_task(process.stderr.read())
         exited = asyncio.ensure_future(process.wait())
         try:
@@ -137,12 +138,16 @@ class HeadlessBridge:
             where = f" after seq {position.next_seq - 1}" if position is not None else ""
             raise RuntimeDiedError(f"dsh headless runtime exited {process.returncode} without ending its turn"
                                    f"{_of(turn)}{where}: {said}")
+        if turn.session_id is None:
+            BRIDGE_TURNS.labels("failed").inc()
+            raise RuntimeDiedError(f"dsh headless runtime ended its turn{_of(turn)} without naming its session")
         BRIDGE_TURNS.labels("completed").inc()
         position = self._positions[turn.session_id]
         return TurnResult(turn.session_id, turn.events, position.next_seq - 1, turn.end_reason)
 
     async def _follow_progress(self, process: asyncio.subprocess.Process, turn: _Turn) -> None:
         """Read the ``--json`` stream: the session it names, and its turn's end."""
+        assert process.stdout is not None  # PIPE
         while line := await process.stdout.readline():
             try:
                 item = json.loads(line)
@@ -159,16 +164,17 @@ class HeadlessBridge:
 
     async def _publish_new(self, turn: _Turn) -> None:
         """Publish the complete frames dsh appended since the last read."""
-        if turn.path is None or not turn.path.exists():
+        session_id = turn.session_id
+        if turn.path is None or session_id is None or not turn.path.exists():
             return
-        tail = SessionTail(turn.path, self._positions.get(turn.session_id, Position()))
+        tail = SessionTail(turn.path, self._positions.get(session_id, Position()))
         try:
             for record in tail:
                 await self.publisher.send(record)
                 turn.events += record.count
                 BRIDGE_EVENTS.inc(record.count)
         finally:
-            self._positions[turn.session_id] = tail.position
+            self._positions[session_id] = tail.position
 
     async def _stop(self) -> None:
         process = self._process

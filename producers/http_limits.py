@@ -53,7 +53,7 @@ _ALL_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; cha
 class ListenerLimits:
     request_seconds: float = 10.0  # for a whole request to arrive, once the connection is ready for one
     head_seconds: float | None = None  # for its head to arrive (None: request_seconds)
-    idle_seconds: float = 5.0  # an idle keep-alive connection is closed after this
+    idle_seconds: int = 5  # an idle keep-alive connection is closed after this (uvicorn takes whole seconds)
     max_connections: int = 256
     max_head_bytes: int = 64 * 1024
 
@@ -69,7 +69,7 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
     bound = limits.connection_bound()
     head_seconds = limits.request_seconds if limits.head_seconds is None else limits.head_seconds
     # every open connection, least recently active first
-    open_connections: collections.OrderedDict[HttpToolsProtocol, None] = collections.OrderedDict()
+    open_connections: collections.OrderedDict[LimitedProtocol, None] = collections.OrderedDict()
 
     class LimitedProtocol(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
@@ -80,7 +80,7 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
         _extend = False  # its head is read: the rest of it gets what is left of its deadline, unless read at once
         _requests = _responses = 0  # requests whose head was read; responses sent
 
-        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             open_connections[self] = None
             if len(open_connections) > bound:

@@ -30,7 +30,8 @@ from typing import Any, Iterable, Sequence
 from aiokafka.errors import KafkaError, KafkaTimeoutError
 from prometheus_client import Counter, Histogram
 
-from dsh_core.errors import DeliveryTimeoutError, PipelineError, RecordTooLargeError
+from dsh_core.errors import PipelineError
+from dsh_kafka.errors import DeliveryTimeoutError, RecordTooLargeError
 from dsh_core.events import Event
 from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_producer, undelivered
 from dsh_kafka.config import KafkaConfig, ProducerSettings
@@ -285,8 +286,8 @@ class Publisher:
                                           f"{first.seq}, were not acknowledged by {self.topics.events}", None)
         self._settle()
         if self._failures:
-            first, self._failures = self._failures[0], []
-            raise first
+            failure, self._failures = self._failures[0], []
+            raise failure
 
     # ------------------------------------------------------- record kinds
 

@@ -41,8 +41,9 @@ from typing import Any, AsyncIterator, Callable
 
 from prometheus_client import Counter, Gauge
 
-from dsh_core.errors import CorruptionError, DeliveryError, DshError, FormatUnsupportedError, LayoutError, PipelineError
+from dsh_core.errors import CorruptionError, DshError, FormatUnsupportedError, LayoutError, PipelineError
 from dsh_core.storage.layout import LAYOUT, SessionRoot
+from dsh_kafka.errors import DeliveryError
 from dsh_kafka.records import SessionRecord
 
 from .publisher import acknowledged

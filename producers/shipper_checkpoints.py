@@ -22,8 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from dsh_core.errors import StateStoreError
-
+from .errors import CheckpointFileError
 from .session_tail import Position
 
 __all__ = ["Checkpoints", "Destination"]
@@ -65,7 +64,7 @@ class Checkpoints:
     """The per-file positions of every destination, persisted atomically;
     :meth:`ship_to` chooses the destination whose :attr:`positions` are
     read and updated. A file that cannot be read or written is a
-    :class:`StateStoreError` naming it."""
+    :class:`CheckpointFileError` naming it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -78,9 +77,9 @@ class Checkpoints:
                                       for shipped in stored.destinations}
                 self._unnamed = stored.files
         except OSError as error:
-            raise StateStoreError(f"{path}: cannot read the shipper's checkpoints: {error.strerror or error}") from None
+            raise CheckpointFileError(f"{path}: cannot read the shipper's checkpoints: {error.strerror or error}") from None
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            raise StateStoreError(f"{path}: not a shipper checkpoint file ({type(error).__name__}: {error}); move it "
+            raise CheckpointFileError(f"{path}: not a shipper checkpoint file ({type(error).__name__}: {error}); move it "
                                   "away to ship the root again from the start (consumers skip the repeats)") from None
         self.positions: dict[str, Position] = {}
         self.refused: set[str] = set()  # the files whose reading was refused
@@ -127,5 +126,5 @@ class Checkpoints:
             finally:
                 os.close(directory)
         except OSError as error:
-            raise StateStoreError(f"{self.path}: cannot write the shipper's checkpoints: "
+            raise CheckpointFileError(f"{self.path}: cannot write the shipper's checkpoints: "
                                   f"{error.strerror or error}") from None

@@ -26,7 +26,7 @@ from consumers.projector.store import SessionChange, view_head
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.database import store_digests
 from consumers.runtime.store_backends import Backend
-from dsh_core.errors import FencedError
+from dsh_kafka.errors import FencedError
 from dsh_core.jsonvalue import encode_json, thaw
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD
 from producers.simulator import messages_digest

@@ -11,7 +11,7 @@ import pytest
 from consumers.projector.store import LAYOUT, SessionChange, ViewStore
 from consumers.runtime.store_backends import Backend
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from dsh_core.fold_snapshot import snapshot_fold
 from dsh_core.jsonvalue import dump_json
 from tests.unit.dsh_core.test_fold_snapshot_72cba14 import old_snapshot, surface_rows

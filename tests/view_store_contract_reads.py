@@ -15,7 +15,7 @@ from consumers.projector.reader import SessionFilter
 from consumers.projector.store import TOKEN_COLUMNS, SessionChange, ViewStore
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_backends import Backend
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from dsh_core.jsonvalue import encode_json, thaw
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.view_store_helpers import project, stored_fleet

@@ -85,7 +85,7 @@ def _shipped_file(folder: Path, compression: Compression) -> Path | None:
     beside it is the migrated copy)."""
     logs = [path for path in folder.iterdir()
             if is_log_name(path.name) and compression_of(path) == compression and path.is_file()]
-    return min(logs, key=generation_of) if logs else None
+    return min(logs, key=lambda path: generation_of(path) or 0) if logs else None  # a log name has a generation
 
 
 def new_file(root: Path, header: SessionHeader, compression: Compression) -> Path:

@@ -106,11 +106,15 @@ class ArchivedSession:
     def start(self, header: SessionHeader, seq: int, writer: SessionFileWriter) -> None:
         self.header, self.seq, self.first_seq, self.writer = header, seq, seq, writer
 
+    def started(self) -> tuple[SessionHeader, SessionFileWriter]:
+        """Its header and file, which :meth:`start` gave (before any line)."""
+        assert self.header is not None and self.writer is not None, "a session is started before its lines"
+        return self.header, self.writer
 
-class Archive(Policy[ArchivedSession]):
+
+class Archive(Policy[ArchivedSession, Database]):
     name = "archiver"
     config: ArchiverConfig
-    store: Database | None
 
     def __init__(self, config: ArchiverConfig) -> None:
         super().__init__(config)
@@ -152,8 +156,9 @@ class Archive(Policy[ArchivedSession]):
         self._deletions[session_id] = at
 
     def _resume(self, session_id: str, session: ArchivedSession, path: Path) -> None:
-        session.start(*resume(path, self.config.compression))
-        if self._copied(session.header):  # a crash may have come between the file and its copy
+        header, seq, writer = resume(path, self.config.compression)
+        session.start(header, seq, writer)
+        if self._copied(header):  # a crash may have come between the file and its copy
             session.copy_due = True
             self._changed[session_id] = session
 
@@ -220,7 +225,7 @@ class Archive(Policy[ArchivedSession]):
                 ARCHIVED.inc(session.seq - session.first_seq)
                 FRAMES.inc()
                 session.lines = []
-                session.copy_due = self._copied(session.header)
+                session.copy_due = self._copied(session.started()[0])
             elif session.writer is not None:
                 session.writer.create_empty()  # a session without events yet: its header alone, as dsh keeps it
             if session.copy_due:
@@ -242,11 +247,12 @@ class Archive(Policy[ArchivedSession]):
         file was removed under the archiver (``delete-session --archive``
         before its fence arrives): the session is let go, not the service,
         and its file is not made again from a later seq."""
+        _, writer = session.started()
         try:
-            session.writer.append_lines(session.lines, session.first_seq, session.seq)
+            writer.append_lines(session.lines, session.first_seq, session.seq)
         except FileNotFoundError:
             self.log.warning("session %r: %s was removed while it was archived (deleted?); seqs %d to %d are not "
-                             "written to it", session_id, session.writer.path, session.first_seq, session.seq - 1)
+                             "written to it", session_id, writer.path, session.first_seq, session.seq - 1)
             ARCHIVE_SKIPPED.labels("file-removed").inc(session.seq - session.first_seq)
             self.sessions.forget(session_id)
             return False
@@ -255,13 +261,14 @@ class Archive(Policy[ArchivedSession]):
     def _write_copies(self, sessions: list[ArchivedSession]) -> None:
         """The v4 copies of these sessions (after their files), then of the
         parents of those that are subagents."""
-        parents = {str(s.header.parentSession) for s in sessions
-                   if s.header.origin == "subagent" and s.header.parentSession}  # "" names no session
+        started = [(session, *session.started()) for session in sessions]
+        parents = {str(header.parentSession) for _, header, _ in started
+                   if header.origin == "subagent" and header.parentSession}  # "" names no session
         done = set()
-        for session in sessions:
-            self._write_copy(session.header.id, session.writer.path, session)
+        for session, header, writer in started:
+            self._write_copy(header.id, writer.path, session)
             session.copy_due = False
-            done.add(session.header.id)
+            done.add(header.id)
         for parent_id in sorted(parents - done):
             path = existing_file(self.config.root, parent_id, self.config.compression)
             if path is not None and generation_of(path) != 4:
@@ -270,8 +277,8 @@ class Archive(Policy[ArchivedSession]):
     def _write_copy(self, session_id: str, path: Path, session: ArchivedSession | None) -> None:
         refusal = write_v4_copy(path, self._children_of(session_id))
         V4_COPIES.labels("refused" if refusal else "written").inc()
-        reason = str(refusal) if refusal else None
-        if reason is not None and (session is None or session.copy_refusal != reason):
+        reason = str(refusal) if refusal is not None else None
+        if refusal is not None and (session is None or session.copy_refusal != reason):
             self.log.warning("session %r: no v4 copy beside %s: dsh refuses to migrate it (%s: %s); the archive "
                              "file holds every record", session_id, path, refusal.category, reason)
         if session is not None:

@@ -60,6 +60,6 @@ class BoundaryAudit:
 
     def chunk_run(self, row: ChunkRow, state: SessionState) -> None:
         self._boundary(self.boundaries.observe_delta_run(row.turn, row.step, row.seq0), state)
-        for violation in self.invariants.check_chunk_run(row.turn, row.step, row.seq0, row.count):
+        for violation in self.invariants.check_chunk_run(row.turn, row.step, row.seq0, row.event_count):
             self.report.finding(f"invariant:{violation.rule}", violation.seq, violation.detail, violation.turn,
                                 violation.step)

@@ -49,6 +49,7 @@ from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.errors import ConflictingWriterError, DecodeError, DeletedSessionError, DshError, InternalError
+from dsh_core.formats import opened_header
 from dsh_kafka.records import (KIND_ATTESTATION, KIND_DELETION, KIND_HEADER, KIND_RECORD, KIND_WIRE, KafkaRecord,
                                SessionRecord, check_format, check_same_header, check_writer, decode_kafka_record,
                                where_of)
@@ -85,10 +86,9 @@ class AuditorConfig(ServiceConfig):
     wire_deadline_seconds: float = 60.0  # how long a request and its boundary may wait for each other
 
 
-class Audit(Policy[AuditedSession]):
+class Audit(Policy[AuditedSession, AuditStore]):
     name = "auditor"
     config: AuditorConfig
-    store: AuditStore | None
 
     def __init__(self, config: AuditorConfig) -> None:
         super().__init__(config)
@@ -109,7 +109,7 @@ class Audit(Policy[AuditedSession]):
 
     async def close(self, drained: bool) -> None:
         try:
-            if drained and self.store is not None:  # after a failure, memory may hold a half-applied record
+            if drained and self.is_open:  # after a failure, memory may hold a half-applied record
                 self._store_now(set(self._committed))
         finally:
             await super().close(drained)
@@ -181,7 +181,7 @@ class Audit(Policy[AuditedSession]):
             return
         if decoded.kind == KIND_HEADER:
             if session.fold is not None:
-                check_same_header(decoded, session.fold.header)
+                check_same_header(decoded, opened_header(session.fold))
             elif session.start(decoded):
                 drain(session)
                 self._gap_closed(session)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from dsh_core.errors import DecodeError, DshError, HeldLimitError
-from dsh_core.formats import SessionFold, format_of, open_fold
+from dsh_core.formats import SessionFold, format_of, open_fold, opened_header
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.invariants import InvariantChecker
 from dsh_core.jsonvalue import decode_json, dump_json, thaw
@@ -51,6 +51,7 @@ class AuditedSession:
     held: HeldRecords
     digests: AppliedDigests
     report: Report
+    wire: WireMatcher  # gateway attestations and the boundaries they should match
     fold: SessionFold | None = None
     refused: bool = False
     conflicted: bool = False  # a second writer showed (reported once; its records are refused)
@@ -61,7 +62,6 @@ class AuditedSession:
     request_digest: MessagesDigest = field(default_factory=MessagesDigest)
     frame_header: Any = None  # the request header the frame below was built from
     frame: tuple[bytes, bytes] = (b"", b"")
-    wire: WireMatcher = None  # gateway attestations and the boundaries they should match (set by new/restore)
     clock: int = 0  # ms: the timestamp of the record being applied
 
     @classmethod
@@ -82,6 +82,7 @@ class AuditedSession:
 
     def apply(self, value: bytes, count: int) -> bool:
         fold = self.fold
+        assert fold is not None, "records are applied after the header"  # next_seq() is None before
         before = fold.count
         try:
             fold.apply(value)
@@ -104,7 +105,7 @@ class AuditedSession:
         except DshError as error:
             self.refuse(error, 0)
             return False
-        check_identity(header, fold.header)
+        check_identity(header, opened_header(fold))
         self.fold = fold
         return True
 
@@ -116,6 +117,7 @@ class AuditedSession:
 
     def _request(self, boundary: Boundary, state: Any) -> None:
         """A boundary no worker attestation covers: for the gateway's."""
+        assert self.fold is not None, "boundaries come from the fold"
         self.wire.boundary(logged_request(format_of(self.fold), boundary, state, self.clock))
 
     def wire_attestation(self, arrival: int, value: bytes, timestamp: int) -> None:
@@ -156,6 +158,7 @@ class AuditedSession:
         """Check the attestation of the boundary the fold has reached, if any."""
         if not self.pending or self.fold is None:
             return
+        assert self.fold is not None, "attestations wait for the fold"
         boundary = self.fold.count
         attestation = self.pending.pop(boundary, None)
         if attestation is None:
@@ -189,8 +192,10 @@ class AuditedSession:
                                  "wire": self.wire.to_json(), "verdicts": dict(self.report.totals)}
         if fold is not None:
             self.attested.difference_update([seq for seq in self.attested if seq < fold.count])
-            state |= {"attested": sorted(self.attested), "boundaries": fold.observer.boundaries.to_json(),
-                      "invariants": fold.observer.invariants.to_json()}
+            observer = fold.observer
+            assert isinstance(observer, BoundaryAudit), "the auditor's folds are opened with its observer"
+            state |= {"attested": sorted(self.attested), "boundaries": observer.boundaries.to_json(),
+                      "invariants": observer.invariants.to_json()}
         return SavedSession(self.partition, snapshot_fold(fold) if fold is not None else None, dump_json(state),
                             self.held.rows(), dict(self.pending), self.digests.changes(), self.deleted)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, replace_held,

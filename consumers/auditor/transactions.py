@@ -21,7 +21,7 @@ from typing import Any, Iterator
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import ProducerFenced
 
-from dsh_core.errors import FencedError
+from dsh_kafka.errors import FencedError
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig, Secret
 from dsh_kafka.topics import TopicNames

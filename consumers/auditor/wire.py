@@ -53,8 +53,8 @@ _IDLE_WINDOW = 8
 #: Unmatched boundaries or attestations kept at most; beyond, the oldest is settled.
 _LIMIT = 256
 _RECENT = 32
-#: The wire each format's runtime speaks, where its requests can be rebuilt
-#: (v3, written by 0.1.5, speaks chat completions in a shape not rebuilt here).
+
+
 @dataclass
 class Logged:
     """A request boundary no worker attestation covers."""
@@ -74,7 +74,7 @@ class _Sent:
     """An agent-step request a gateway forwarded."""
 
     gateway: str
-    arrival: int
+    arrival: int | None  # as the attestation says (shown in findings, never computed with)
     wire: str
     status: int | None
     outcome: str

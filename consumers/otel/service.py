@@ -82,10 +82,9 @@ class ExportedSession:
         return True
 
 
-class OtelExport(Policy[ExportedSession]):
+class OtelExport(Policy[ExportedSession, Database]):
     name = "otel-exporter"
     config: OtelExportConfig
-    store: Database | None
 
     def __init__(self, config: OtelExportConfig) -> None:
         super().__init__(config)

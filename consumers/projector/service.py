@@ -39,7 +39,7 @@ from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import ConflictingWriterError, DeletedSessionError, DshError, InternalError, UnstorableError
-from dsh_core.formats import SessionFold, open_fold
+from dsh_core.formats import SessionFold, open_fold, opened_header
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
 from dsh_core.request import MessagesDigest
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,
@@ -126,6 +126,7 @@ class ProjectedSession:
 
     def apply(self, value: bytes, count: int) -> bool:
         fold = self.fold
+        assert fold is not None, "records are applied after the header"  # next_seq() is None before
         before = fold.count
         fold.apply(value)  # a DecodeError refuses the record, not the session
         if fold.error is not None:
@@ -157,12 +158,13 @@ class ProjectedSession:
                                 "lastTurnEnd": turns[-1]["reason"] if turns else None,
                                 "usage": [{"provider": p, "model": m, **dict(t)} for (p, m), t in analysis.usage.items()]}
         if fold is not None:
-            surface = fold.state.surface
-            messages = fold.state.current_messages()
+            state = fold.state
+            surface = state.surface
+            messages = state.current_messages()
             view |= {"surfaceLength": len(surface.nodes), "replaceGeneration": surface.replace_generation,
                      "messageCount": len(messages),
                      "messagesDigest": self.digest.of(messages, surface.replace_generation),
-                     "requestHeader": fold.state.header, "requestContext": fold.state.context,
+                     "requestHeader": state.header, "requestContext": state.context,
                      "requestHeaderChanges": analysis.header_changes}
         if self.status == "held":
             view["heldFrom"] = next_seq
@@ -192,10 +194,9 @@ class ProjectedSession:
                              self.digests.changes(), self.last_activity, usage_changed)
 
 
-class Projection(Policy[ProjectedSession]):
+class Projection(Policy[ProjectedSession, ViewStore]):
     name = "projector"
     config: ProjectorConfig
-    store: ViewStore | None
 
     def __init__(self, config: ProjectorConfig) -> None:
         super().__init__(config)
@@ -303,7 +304,7 @@ class Projection(Policy[ProjectedSession]):
 
     def _header(self, session: ProjectedSession, decoded: SessionRecord) -> None:
         if session.fold is not None:
-            check_same_header(decoded, session.fold.header)
+            check_same_header(decoded, opened_header(session.fold))
             self.tally.add(DUPLICATES)
             return
         self._changed[session.session_id] = session
@@ -312,7 +313,7 @@ class Projection(Policy[ProjectedSession]):
         except DshError as error:
             session.refuse(error)
             raise
-        check_identity(decoded, fold.header)
+        check_identity(decoded, opened_header(fold))
         session.fold = fold
         drain(session)
         self._heal(session)

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from dsh_core.analysis import LogAnalysis
-from dsh_core.errors import DeletedSessionError, FencedError, UnstorableError
+from dsh_core.errors import DeletedSessionError, UnstorableError
 from dsh_core.formats import SessionFold
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import decode_json, dump_json
+from dsh_kafka.errors import FencedError
 
 from ..runtime.database import applied_digest, first_line, load_held, store_digests, store_held
 from ..runtime.sequencing import AppliedDigest, HeldChanges

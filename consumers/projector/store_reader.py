@@ -14,10 +14,11 @@ import base64
 from pathlib import Path
 from typing import Any, Sequence
 
-from dsh_core.errors import DshError, StateStoreError
+from dsh_core.errors import DshError
 from dsh_core.fold_snapshot import restore_fold
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
+from ..runtime.errors import StateStoreError
 from ..runtime.store_backends import backend_of
 from ..runtime.stored_text import stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
@@ -248,10 +249,11 @@ class StoreReader:
 
 def _message_seqs(surface: list[tuple[int, str, Any]]) -> dict[str, int]:
     """The seq of the surface event each derived message comes from, by message id."""
-    seqs = {}
+    seqs: dict[str, int] = {}
     for seq, _, data in surface:
         if isinstance(data, dict):
-            message = data.get("message") if isinstance(data.get("message"), dict) else data
+            inner = data.get("message")
+            message = inner if isinstance(inner, dict) else data
             if isinstance(message.get("id"), str):
                 seqs[message["id"]] = seq
     return seqs

@@ -14,16 +14,17 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 from urllib.parse import quote
 
-from dsh_core.errors import DshError, StateStoreError
+from dsh_core.errors import DshError
 
+from .errors import StateStoreError
 from .sequencing import AppliedDigest, HeldChanges, HeldRow
 from .stored_text import read_row, stored_parameters
 
-__all__ = ["Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "SqliteReading", "applied_digest", "claim_layout",
-           "load_held", "memory_uri", "replace_held", "store_digests", "store_held"]
+__all__ = ["Connection", "Database", "DIGESTS_SCHEMA", "HELD_SCHEMA", "Migrations", "SqliteReading", "applied_digest",
+           "claim_layout", "load_held", "memory_uri", "replace_held", "store_digests", "store_held"]
 
 #: How a store's layout ``v`` becomes ``v + 1``, by ``v`` (run inside the claiming transaction).
 Migrations = Mapping[int, Callable[[Any], None]]
@@ -71,6 +72,15 @@ def claim_layout(db: Any, where: str, kind: str, layout: int, schema: Sequence[s
     if (found_kind, version) != (kind, layout):
         raise StateStoreError(f"{where}: a {found_kind!r} store in layout {version}, not the {kind!r} store in layout "
                               f"{layout} this service writes; {_REBUILD}")
+
+
+class Connection(Protocol):
+    """What the stores' statements ask of a connection: SQLite's, or the
+    PostgreSQL adapter's (:class:`~.postgres.PostgresDatabase`)."""
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]], /) -> Any: ...
 
 
 class _TextConnection(sqlite3.Connection):
@@ -187,12 +197,12 @@ def first_line(error: BaseException) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def load_held(db: sqlite3.Connection, session_id: str) -> list[HeldRow]:
+def load_held(db: Connection, session_id: str) -> list[HeldRow]:
     """A session's held ``(seq, value, count)`` rows."""
     return db.execute("SELECT seq, value, count FROM held WHERE session_id = ? ORDER BY seq", (session_id,)).fetchall()
 
 
-def store_held(db: sqlite3.Connection, sessions: Iterable[tuple[str, HeldChanges]]) -> None:
+def store_held(db: Connection, sessions: Iterable[tuple[str, HeldChanges]]) -> None:
     """Write what changed in sessions' held records (``(session_id,``
     :meth:`HeldRecords.changes` ``)`` pairs, inside a transaction; one
     statement per kind of change, whatever the sessions)."""
@@ -204,7 +214,7 @@ def store_held(db: sqlite3.Connection, sessions: Iterable[tuple[str, HeldChanges
     db.executemany("INSERT INTO held (session_id, seq, value, count) VALUES (?, ?, ?, ?)", added)
 
 
-def replace_held(db: sqlite3.Connection, session_id: str, rows: Sequence[HeldRow]) -> None:
+def replace_held(db: Connection, session_id: str, rows: Sequence[HeldRow]) -> None:
     """Make a session's held rows ``rows`` (a snapshot's, inside a
     transaction), writing only the difference: a seq's held bytes never
     change (other bytes are a conflicting writer's, refused), so rows kept
@@ -216,14 +226,14 @@ def replace_held(db: sqlite3.Connection, session_id: str, rows: Sequence[HeldRow
                    [(session_id, seq, value, count) for seq, value, count in rows if seq not in stored])
 
 
-def applied_digest(db: sqlite3.Connection, session_id: str, seq: int) -> AppliedDigest | None:
+def applied_digest(db: Connection, session_id: str, seq: int) -> AppliedDigest | None:
     """The stored ``(count, sha256)`` of the record a session applied at ``seq``."""
     row = db.execute("SELECT count, digest FROM applied WHERE session_id = ? AND seq = ?",
                      (session_id, seq)).fetchone()
     return None if row is None else (row[0], row[1])
 
 
-def store_digests(db: sqlite3.Connection, sessions: Iterable[tuple[str, Mapping[int, AppliedDigest]]]) -> None:
+def store_digests(db: Connection, sessions: Iterable[tuple[str, Mapping[int, AppliedDigest]]]) -> None:
     """Write sessions' digests by seq (``(session_id,``
     :meth:`AppliedDigests.changes` ``)`` pairs), in one statement."""
     db.executemany("INSERT INTO applied (session_id, seq, count, digest) VALUES (?, ?, ?, ?) ON CONFLICT "

@@ -32,9 +32,9 @@ from typing import Any, Coroutine
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from dsh_core.errors import ClusterUnavailableError
 from dsh_kafka.clients import AUTHORIZATION_ERRORS, make_consumer
 from dsh_kafka.config import ConsumerSettings
+from dsh_kafka.errors import ClusterUnavailableError
 
 from .config import ServiceConfig
 from .metrics import BATCH_RECORDS, BATCH_SECONDS, LAG, STATE

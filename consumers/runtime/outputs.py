@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Iterable, Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import CommitFailedError
 
-from dsh_core.errors import DeletedSessionError, DshError
+from dsh_core.errors import DeletedSessionError, DshError, PipelineError
 from dsh_kafka.clients import make_producer, undelivered
 from dsh_kafka.config import SERVICE_PRODUCER, KafkaConfig, Secret
 from dsh_kafka.records import KafkaRecord
@@ -172,15 +172,20 @@ class ProducerOutputs(Outputs):
         if self.producer is not None:
             await self.producer.stop()
 
+    def _started(self) -> AIOKafkaProducer:
+        if self.producer is None:
+            raise PipelineError(f"the {self.service} outputs are used before start()")
+        return self.producer
+
     async def publish(self) -> None:
         pending, self.pending = self.pending, []
         for _, topic, key, value, headers in pending:
-            self._deliveries.append((topic, await self.producer.send(topic, key=key, value=value,
+            self._deliveries.append((topic, await self._started().send(topic, key=key, value=value,
                                                                      headers=list(headers))))
 
     async def flush(self) -> None:
         deliveries, self._deliveries = self._deliveries, []
-        await self.producer.flush()
+        await self._started().flush()
         for topic, delivery in deliveries:
             error = delivery.exception()
             if error is not None:

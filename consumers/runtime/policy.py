@@ -8,11 +8,11 @@ it never polls, commits or sends by itself. Its records leave through the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Awaitable, Callable, Generic, Protocol, TypeVar
+from typing import Awaitable, Callable, Generic, Protocol, TypeVar
 
 from aiokafka import TopicPartition
 
-from dsh_core.errors import DshError
+from dsh_core.errors import DshError, PipelineError
 from dsh_kafka.records import KafkaRecord, SessionRecord
 
 from .config import ServiceConfig
@@ -20,7 +20,7 @@ from .metrics import Tally
 from .outputs import Outputs
 from .sessions import HotSession, SessionTable
 
-__all__ = ["CommittedOffset", "Policy", "Store"]
+__all__ = ["CommittedOffset", "Policy", "Store", "StoreT"]
 
 S = TypeVar("S", bound=HotSession)
 
@@ -31,11 +31,14 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+StoreT = TypeVar("StoreT", bound=Store)
+
+
 #: The group's committed offset of a partition, asked of the cluster.
 CommittedOffset = Callable[[TopicPartition], Awaitable[int | None]]
 
 
-class Policy(ABC, Generic[S]):
+class Policy(ABC, Generic[S, StoreT]):
     """A service's decisions over its hot sessions (an LRU of the
     configuration's ``hot_sessions``).
 
@@ -54,22 +57,41 @@ class Policy(ABC, Generic[S]):
         self.config = config
         self.sessions: SessionTable[S] = SessionTable(config.hot_sessions)
         self.tally = Tally()
-        self.outputs: Outputs | None = None
-        self.store: Any = None  # what open_store() opened, until close()
+        self._outputs: Outputs | None = None
+        self._store: StoreT | None = None  # what open_store() opened, until close()
 
     async def open(self, outputs: Outputs) -> None:
         """Before the first batch: keep ``outputs``, open the service's store."""
-        self.outputs = outputs
-        self.store = self.open_store()
+        self._outputs = outputs
+        self._store = self.open_store()
 
-    def open_store(self) -> Store | None:
+    def open_store(self) -> StoreT | None:
         """The service's file(s) (``None``: it keeps none)."""
         return None
+
+    @property
+    def outputs(self) -> Outputs:
+        """The outputs :meth:`open` was given."""
+        if self._outputs is None:
+            raise PipelineError(f"the {self.name} service's outputs are used before it was opened")
+        return self._outputs
+
+    @property
+    def is_open(self) -> bool:
+        """Between :meth:`open` and :meth:`close`, with a store."""
+        return self._store is not None
+
+    @property
+    def store(self) -> StoreT:
+        """What :meth:`open_store` opened, until :meth:`close`."""
+        if self._store is None:
+            raise PipelineError(f"the {self.name} service's store is used while it is not open")
+        return self._store
 
     async def close(self, drained: bool) -> None:
         """Close the store (idempotent); ``drained`` when everything handled
         was persisted and committed."""
-        store, self.store = self.store, None
+        store, self._store = self._store, None
         if store is not None:
             store.close()
 
@@ -85,7 +107,6 @@ class Policy(ABC, Generic[S]):
         """A record that could not be decoded or that :meth:`handle`
         refused: dead-lettered with its reason and coordinates; ``False``
         when it already is (:meth:`.Outputs.dead_letter`)."""
-        assert self.outputs is not None
         return self.outputs.dead_letter(record, error)
 
     @abstractmethod

@@ -25,9 +25,8 @@ from urllib.parse import unquote
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from dsh_core.errors import StateStoreError
-
 from .database import Migrations, claim_layout, first_line
+from .errors import StateStoreError
 from .stored_text import read_row, stored_parameters
 
 __all__ = ["PostgresDatabase", "PostgresReading", "display_location", "first_line", "postgres_sql", "text_rows",
@@ -77,7 +76,8 @@ class _Connection:
         rows = [stored_parameters(row) for row in rows]
         insert = _ROW_INSERT.fullmatch(statement)
         if insert is not None and len(rows) >= _COPY_ROWS:
-            self._copy_insert(*insert.groups(), rows)
+            table, columns, conflict = insert.groups()
+            self._copy_insert(table, columns, conflict, rows)
         elif rows:
             with self.connection.cursor() as cursor:
                 cursor.executemany(postgres_sql(statement), rows)

@@ -225,7 +225,7 @@ def drain(session: Sequenced) -> int:
     while session.held.records:
         expected = session.next_seq()
         item = session.held.take(expected) if expected is not None else None
-        if item is None:
+        if expected is None or item is None:
             break
         applied += 1
         if not _apply(session, expected, *item):

@@ -58,16 +58,18 @@ class SessionTable(Generic[S]):
         then, while what the sessions hold for later takes more than
         ``held_budget`` bytes, the least recently used of those holding anything
         (a store keeps it: it comes back with its session)."""
-        evicted = []
+        evicted: list[tuple[str, S]] = []
         while len(self._sessions) > self.capacity:
-            session_id = next(iter(self._sessions))
-            evicted.append((session_id, self.forget(session_id)))
+            session_id, session = next(iter(self._sessions.items()))
+            self.forget(session_id)
+            evicted.append((session_id, session))
         weights = {key: weight for key, session in self._sessions.items() if (weight := session.held_bytes())}
         held = sum(weights.values())
         for session_id, weight in weights.items():
             if held <= self.held_budget:
                 break
-            evicted.append((session_id, self.forget(session_id)))
+            evicted.append((session_id, self._sessions[session_id]))
+            self.forget(session_id)
             held -= weight
         return evicted
 

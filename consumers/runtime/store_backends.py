@@ -8,7 +8,7 @@ classes above it (:class:`~consumers.projector.store.ViewStore`,
 statements once for all of them. :data:`BACKENDS` is every backend this
 build has: a URI's scheme names one of them, anything without a scheme
 is a SQLite file's path, any other scheme is a
-:class:`~dsh_core.errors.StoreLocationError`.
+:class:`~consumers.runtime.errors.StoreLocationError`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from typing import Any, ContextManager, Protocol, Sequence
 
 import psycopg
 
-from dsh_core.errors import StateStoreError, StoreLocationError
-
 from .database import Database, Migrations, SqliteReading, memory_uri
+from .errors import StateStoreError, StoreLocationError
 from .postgres import PostgresDatabase, PostgresReading, display_location
 
 __all__ = ["BACKENDS", "Backend", "MEMORY", "MemoryBackend", "POSTGRESQL", "SCHEMES", "SQLITE", "StoreDatabase",

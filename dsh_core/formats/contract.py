@@ -21,8 +21,9 @@ from ..analysis import AnalysisSnapshot
 from ..errors import DshError
 from ..session_header import SessionHeader
 from ..storage.records import ChunkRow
+from ..wire_request import Wire
 
-__all__ = ["FoldObserver", "FoldOptions", "Format", "SessionFold", "SnapshotCodec", "SurfaceRows"]
+__all__ = ["FoldObserver", "FoldOptions", "Format", "SessionFold", "SnapshotCodec", "SurfaceRows", "opened_header"]
 
 #: ``(seq, type, data)`` of the current surface events a snapshot left out.
 SurfaceRows = list[tuple[int, str, Any]]
@@ -53,8 +54,12 @@ class SessionFold(Protocol):
     #: (dsh's migrating readers keep the prefix) rather than corrupting it
     tolerates_defects: ClassVar[bool]
     where: str
-    observer: Any
     count: int
+
+    @property
+    def observer(self) -> Any:
+        """What follows the fold (a :class:`FoldObserver`, or ``None``); fixed when it is opened."""
+        ...
 
     @property
     def header(self) -> SessionHeader | None: ...
@@ -83,6 +88,14 @@ class SessionFold(Protocol):
     def apply(self, line: bytes) -> None: ...
 
     def finish(self) -> list[dict[str, Any]]: ...
+
+
+def opened_header(fold: SessionFold) -> SessionHeader:
+    """The header of a fold :func:`~.registry.open_fold` or a snapshot's
+    restore gave: each reads the header first, so it is never ``None``."""
+    header = fold.header
+    assert header is not None, "an opened fold has read its header"
+    return header
 
 
 class SnapshotCodec(Protocol):
@@ -135,7 +148,7 @@ class Format:
     #: the header line, decoded, checked as this format's reader checks it
     read_header: Callable[[Any, str], SessionHeader]
     #: the wire a dsh runtime of this format sends its requests on (``None``: not rebuilt)
-    wire: str | None
+    wire: Wire | None
     #: whether dsh writes this format today (an older one is migrated to it)
     current: bool
     #: the fold's state as a msgspec Struct, and back (see :mod:`dsh_core.fold_snapshot`)

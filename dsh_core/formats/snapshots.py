@@ -42,9 +42,11 @@ class TaggedSnapshots:
         self._prefix = magic.split(b"%d")[0]
         self._legacy_headers = {magic % old: reader for old, reader in legacy.items()}
 
-        # {"fold": one of the registry's tagged states, "analysis": ...}
-        self._saved = msgspec.defstruct("Saved", [("fold", Union[states]),  # type: ignore[valid-type]
-                                                  ("analysis", Optional[AnalysisSnapshot], None)], frozen=True)
+        # {"fold": one of the registry's tagged states, "analysis": ...}: a Struct made
+        # here, whose fields no type checker sees
+        self._saved: type[Any] = msgspec.defstruct("Saved", [("fold", Union[states]),
+                                                             ("analysis", Optional[AnalysisSnapshot], None)],
+                                                   frozen=True)
         self._decode = msgspec.json.Decoder(self._saved, float_hook=float_hook).decode
 
     def matches(self, blob: bytes) -> bool:

@@ -139,4 +139,5 @@ def migrate_v0_log(path: str | os.PathLike[str], children: list[dict[str, Any]])
         if not fold.event_line(encode_json(event)):
             raise refusal(f"the migrated event at seq {event['seq']} is not a v3 row dsh reads", version=0)
     fold.finish()  # the children catalogued first, as dsh's v3→v4 edge ends
+    assert fold.events is not None, "the fold keeps its events"
     return MigratedLog(fold.header, fold.events)

@@ -55,10 +55,11 @@ def migrated_log(source: str | os.PathLike[str], candidates: Iterable[Path] | No
                                      "or session.v3.jsonl[.zstd])")
     header = decode_json(header_line_of(source))
     session_id = header.get("id") if isinstance(header, dict) else None
-    in_layout = type(session_id) is str and source.parent.name == encode_segment(session_id)
-    if candidates is None:  # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
-        candidates = find_session_files(source.parent.parent.parent, refuse=lambda error: None) if in_layout else []
-    children = children_of(candidates, session_id, _read_child) if in_layout else []
+    children: list[dict[str, Any]] = []
+    if type(session_id) is str and source.parent.name == encode_segment(session_id):  # in dsh's layout
+        if candidates is None:  # <root>/<project>/<session>/<file>: dsh looks for the session's children in its root
+            candidates = find_session_files(source.parent.parent.parent, refuse=lambda error: None)
+        children = children_of(candidates, session_id, _read_child)
     return edge(source, children)
 
 
@@ -102,7 +103,7 @@ def migrate(source: str | os.PathLike[str]) -> Path:
     source = Path(source)
     if source.is_dir():
         logs = [log for log in source.iterdir() if generation_of(log) is not None]
-        source = max(logs, key=generation_of) if logs else source / "session.jsonl.zstd"
+        source = max(logs, key=lambda log: generation_of(log) or 0) if logs else source / "session.jsonl.zstd"
     data = v4_file(migrated_log(source))  # a refusal raises before anything is written
     target = source.parent / V4_NAME
     staged = target.with_name(f"{target.name}.{os.getpid()}.tmp")

@@ -22,7 +22,8 @@ from ..errors import DshError, FormatUnsupportedError
 from ..jsonvalue import encode_json, is_safe_int
 from ..formats.v0.legacy import legacy_message_id
 from ..formats.v4.rows import decode_seq_ranges
-from .v0_checks.inventory import check_payload, count, keys, record, refusal
+from .v0_checks.inventory import check_payload
+from .v0_checks.values import count, keys, record, refusal
 from .v1_to_v2 import ChunkRun
 
 __all__ = ["V0ToV1", "decode_v0_row", "refusal"]
@@ -122,7 +123,7 @@ class V0ToV1:
         if event["type"] != "assistant/chunk":
             check_payload(event)
         message = event["data"] if event["type"] == "user/message" else event["data"].get("message")
-        if isinstance(message, dict) and type(message.get("id")) is str:
+        if isinstance(message, dict) and type(message.get("id")) is str and seq is not None:
             self.message_ids[seq] = message["id"]
         return event
 

@@ -45,7 +45,7 @@ class ChunkRun:
 
 
 @dataclass
-class _Group:
+class _Attempt:
     turn: Any
     step: Any
     spans: list[list[int]] = field(default_factory=list)  # [first seq, count]
@@ -73,7 +73,7 @@ class V1ToV2:
         self.open_turn: Any = None
         self.open_step: Any = None
         self.previous: dict[str, Any] | None = None
-        self.pending: tuple[_Group, list[dict[str, Any]]] | None = None
+        self.pending: tuple[_Attempt, list[dict[str, Any]]] | None = None
         self.target = 0
         self.target_cut: int | None = None if self.seeded else 0
         self.last_time = header["createdAt"]
@@ -110,12 +110,12 @@ class V1ToV2:
     def run(self, run: ChunkRun) -> None:
         self.previous = None
         self.last_time = run.last_time
-        group = self._join(run.turn, run.step)
+        attempt = self._join(run.turn, run.step)
         if (run.first_seq < self.source_cut) != (run.first_seq + run.count - 1 < self.source_cut):
             raise FormatUnsupportedError(f"inherited Session cut {self.source_cut} splits one Assistant attempt")
-        self._flush_accumulator(group)
-        self._append_record(group, dict(run.stream), run.last_time)
-        self._span(group, run.first_seq, run.count, run.last_time)
+        self._flush_accumulator(attempt)
+        self._append_record(attempt, dict(run.stream), run.last_time)
+        self._span(attempt, run.first_seq, run.count, run.last_time)
 
     def finish(self) -> int:
         """End of the log; returns the target's inherited cut."""
@@ -124,6 +124,7 @@ class V1ToV2:
             self.target_cut = self.target
             self._put({"type": "session/end-seed", "seq": self.target, "time": self.last_time,
                        "data": {"inherited": True}})
+        assert self.target_cut is not None, "an unseeded log's cut is 0 from the start"
         return self.target_cut
 
     # ------------------------------------------------------------ turns
@@ -155,43 +156,43 @@ class V1ToV2:
 
     # ----------------------------------------------------------- chunks
 
-    def _join(self, turn: Any, step: Any) -> _Group:
+    def _join(self, turn: Any, step: Any) -> _Attempt:
         """The attempt a chunk of ``turn``/``step`` belongs to (a new one after a finish or another step)."""
         if self.pending is not None:
-            group = self.pending[0]
-            if group.terminal or group.turn != turn or group.step != step:
+            attempt = self.pending[0]
+            if attempt.terminal or attempt.turn != turn or attempt.step != step:
                 self._finish_attempt()
             else:
                 self._flush_waiting()
         if self.pending is None:
-            self.pending = (_Group(turn, step), [])
+            self.pending = (_Attempt(turn, step), [])
         return self.pending[0]
 
     def _chunk(self, event: dict[str, Any]) -> None:
         data = event["data"]
-        group = self._join(data.get("turn"), data.get("step"))
-        self._check_cut(group, event["seq"])
-        self._accumulate(group, event["time"], data.get("chunk"))
-        self._span(group, event["seq"], 1, event["time"])
+        attempt = self._join(data.get("turn"), data.get("step"))
+        self._check_cut(attempt, event["seq"])
+        self._accumulate(attempt, event["time"], data.get("chunk"))
+        self._span(attempt, event["seq"], 1, event["time"])
         if isinstance(data.get("chunk"), dict) and data["chunk"].get("type") == "finish":
-            group.terminal = True
+            attempt.terminal = True
 
-    def _check_cut(self, group: _Group, member: int) -> None:
-        first = group.spans[0][0] if group.spans else member
+    def _check_cut(self, attempt: _Attempt, member: int) -> None:
+        first = attempt.spans[0][0] if attempt.spans else member
         if (first < self.source_cut) != (member < self.source_cut):
             raise FormatUnsupportedError(f"inherited Session cut {self.source_cut} splits one Assistant attempt")
 
     @staticmethod
-    def _span(group: _Group, first: int, count: int, last_time: int) -> None:
-        if group.spans and group.spans[-1][0] + group.spans[-1][1] == first:
-            group.spans[-1][1] += count
+    def _span(attempt: _Attempt, first: int, count: int, last_time: int) -> None:
+        if attempt.spans and attempt.spans[-1][0] + attempt.spans[-1][1] == first:
+            attempt.spans[-1][1] += count
         else:
-            group.spans.append([first, count])
-        group.chunks += count
-        group.last_seq, group.last_time = first + count - 1, last_time
+            attempt.spans.append([first, count])
+        attempt.chunks += count
+        attempt.last_seq, attempt.last_time = first + count - 1, last_time
 
     @staticmethod
-    def _accumulate(group: _Group, time: Any, chunk: Any) -> None:
+    def _accumulate(attempt: _Attempt, time: Any, chunk: Any) -> None:
         """dsh's ``AssistantStreamAccumulator.push``: deltas of one block join a run
         (its errors are not format errors, so the edge wraps them)."""
         if not _safe(time):
@@ -199,7 +200,7 @@ class V1ToV2:
         if not isinstance(chunk, dict) or type(chunk.get("type")) is not str:
             raise refusal(f"unreachable variant in AssistantStreamAccumulator.push: {_js(chunk)}", EDGE, 1)
         kind = chunk["type"]
-        records = group.pending_chunks
+        records = attempt.pending_chunks
         last = records[-1] if records else None
         if kind in _DELTAS:
             run_type, index, text = _DELTAS[kind], chunk.get("index"), chunk.get("text")
@@ -227,7 +228,7 @@ class V1ToV2:
             same = (last is not None and last[0]["type"] == "tool-call-chunks" and last[0]["index"] == index
                     and last[0]["id"] == call_id and ("name" in last[0]) == ("name" in chunk)
                     and last[0].get("name") == chunk.get("name") and _safe(time - last[1]))
-            if same:
+            if same and last is not None:
                 last[0]["dt"].append(time - last[1])
                 last[0]["args"].append(delta)
                 last[1] = time
@@ -242,24 +243,24 @@ class V1ToV2:
         else:
             raise refusal(f"unreachable variant in AssistantStreamAccumulator.push: {_js(chunk)}", EDGE, 1)
 
-    def _flush_accumulator(self, group: _Group) -> None:
-        for record, last_time in group.pending_chunks:
-            self._append_record(group, record, last_time)
-        group.pending_chunks = []
+    def _flush_accumulator(self, attempt: _Attempt) -> None:
+        for record, last_time in attempt.pending_chunks:
+            self._append_record(attempt, record, last_time)
+        attempt.pending_chunks = []
 
     @staticmethod
-    def _append_record(group: _Group, record: dict[str, Any], last_time: int) -> None:
+    def _append_record(attempt: _Attempt, record: dict[str, Any], last_time: int) -> None:
         """dsh's ``appendStreamRecord``: a run continues the stream's last run of its block."""
-        prev = group.stream[-1] if group.stream else None
+        prev = attempt.stream[-1] if attempt.stream else None
         if prev is None or record["type"] == "chunk" or prev[0]["type"] != record["type"]:
-            group.stream.append([record, last_time])
+            attempt.stream.append([record, last_time])
             return
         gap = record["time0"] - prev[1]
         if prev[0]["index"] != record["index"] or not _safe(gap) or (
                 record["type"] == "tool-call-chunks" and (prev[0]["id"] != record["id"]
                                                           or prev[0].get("name") != record.get("name")
                                                           or ("name" in prev[0]) != ("name" in record))):
-            group.stream.append([record, last_time])
+            attempt.stream.append([record, last_time])
             return
         key = "args" if record["type"] == "tool-call-chunks" else "texts"
         merged = dict(prev[0])
@@ -267,9 +268,9 @@ class V1ToV2:
         merged[key] = [*prev[0][key], *record[key]]
         prev[0], prev[1] = merged, last_time
 
-    def _stream(self, group: _Group) -> list[dict[str, Any]]:
-        self._flush_accumulator(group)
-        return [record for record, _ in group.stream]
+    def _stream(self, attempt: _Attempt) -> list[dict[str, Any]]:
+        self._flush_accumulator(attempt)
+        return [record for record, _ in attempt.stream]
 
     def _message(self, event: dict[str, Any]) -> None:
         data, seq = event["data"], event["seq"]
@@ -291,16 +292,16 @@ class V1ToV2:
         if self.pending is None or not self._cites(self.pending[0], sources):
             raise FormatUnsupportedError(f"assistant/message {seq} chunk references are not one complete ordered "
                                          "attempt")
-        group = self.pending[0]
-        self._check_cut(group, seq)
-        group.terminal = True
+        attempt = self.pending[0]
+        self._check_cut(attempt, seq)
+        attempt.terminal = True
         self._flush_waiting()
         self.pending = None
-        self._source(self._with_stream(event, self._stream(group)))
+        self._source(self._with_stream(event, self._stream(attempt)))
 
     @staticmethod
-    def _cites(group: _Group, sources: list[Any]) -> bool:
-        expected = [seq for first, count in group.spans for seq in range(first, first + count)]
+    def _cites(attempt: _Attempt, sources: list[Any]) -> bool:
+        expected = [seq for first, count in attempt.spans for seq in range(first, first + count)]
         return sources == expected and all(type(s) is int for s in sources)
 
     @staticmethod
@@ -312,10 +313,10 @@ class V1ToV2:
     def _finish_attempt(self) -> None:
         if self.pending is None:
             return
-        group, _ = self.pending
-        self._generated(group.last_seq, {"type": "assistant/attempt", "seq": group.last_seq, "time": group.last_time,
-                                         "data": {"turn": group.turn, "step": group.step,
-                                                  "stream": self._stream(group)}})
+        attempt, _ = self.pending
+        self._generated(attempt.last_seq, {"type": "assistant/attempt", "seq": attempt.last_seq, "time": attempt.last_time,
+                                         "data": {"turn": attempt.turn, "step": attempt.step,
+                                                  "stream": self._stream(attempt)}})
         self._flush_waiting()
         self.pending = None
 

@@ -12,7 +12,7 @@ inflated from the file a piece at a time (:func:`frame_pieces`).
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Iterator, NamedTuple
+from typing import BinaryIO, Iterator, NamedTuple, cast
 
 import zstandard
 
@@ -138,7 +138,9 @@ def frame_pieces(stream: BinaryIO, frame: Frame, where: str) -> Iterator[bytes]:
     takes the memory); of a torn frame, whatever decodes."""
     inflated = 0
     try:
-        with _decompressor.stream_reader(_Region(stream, frame), read_across_frames=False) as reader:
+        # zstandard reads any object with read(size); its stub names IO[bytes] alone
+        region = cast(BinaryIO, _Region(stream, frame))
+        with _decompressor.stream_reader(region, read_across_frames=False) as reader:
             while piece := reader.read(READ_SIZE):
                 inflated += len(piece)
                 if inflated > FRAME_PLAINTEXT_LIMIT:

@@ -19,7 +19,7 @@ from .framing import READ_SIZE, Frame, frame_pieces, frame_plaintext, iter_frame
 from .layout import Compression, compression_of
 from .lines import MAX_LINE_BYTES, LineSplitter
 
-__all__ = ["LineSink", "LoadResult", "header_line_of", "read_framed", "read_lines"]
+__all__ = ["LineSink", "LoadResult", "header_line_from", "header_line_of", "read_framed", "read_lines"]
 
 
 @dataclass

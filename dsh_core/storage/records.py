@@ -10,7 +10,7 @@ bytes for any batch dsh wrote.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Annotated, Any, Iterable, NamedTuple, Union
+from typing import Annotated, Any, Iterable, NamedTuple, TypeGuard, Union
 
 import msgspec
 
@@ -34,7 +34,7 @@ _TOOL_KEYS = frozenset({"turn", "step", "index", "id", "dt", "args"})
 _TOOL_KEYS_NAMED = _TOOL_KEYS | {"name"}
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[int | float]:
     return type(value) is int or type(value) is float
 
 
@@ -55,7 +55,8 @@ class ChunkRow(NamedTuple):
     last_time: int
 
     @property
-    def count(self) -> int:
+    def event_count(self) -> int:
+        """The events the row packs (``count`` would hide the tuple's own method)."""
         return len(self.members)
 
     def expand(self) -> list[dict[str, Any]]:
@@ -186,9 +187,9 @@ def decode_row_line(line: bytes) -> ChunkRow | None:
     data = row.data
     if not (_number(data.turn) and _number(data.step) and _number(data.index)):
         return None
-    if type(data) is _ToolData:
-        members, call_id, has_name = data.args, data.id, data.name is not msgspec.UNSET
-        name = data.name if has_name else None
+    if isinstance(data, _ToolData):
+        name = data.name if isinstance(data.name, str) else None
+        members, call_id, has_name = data.args, data.id, name is not None
     else:
         members, call_id, name, has_name = data.texts, None, None, False
     dt = data.dt
@@ -197,7 +198,7 @@ def decode_row_line(line: bytes) -> ChunkRow | None:
     times = list(accumulate(dt, initial=row.time0))
     if min(times) < -MAX_SAFE_INTEGER or max(times) > MAX_SAFE_INTEGER:
         return None
-    return ChunkRow(row.__struct_config__.tag, row.seq0, row.time0, data.turn, data.step, data.index, dt, members,
+    return ChunkRow(str(row.__struct_config__.tag), row.seq0, row.time0, data.turn, data.step, data.index, dt, members,
                     call_id, name, has_name, times[-1])
 
 
@@ -227,12 +228,12 @@ def _delta_kind(event: dict[str, Any]) -> str | None:
         return None
     kind = chunk.get("type")
     if kind in ("text-delta", "reasoning-delta"):
-        return kind if chunk.keys() == _TEXT_CHUNK_KEYS and type(chunk["text"]) is str else None
+        return str(kind) if chunk.keys() == _TEXT_CHUNK_KEYS and type(chunk["text"]) is str else None
     if kind == "tool-call-delta":
         keys = chunk.keys()
         if keys == _TOOL_CHUNK_KEYS or (keys == _TOOL_CHUNK_KEYS_NAMED and type(chunk["name"]) is str):
             if type(chunk["id"]) is str and type(chunk["argumentsDelta"]) is str:
-                return kind
+                return "tool-call-delta"
     return None
 
 

@@ -36,7 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from pathlib import Path as FilePath
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from dsh_pipeline.prices import PriceTable, load_prices
 from producers.http_limits import ListenerLimits
 from .browser_sessions import SESSION_COOKIE, BrowserSessions
@@ -45,13 +45,12 @@ from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter
 __all__ = ["API_LIMITS", "SECURITY_HEADERS", "read_api"]
 
 #: What ``serve``'s listener holds its clients to (:mod:`producers.http_limits`).
-API_LIMITS = ListenerLimits(request_seconds=10.0, idle_seconds=5.0, max_connections=512, max_head_bytes=32 * 1024)
+API_LIMITS = ListenerLimits(request_seconds=10.0, idle_seconds=5, max_connections=512, max_head_bytes=32 * 1024)
 
 #: The longest query string taken (a request is no place for a document).
 MAX_QUERY_BYTES = 4096
 _TEXT = 512  # the longest text filter
 #: A time in ms: what the stores' 64-bit integer columns hold (beyond, a 422, not an overflow in the store)
-_MS = {"ge": -(2 ** 63), "le": 2 ** 63 - 1}
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 #: On every response: the pages load nothing but the package's stylesheet, run no script, post forms
 #: only to this origin, are never framed, sniffed, stored or followed by a referrer.
@@ -110,6 +109,11 @@ class _Guarded:
         return answer
 
 
+
+def _ms() -> Any:
+    """An optional query parameter holding a time in ms since the epoch (a signed 64-bit integer)."""
+    return Query(None, ge=-(2 ** 63), le=2 ** 63 - 1)
+
 def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[str, ...] = (),
              max_page: int = 200, browsers: BrowserSessions | None = None,
              prices: PriceTable | None = None) -> FastAPI:
@@ -160,8 +164,8 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
     @app.get("/api/v1/sessions", dependencies=guard, summary="sessions, most recently active first")
     def sessions(status: list[Status] | None = Query(None), provider: str | None = Query(None, max_length=_TEXT),
                  model: str | None = Query(None, max_length=_TEXT), cwd: str | None = Query(None, max_length=_TEXT),
-                 created_from: int | None = Query(None, **_MS), created_to: int | None = Query(None, **_MS),
-                 active_from: int | None = Query(None, **_MS), active_to: int | None = Query(None, **_MS),
+                 created_from: int | None = _ms(), created_to: int | None = _ms(),
+                 active_from: int | None = _ms(), active_to: int | None = _ms(),
                  has_findings: bool | None = None,
                  q: str | None = Query(None, max_length=_TEXT, description="text in a current message"),
                  cursor: str | None = Query(None, max_length=_TEXT), limit: int = limit) -> dict[str, Any]:
@@ -195,8 +199,8 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
     @app.get("/api/v1/findings", dependencies=guard, summary="the auditor's findings, newest first")
     def findings(rule: str | None = Query(None, max_length=_TEXT),
                  severity: Literal["error", "warning"] | None = None,
-                 session: str | None = Query(None, max_length=_TEXT), since: int | None = Query(None, **_MS),
-                 until: int | None = Query(None, **_MS), cursor: str | None = Query(None, max_length=_TEXT),
+                 session: str | None = Query(None, max_length=_TEXT), since: int | None = _ms(),
+                 until: int | None = _ms(), cursor: str | None = Query(None, max_length=_TEXT),
                  limit: int = limit) -> dict[str, Any]:
         return read("findings", FindingFilter(rule=rule, severity=severity, session_id=session, since=since,
                                               until=until), cursor, limit)

@@ -72,7 +72,9 @@ class BrowserSessions:
     def of(self, cookie: str | None) -> SignIn | None:
         """The live session a cookie names (``None``: none, forged, expired or signed out)."""
         session_id = self._load(self._sessions, cookie, SESSION_SECONDS)
-        csrf = self._live.get(session_id) if isinstance(session_id, str) else None
+        if not isinstance(session_id, str):
+            return None
+        csrf = self._live.get(session_id)
         return SignIn(session_id, csrf) if csrf is not None else None
 
     def end(self, signed_in: SignIn) -> None:

@@ -82,7 +82,7 @@ def usd(cost: float | None) -> str:
 def session_cost(models: list[dict[str, Any]]) -> float | None:
     """What a session's usage rows cost, if every one of them has a price."""
     costs = [model.get("costUsd") for model in models]
-    return None if None in costs else sum(costs)
+    return None if None in costs else sum(cost for cost in costs if cost is not None)
 
 
 def session_tokens(models: list[dict[str, Any]]) -> int:

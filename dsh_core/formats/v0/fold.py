@@ -117,6 +117,16 @@ class StagedFold:
 
     # ------------------------------------------------------- reader (stage 1)
 
+    @property
+    def _header(self) -> SessionHeader:
+        assert self.header is not None, "events come after the header"
+        return self.header
+
+    @property
+    def _state(self) -> SessionState:
+        assert self.state is not None, "events come after the header"
+        return self.state
+
     def event_line(self, line: bytes) -> bool:
         """Feed one complete line; returns whether it joined the committed prefix."""
         if self._issue is None:
@@ -139,7 +149,7 @@ class StagedFold:
             row = decode_row_line(line) if envelope is None else None
             if row is not None and row.seq0 == self.count:
                 self._line_no += 1
-                self.count += row.count
+                self.count += row.event_count
                 self._rows(row)
                 return True
         return self._line(line)
@@ -169,7 +179,7 @@ class StagedFold:
                 raise self._fatal_defect()
             return False
         if row is not None:
-            self.count += row.count
+            self.count += row.event_count
             self._rows(row)
             return True
         if isinstance(value, dict) and "sourceEventSeqs" in value:
@@ -199,13 +209,13 @@ class StagedFold:
             return
         row = decode_row_line(line)
         if row is not None:
-            self.count += row.count
+            self.count += row.event_count
             self._rows(row)
             return
         value = decode_json(line)
         if is_row(value):
             row = decode_row(value)
-            self.count += row.count
+            self.count += row.event_count
             self._rows(row)
         elif isinstance(value, dict):
             if "sourceEventSeqs" in value:
@@ -258,13 +268,14 @@ class StagedFold:
                 self.tracker.observe_passive(seq, time)
             if self.repair_error is not None:
                 return
-            if watched:
-                event = {"type": event_type, "seq": seq, "time": time, "data": data}
-                self.observer.before_event(event, self.state)
-                self.state.apply_chunk_run(seq, 1, time)
-                self.observer.after_event(event, self.state)
+            state, observer = self._state, self.observer
+            if watched and observer is not None:
+                passive = {"type": event_type, "seq": seq, "time": time, "data": data}
+                observer.before_event(passive, state)
+                state.apply_chunk_run(seq, 1, time)
+                observer.after_event(passive, state)
             else:
-                self.state.apply_chunk_run(seq, 1, time)
+                state.apply_chunk_run(seq, 1, time)
             return
         event: dict[str, Any] = {"type": event_type, "seq": seq, "time": time, "data": decode_json(envelope.data)}
         if envelope.surfaceOp is not UNSET:
@@ -280,21 +291,21 @@ class StagedFold:
             self.tracker.observe(event_type, seq, time, data)
         except (TypeError, KeyError, AttributeError, IndexError):
             self.repair_error = ValidationError(
-                f'{self.where}: session {self.header.id!r} seq {seq} "{event_type}": '
+                f'{self.where}: session {self._header.id!r} seq {seq} "{event_type}": '
                 "payload cannot be followed for crash repair")
 
     def _rows(self, row: ChunkRow) -> None:
         # Delta chunks: known type, no message, no repair state, no surface.
-        self.tracker.observe_passive(row.seq0 + row.count - 1, row.last_time)
+        self.tracker.observe_passive(row.seq0 + row.event_count - 1, row.last_time)
         if self.shape_error or self.vocabulary_error or self.repair_error or self.validation_error:
             return
         try:
-            self.state.apply_chunk_run(row.seq0, row.count, row.last_time)
+            self._state.apply_chunk_run(row.seq0, row.event_count, row.last_time)
         except ValidationError as exc:
             self.validation_error = exc
             return
         if self.observer is not None:
-            self.observer.chunk_run(row, self.state)
+            self.observer.chunk_run(row, self._state)
 
     def _event(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
         if self.shape_error is not None:
@@ -305,7 +316,7 @@ class StagedFold:
         try:  # shape_error
             if event_type in _UPGRADED_TYPES:
                 check_retired(event_type, event.get("data"), lambda: self._where(event))
-                event = upgrade_event(event, self.header.id, self.state.message_id_at)
+                event = upgrade_event(event, self._header.id, self._state.message_id_at)
                 event_type = event.get("type")
                 if event_type in SURFACE_TYPES:
                     check_message_shape(event_type, event.get("data"), lambda: self._where(event))
@@ -327,10 +338,10 @@ class StagedFold:
         self._fold(event, envelope_checked)
 
     def _where(self, event: dict[str, Any]) -> str:
-        return f'{self.where}: session {self.header.id!r} seq {event.get("seq")} "{event.get("type")}"'
+        return f'{self.where}: session {self._header.id!r} seq {event.get("seq")} "{event.get("type")}"'
 
     def _fold(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
-        observer, state = self.observer, self.state
+        observer, state = self.observer, self._state
         try:
             if observer is not None:
                 if not envelope_checked:  # an observer reads only events whose envelope holds

@@ -25,6 +25,8 @@ def catalog_children(v4: V4Fold, events: list[dict[str, Any]], children: list[di
     see :func:`dsh_core.migration.migrate.children_of`) the log does not
     catalogue yet (after its inherited cut), folded by ``v4`` and joining
     the migrated ``events``."""
+    state = v4.state
+    assert state is not None, "the fold has read its header"
     catalogued: dict[Any, Any] = {}
     for event in events:
         if event["type"] == "session/end-seed" and isinstance(event["data"], dict) \
@@ -41,7 +43,7 @@ def catalog_children(v4: V4Fold, events: list[dict[str, Any]], children: list[di
                 raise FormatUnsupportedError(f"Session {child['childId']} conflicts with its parent catalog")
             continue
         catalogued[child["childId"]] = entry
-        event = {"type": "subagent/catalog", "seq": v4.count, "time": v4.state.last_time, "data": entry}
+        event = {"type": "subagent/catalog", "seq": v4.count, "time": state.last_time, "data": entry}
         v4.migrated_event(event)
         events.append(event)
 

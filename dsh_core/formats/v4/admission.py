@@ -12,7 +12,7 @@ raises :class:`AdmissionError` (corrupt-storage) with dsh's text, or
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from ...errors import CorruptionError, FormatUnsupportedError
 from ...jsonvalue import MAX_SAFE_INTEGER
@@ -30,7 +30,7 @@ def _count(value: Any, label: str) -> int:
     return value
 
 
-def _obj(value: Any) -> bool:
+def _obj(value: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(value, dict)
 
 

@@ -204,8 +204,18 @@ class V4Fold:
 
     # ------------------------------------------------------------ stages
 
+    @property
+    def _header(self) -> SessionHeader:
+        assert self.header is not None, "events come after the header"
+        return self.header
+
+    @property
+    def _state(self) -> V4State:
+        assert self.state is not None, "events come after the header"
+        return self.state
+
     def _event(self, event: dict[str, Any]) -> None:
-        header, seq, event_type = self.header, event["seq"], event["type"]
+        header, seq, event_type = self._header, event["seq"], event["type"]
         if self._local_error is None:
             try:
                 foreign = check_event(header, event)
@@ -234,7 +244,7 @@ class V4Fold:
             return
         if self._fold_error is not None:
             return
-        observer, state = self.observer, self.state
+        observer, state = self.observer, self._state
         watched = observer is not None and event_type in observer.watched_types
         try:
             if watched:
@@ -249,12 +259,12 @@ class V4Fold:
     def _local(self, final: bool) -> DshError | None:
         """The per-event stage's refusal, with a marker naming another session
         decided once the inherited prefix is known (``final``, or the cut seen)."""
-        header = self.header
+        header = self._header
         foreign = self._foreign_delivery
         if foreign is not None and header.parentSession is not UNSET and self._inherited is None and not final:
             foreign = None  # a later inherited cut may show it is the parent's
-        inherited = header.parentSession is not UNSET and self._inherited is not None
-        if foreign is not None and not (inherited and foreign < self._inherited) and (
+        inherited = self._inherited if header.parentSession is not UNSET else None
+        if foreign is not None and not (inherited is not None and foreign < inherited) and (
                 self._local_error is None or foreign < self._local_error[0]):
             return CorruptionError("current-generation delivery marker names the wrong Session")
         return self._local_error[1] if self._local_error is not None else None

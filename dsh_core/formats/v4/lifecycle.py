@@ -199,18 +199,18 @@ class Relationships:
                     raise RelationshipError(f"assistant/message repeats advertised tool call {call_id}")
                 self.tools[call_id] = {"name": block.get("name"), "arguments": block.get("arguments"), "started": False}
             return
-        message = _record(data.get("message"), "tool result message") if event_type == "tool/result" else None
-        call_id = _text(data.get("callId") if message is None else message.get("toolCallId"), "tool call id")
+        result = _record(data.get("message"), "tool result message") if event_type == "tool/result" else None
+        call_id = _text(data.get("callId") if result is None else result.get("toolCallId"), "tool call id")
         pending = self.tools.get(call_id)
         if pending is None:
             raise RelationshipError(f"{event_type} {call_id} has no advertised tool lifecycle")
-        if message is None:
+        if result is None:
             if pending["started"] or not _js_equal(pending["name"], data.get("name")) \
                     or not _js_equal(pending["arguments"], data.get("arguments")):
                 raise RelationshipError(f"tool/call {call_id} does not match one advertised tool call")
             pending["started"] = True
         else:
-            if not pending["started"] and not _not_started_repair(event, data, message, call_id):
+            if not pending["started"] and not _not_started_repair(event, data, result, call_id):
                 raise RelationshipError(f"tool/result {call_id} is not the exact TOOL_NOT_STARTED repair")
             del self.tools[call_id]
 
@@ -384,9 +384,9 @@ class Relationships:
         elif event_type.startswith("compaction/"):
             self.compact(event, data)
         elif event_type == "user/message":
-            source = _record(data.get("source"), "user message source")
-            if event.get("surfaceOp") != "append" and source.get("kind") == "compact-checkpoint":
-                self.compaction_owner(source, "compaction checkpoint")
+            user_source = _record(data.get("source"), "user message source")
+            if event.get("surfaceOp") != "append" and user_source.get("kind") == "compact-checkpoint":
+                self.compaction_owner(user_source, "compaction checkpoint")
         elif event_type == "session/end-seed":
             self.compaction = None
 

@@ -95,6 +95,5 @@ def decode_row(value: Any, row: int) -> dict[str, Any]:
         raise RowError(f"released v2 row {row} ignorable must be true when present")
     if "sourceEventSeqs" in value:
         seq = _count(value["seq"], f"released v2 row {row} seq")
-        value = dict(value)
-        value["sourceEventSeqs"] = decode_seq_ranges(value["sourceEventSeqs"], seq)
+        return {**value, "sourceEventSeqs": decode_seq_ranges(value["sourceEventSeqs"], seq)}
     return value

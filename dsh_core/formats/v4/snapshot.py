@@ -17,7 +17,7 @@ new layout of :mod:`dsh_core.formats.snapshots`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -145,6 +145,18 @@ class V4FoldState(msgspec.Struct, frozen=True, tag="v4", tag_field="format"):
 
 
 # ------------------------------------------------------------------ saving
+
+
+@overload
+def error_of(exc: DshError, names: Mapping[type, str] = ...) -> Error: ...
+
+
+@overload
+def error_of(exc: None, names: Mapping[type, str] = ...) -> None: ...
+
+
+@overload
+def error_of(exc: DshError | None, names: Mapping[type, str] = ...) -> Error | None: ...
 
 
 def error_of(exc: DshError | None, names: Mapping[type, str] = _NAMES) -> Error | None:

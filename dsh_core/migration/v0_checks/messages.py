@@ -129,7 +129,7 @@ def _legacy_goal_message(found: dict[str, Any], source: dict[str, Any], label: s
         raise refusal(f"{label} legacy goal content does not match its change")
 
 
-def _named(*members: str, non_empty: tuple[str, ...] = (), strings: tuple[str, ...] = ()) -> Callable:
+def _named(*members: str, non_empty: tuple[str, ...] = (), strings: tuple[str, ...] = ()) -> Callable[[dict[str, Any], str], None]:
     """A source variant of exact members, some non-empty strings, some strings."""
     def check(source: dict[str, Any], label: str) -> None:
         keys(source, members, (), label)

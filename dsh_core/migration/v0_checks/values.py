@@ -109,15 +109,18 @@ def count(value: Any, label: str) -> int:
 
 
 def positive(value: Any, label: str) -> int:
-    if count(value, label) == 0:
+    number = count(value, label)
+    if number == 0:
         raise refusal(f"{label} must be positive")
-    return value
+    return number
 
 
 def finite(value: Any, label: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value if type(value) is float else _as_float(value)):
-        raise refusal(f"{label} must be a finite number")
-    return value
+    if type(value) is float and math.isfinite(value):
+        return value
+    if type(value) is int and math.isfinite(_as_float(value)):
+        return value
+    raise refusal(f"{label} must be a finite number")
 
 
 def _as_float(value: int) -> float:
@@ -150,9 +153,10 @@ def array_of(item: Check) -> Check:
 
 
 def earlier(value: Any, seq: int, label: str) -> int:
-    if count(value, label) >= seq:
+    number = count(value, label)
+    if number >= seq:
         raise refusal(f"{label} must identify an earlier event")
-    return value
+    return number
 
 
 def seq_array(value: Any, seq: int, label: str, non_empty: bool) -> list[int]:

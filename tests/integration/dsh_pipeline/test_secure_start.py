@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsh_core.errors import ClusterUnavailableError
+from dsh_kafka.errors import ClusterUnavailableError
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames

@@ -24,7 +24,7 @@ from collections import defaultdict
 import pytest
 
 from consumers.projector import ViewStore
-from dsh_core.errors import RuntimeDiedError
+from producers.errors import RuntimeDiedError
 from dsh_core.inspect import inspect_path
 from dsh_core.jsonvalue import thaw
 from dsh_core.loader import load_session

@@ -12,7 +12,7 @@ from dsh_kafka.records import KIND_ATTESTATION, KIND_HEADER, decode_kafka_record
 from dsh_core.request import build_request, request_digest
 from dsh_core.session import SessionLog
 from dsh_core.loader import load_session_bytes
-from dsh_core.errors import DeliveryError, RecordTooLargeError
+from dsh_kafka.errors import DeliveryError, RecordTooLargeError
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.kafka_fixtures import consume_all

@@ -19,7 +19,7 @@ from dsh_kafka.records import decode_kafka_record
 from dsh_core.loader import load_session, read_events
 from dsh_core.storage.records import decode_row
 from dsh_core.jsonvalue import decode_json
-from dsh_core.errors import RuntimeDiedError
+from producers.errors import RuntimeDiedError
 from producers.bridge import RuntimeConfig, WorkerBridge, find_runtime
 from producers.publisher import Publisher
 from dsh_core.storage.layout import find_session_files

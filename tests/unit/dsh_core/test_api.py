@@ -1,7 +1,10 @@
 """The public surface of dsh_core is pinned: changing it is a decision.
 
 Each package's ``__all__`` must be exactly the public names it binds, and
-the sorted list must match its pin file in ``tests/unit/dsh_core/api/``.
+the sorted list must match its pin file in ``tests/unit/dsh_core/api/``;
+every dsh_core module another package imports from is pinned the same way,
+and the names the other packages import are pinned in ``imported.txt``
+(depending on one more is a decision too).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import dsh_core.migration
 import dsh_core.storage
 
 PINS = Path(__file__).parent / "api"
+IMPORTED_PIN = PINS / "imported.txt"
 ROOT = Path(__file__).resolve().parents[3]
 #: The packages built on dsh_core.
 OTHERS = ("consumers", "producers", "dsh_pipeline", "dsh_kafka")
@@ -28,11 +32,12 @@ OTHERS = ("consumers", "producers", "dsh_pipeline", "dsh_kafka")
 
 @functools.cache
 def _imported_from_core() -> dict[str, set[str]]:
-    """``{dsh_core module: names}`` that the other packages import."""
+    """``{dsh_core module: names}`` that the other packages import (read
+    from their source, a lazy import too)."""
     imported: dict[str, set[str]] = {}
     for package in OTHERS:
         for path in sorted((ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
                 if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None \
                         and node.module.split(".")[0] == "dsh_core":
                     imported.setdefault(node.module, set()).update(alias.name for alias in node.names)
@@ -77,6 +82,19 @@ def test_what_other_packages_import_is_pinned(name):
                                       f"{name}.__all__: export and pin it, or import it from where it is public")
         assert hasattr(module, imported), f"{name}.{imported} does not resolve"
     _check_pin(module)
+
+
+def test_the_names_other_packages_import_are_pinned():
+    """Every dsh_core name another package imports is listed in
+    ``imported.txt`` (``module.name``, one a line)."""
+    imported = {f"{module}.{name}" for module, names in _imported_from_core().items() for name in names}
+    pinned = IMPORTED_PIN.read_text("utf-8").splitlines()
+    shown = IMPORTED_PIN.relative_to(PINS.parents[3])
+    if sorted(imported) != pinned:
+        added, removed = sorted(imported - set(pinned)), sorted(set(pinned) - imported)
+        pytest.fail(f"the dsh_core names other packages import no longer match {shown}: imported but not pinned "
+                    f"{added}, pinned but not imported {removed}. If the change is deliberate, edit {shown} (one "
+                    "module.name a line, sorted) in the same commit.")
 
 
 def test_error_tree_and_categories():

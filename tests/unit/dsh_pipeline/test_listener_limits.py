@@ -26,7 +26,7 @@ from tests.view_store_helpers import stored_fleet
 from tests.waiting import wait_for
 
 HOST = "127.0.0.1"
-QUICK = ListenerLimits(request_seconds=1.0, idle_seconds=1.0, max_connections=64, max_head_bytes=4096)
+QUICK = ListenerLimits(request_seconds=1.0, idle_seconds=1, max_connections=64, max_head_bytes=4096)
 SLACK = 5.0  # seconds a cut-off may take beyond its limit on a loaded machine
 
 

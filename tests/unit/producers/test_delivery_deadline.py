@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from dsh_core.errors import DeliveryTimeoutError
+from dsh_kafka.errors import DeliveryTimeoutError
 from producers.fleet import fleet
 from producers.publisher import acknowledged
 from producers.shipper import Shipper, ShipperConfig

@@ -12,7 +12,7 @@ import pytest
 
 from pathlib import Path
 
-from dsh_core.errors import StateStoreError
+from producers.errors import CheckpointFileError
 from dsh_core.storage.layout import log_path
 from producers.shipper import CHECKPOINTS_FILE, Destination, Shipper, ShipperConfig
 
@@ -116,7 +116,7 @@ def test_a_checkpoint_file_that_is_not_one_is_named(tmp_path, content):
     write_session(root, "s-1")
     state.mkdir()
     (state / CHECKPOINTS_FILE).write_bytes(content)
-    with pytest.raises(StateStoreError, match=f"{state / CHECKPOINTS_FILE}: not a shipper checkpoint file"):
+    with pytest.raises(CheckpointFileError, match=f"{state / CHECKPOINTS_FILE}: not a shipper checkpoint file"):
         ship(root, state, HERE)
 
 

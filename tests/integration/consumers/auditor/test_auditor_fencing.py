@@ -11,7 +11,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from dsh_kafka.clients import make_producer
-from dsh_core.errors import FencedError
+from dsh_kafka.errors import FencedError
 from dsh_kafka.config import SERVICE_PRODUCER
 from dsh_kafka.records import KIND_HEADER
 from producers.simulator import SimulatorConfig, simulate_session

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from consumers.projector import ViewStore
-from dsh_core.errors import FencedError
+from dsh_kafka.errors import FencedError
 from producers.simulator import SimulatorConfig, simulate_session
 from tests import postgres_fixture
 from tests.kafka_fixtures import committed_offsets, end_offsets, publish_records, wait_committed

@@ -14,7 +14,7 @@ from consumers.projector.reader import SessionFilter
 from consumers.projector.store import SessionChange
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_backends import POSTGRESQL
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from dsh_pipeline.local_postgres import create_database
 from tests import postgres_fixture
 from tests.view_store_contract import ViewStoreContract

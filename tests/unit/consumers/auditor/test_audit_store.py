@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from consumers.auditor import AuditStore, SavedSession
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from dsh_core.fold_snapshot import V4_SNAPSHOT_MAGIC, snapshot_fold
 from tests.unit.dsh_core.test_fold_snapshot_72cba14 import old_snapshot
 

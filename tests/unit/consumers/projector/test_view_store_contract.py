@@ -10,7 +10,7 @@ import pytest
 
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_backends import BACKENDS, MEMORY, SQLITE
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 from tests.integration.consumers.projector import test_view_store_contract as server_runs
 from tests.view_store_contract import ViewStoreContract
 

@@ -10,7 +10,7 @@ import pytest
 
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.postgres import PostgresDatabase, display_location
-from dsh_core.errors import StateStoreError
+from consumers.runtime.errors import StateStoreError
 
 PASSWORD = "s3cr/et@pw"
 

@@ -89,3 +89,13 @@ def test_a_mark_round_trips_and_each_field_is_bound():
     reasons = [(n, b"a,b,corrupt-storage" if n == "dsh-redrive-reasons" else v) for n, v in signed]
     assert redriven_from(KEY, b"k", b"v", reasons) is None
     assert redriven_from(None, b"k", b"v", signed) is None
+
+
+@pytest.mark.parametrize("null", ["dsh-redrive-topic", "dsh-redrive-partition", "dsh-redrive-offset",
+                                  "dsh-redrive-reasons", "dsh-redrive-mac"])
+def test_a_null_part_of_a_mark_is_no_mark(null: str) -> None:
+    """Kafka allows a null header value: in a mark it names no source
+    (the record is lettered as any other) instead of failing."""
+    signed = redrive_headers(KEY, b"k", b"v", [], FIRST_READ, ["corrupt-storage"])
+    nulled = [(name, None if name == null else value) for name, value in signed]
+    assert redriven_from(KEY, b"k", b"v", nulled) is None

@@ -10,7 +10,8 @@ import pytest
 from consumers.runtime.database import DIGESTS_SCHEMA, Database, applied_digest, store_digests
 from consumers.runtime.sequencing import AppliedDigests, HeldRecords, Placement, deliver, drain
 from consumers.runtime.sessions import SessionTable
-from dsh_core.errors import ConflictingWriterError, HeldLimitError, StateStoreError
+from consumers.runtime.errors import StateStoreError
+from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
 
 class _Log:

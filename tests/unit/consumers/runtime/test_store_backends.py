@@ -11,8 +11,8 @@ import pytest
 
 from consumers.projector.store import ViewStore
 from consumers.projector.store_reader import StoreReader
+from consumers.runtime.errors import StateStoreError, StoreLocationError
 from consumers.runtime.store_backends import BACKENDS, MEMORY, POSTGRESQL, SCHEMES, SQLITE, backend_of, store_location
-from dsh_core.errors import StateStoreError, StoreLocationError
 
 UNKNOWN = "mysql://dsh:secret@db.example/views"
 
