@@ -1,13 +1,17 @@
 """The projector's view store, on SQLite (one file, WAL: the embedded
 default) or PostgreSQL (projectors on many hosts in one group). Every
 statement that writes it is here; the schema is documented in
-docs/reference/view-store.md (layout 5).
+docs/reference/view-store.md (layout 8).
 
 ``sessions`` holds each session's view (JSON), fold snapshot and status,
 and the columns sessions are listed and filtered by (cwd, creation, last
-activity, turn and message counts); ``usage`` its token totals
-by provider and model; ``surface`` its current surface events (changed
-by difference, never rewritten); ``held`` the records it holds at a gap;
+activity, turn and message counts, tokens); creation and last activity are
+the log's own event times (:mod:`dsh_core.event_time`), and
+``ingested_at`` when the last record applied was written to the topic;
+``usage`` its token totals by provider and model; ``steps`` each step's
+event times and tokens (:mod:`.timings`); ``surface`` its current surface
+events with their event times (changed by difference, never rewritten);
+``held`` the records it holds at a gap;
 ``applied`` the digest of every record applied (a copy is checked
 against it); ``unacknowledged_heads`` the sessions whose view head is
 committed here but not yet acknowledged by the cluster. ``findings`` and
@@ -39,10 +43,11 @@ from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_d
 from ..runtime.postgres import PostgresDatabase, first_line
 from ..runtime.sequencing import AppliedDigest, HeldChanges
 from ..runtime.store_location import store_backend
+from .timings import STEP_COLUMNS, StepRow
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
-_KIND, LAYOUT = "view-store", 7
+_KIND, LAYOUT = "view-store", 8
 #: The sessions deleted (delete-session): their rows are gone and none is written again.
 _DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEGER NOT NULL)"
 #: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
@@ -84,12 +89,25 @@ _OWNERS = "CREATE TABLE partition_owners (partition INTEGER PRIMARY KEY, epoch I
 _SURFACE_TEXT = "text TEXT NOT NULL DEFAULT ''"
 #: The tables holding rows of a session (what deleting a session removes).
 _SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters",
-                   "audit_verdicts")
+                   "audit_verdicts", "steps")
+#: Layout 8: event times, ingestion time, steps and tokens (:func:`_layout_7_to_8`).
+_EVENT_TIMES = (
+    "ALTER TABLE surface ADD COLUMN event_time INTEGER",
+    "ALTER TABLE sessions ADD COLUMN ingested_at INTEGER",
+    "ALTER TABLE sessions ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX sessions_by_tokens ON sessions (tokens, session_id)",
+    "CREATE INDEX sessions_by_creation ON sessions (COALESCE(created_at, 0), session_id)",
+    "CREATE TABLE steps (session_id TEXT NOT NULL, turn INTEGER NOT NULL, step INTEGER NOT NULL, "
+    "started_at INTEGER, output_at INTEGER, ended_at INTEGER, provider TEXT, model TEXT, "
+    + ", ".join(f"{column} INTEGER NOT NULL DEFAULT 0" for column in STEP_COLUMNS[7:])
+    + ", PRIMARY KEY (session_id, turn, step))",
+)
 _SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
     "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(_SESSION_COLUMNS) + ")",
     "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
     f"{_SURFACE_TEXT}, PRIMARY KEY (session_id, seq))",
+    *_EVENT_TIMES,
     HELD_SCHEMA,
     DIGESTS_SCHEMA,
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
@@ -183,6 +201,14 @@ def _listing(view: dict[str, Any], last_activity: int | None) -> tuple:
             view.get("messageCount", 0))
 
 
+def store_steps(db: Any, rows: list[tuple[str, StepRow]]) -> None:
+    """Replace these step rows (``(session_id, row)`` pairs)."""
+    db.executemany(f"INSERT INTO steps (session_id, {', '.join(STEP_COLUMNS)}) "
+                   f"VALUES (?, {', '.join('?' * len(STEP_COLUMNS))}) ON CONFLICT (session_id, turn, step) DO UPDATE "
+                   "SET " + ", ".join(f"{column} = excluded.{column}" for column in STEP_COLUMNS[2:]),
+                   [(session_id, *row) for session_id, row in rows])
+
+
 def store_usage(db: Any, sessions: Iterable[tuple[str, Iterable[dict[str, Any]]]]) -> None:
     """Replace sessions' usage rows (``(session_id, view's usage)`` pairs)."""
     sessions = list(sessions)
@@ -191,6 +217,25 @@ def store_usage(db: Any, sessions: Iterable[tuple[str, Iterable[dict[str, Any]]]
                    f"VALUES (?, ?, ?, {', '.join('?' * len(TOKEN_COLUMNS))})",
                    [(session_id, row["provider"], row["model"], *(row.get(kind, 0) for kind in TOKEN_COLUMNS))
                     for session_id, usage in sessions for row in usage])
+
+
+def _layout_7_to_8(db: Any) -> None:
+    """Layout 7 kept no event times: its sessions' last activity was the
+    topic's time of their last record. That time becomes their
+    ``ingested_at`` and stays their last activity until the session's next
+    record (or a rebuild) gives its event time; their surface rows have no
+    time and their steps no row until rebuilt. Their tokens are summed."""
+    for statement in _EVENT_TIMES:
+        db.execute(statement)
+    db.execute("UPDATE sessions SET ingested_at = last_activity")
+    db.execute("UPDATE sessions SET tokens = COALESCE((SELECT SUM(" + " + ".join(TOKEN_COLUMNS)
+               + ") FROM usage u WHERE u.session_id = sessions.session_id), 0)")
+
+
+def session_tokens(view: dict[str, Any]) -> int:
+    """Every token of every kind a view's usage counts."""
+    return sum(count for row in view.get("usage") or () for kind in TOKEN_COLUMNS
+               if type(count := row.get(kind, 0)) is int and count > 0)
 
 
 _HEAD_FIELDS = ("nextSeq", "surfaceLength", "replaceGeneration", "turns", "lastTurnEnd", "status", "messagesDigest")
@@ -228,7 +273,8 @@ class ViewStore:
     def __init__(self, location: Path | str) -> None:
         """``location``: a SQLite file's path, or a ``postgresql://`` URI
         (:func:`~consumers.runtime.store_location.store_backend`)."""
-        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6, 6: _layout_6_to_7}
+        migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6, 6: _layout_6_to_7,
+                      7: _layout_7_to_8}
         self.database = (PostgresDatabase(str(location), _KIND, LAYOUT, _SCHEMA, migrations)
                          if store_backend(location) == "postgresql"
                          else Database(Path(location), _KIND, LAYOUT, _SCHEMA, migrations))
@@ -251,6 +297,11 @@ class ViewStore:
         """The stored current surface events of a session."""
         return [(seq, kind, decode_json(data)) for seq, kind, data in self.db.execute(
             "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
+
+    def steps(self, session_id: str) -> list[StepRow]:
+        """A session's step rows (:data:`~.timings.STEP_COLUMNS`)."""
+        return [list(row) for row in self.db.execute(
+            f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? ORDER BY turn, step", (session_id,))]
 
     def load(self, session_id: str) -> SavedSession | None:
         row = self.db.execute("SELECT status, snapshot, error FROM sessions WHERE session_id = ?",
@@ -408,8 +459,11 @@ class SessionChange:
     surface_new: Iterable[tuple[int, str, Any]]
     held: HeldChanges | None
     digests: dict[int, AppliedDigest]
-    last_activity: int | None = None  # ms: when the last record applied was written
+    last_activity: int | None = None  # ms: the newest event time of the records applied
     usage_changed: bool = True  # the view's usage differs from what the store holds
+    ingested_at: int | None = None  # ms: when the last record applied was written to the topic
+    steps: Iterable[StepRow] = ()  # the step rows changed (:mod:`.timings`)
+    surface_times: dict[int, int] | None = None  # the event time of new surface rows, by seq
 
 
 def _delete_session(db: Any, session_id: str, at: int) -> None:
@@ -434,18 +488,22 @@ def _write_changes(db: Any, changes: list[SessionChange]) -> None:
     per session)."""
     db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
                    [(change.session_id, seq) for change in changes for seq in change.surface_gone])
-    db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
-                   [(change.session_id, seq, kind, dump_json(data).decode(), _searchable(data))
+    db.executemany("INSERT INTO surface (session_id, seq, type, data, text, event_time) VALUES (?, ?, ?, ?, ?, ?)",
+                   [(change.session_id, seq, kind, dump_json(data).decode(), _searchable(data),
+                     (change.surface_times or {}).get(seq))
                     for change in changes for seq, kind, data in change.surface_new])
     db.executemany("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error, cwd, created_at, "
-                   "last_activity, turn_count, message_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                   "last_activity, turn_count, message_count, ingested_at, tokens) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                    "ON CONFLICT(session_id) DO UPDATE SET status = excluded.status, next_seq = excluded.next_seq, "
                    "view = excluded.view, snapshot = excluded.snapshot, error = excluded.error, cwd = excluded.cwd, "
                    "created_at = excluded.created_at, last_activity = COALESCE(?, sessions.last_activity, "
-                   "excluded.last_activity), turn_count = excluded.turn_count, message_count = excluded.message_count",
+                   "excluded.last_activity), turn_count = excluded.turn_count, message_count = excluded.message_count, "
+                   "ingested_at = COALESCE(excluded.ingested_at, sessions.ingested_at), tokens = excluded.tokens",
                    [(change.session_id, change.view["status"], change.view["nextSeq"], dump_json(change.view).decode(),
                      change.snapshot, change.error, *_listing(change.view, change.last_activity),
-                     change.last_activity) for change in changes])
+                     change.ingested_at, session_tokens(change.view), change.last_activity) for change in changes])
+    store_steps(db, [(change.session_id, row) for change in changes for row in change.steps])
     store_usage(db, [(change.session_id, change.view.get("usage") or ()) for change in changes
                      if change.usage_changed])
     store_held(db, [(change.session_id, change.held) for change in changes if change.held is not None])

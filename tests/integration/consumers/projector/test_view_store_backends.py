@@ -228,12 +228,25 @@ def test_the_reader_lists_filters_and_pages_thesimulated_fleet(store_location):
             seen += [item["sessionId"] for item in page["items"]]
             if (cursor := page["next"]) is None:
                 break
-        assert seen == ids[::-1]  # most recently active first, each once
+        every = reader.sessions(SessionFilter(), limit=200)["items"]
+        by = {order: [i["sessionId"] for i in sorted(every, key=lambda i: (i[field] or 0, i["sessionId"]),
+                                                      reverse=True)]
+              for order, field in (("activity", "lastActivity"), ("created", "createdAt"), ("tokens", "tokens"))}
+        assert seen == by["activity"] and sorted(seen) == sorted(ids)  # most recently active first, each once
+        for order in ("created", "tokens"):  # each order pages by its own key
+            seen, cursor = [], None
+            while True:
+                page = reader.sessions(SessionFilter(), cursor, limit=4, order=order)
+                seen += [item["sessionId"] for item in page["items"]]
+                if (cursor := page["next"]) is None:
+                    break
+            assert seen == by[order]
         assert [i["sessionId"] for i in reader.sessions(SessionFilter(status=("held",)))["items"]] == [ids[-1]]
         assert [i["sessionId"] for i in reader.sessions(SessionFilter(has_findings=True))["items"]] == [ids[1]]
         assert len(reader.sessions(SessionFilter(has_findings=False))["items"]) == len(ids) - 1
-        assert [i["sessionId"] for i in reader.sessions(SessionFilter(active_from=2_000, active_to=4_000))["items"]] \
-            == [ids[2], ids[1]]
+        times = sorted(i["lastActivity"] for i in every)  # the logs' own times, not the records' (1 s to 6 s)
+        assert [i["sessionId"] for i in reader.sessions(SessionFilter(active_from=times[1], active_to=times[3]))[
+            "items"]] == by["activity"][-3:-1]
         one = reader.session(ids[1])
         store = ViewStore(store_location)
         try:
@@ -398,6 +411,7 @@ def test_a_layout_5_store_notes_the_records_it_redrove(store_location):
         with store.database.transaction() as db:  # the store as layout 5 left it: redriven names the letters
             db.execute("DROP TABLE deleted_sessions")
             db.execute("DROP INDEX dead_letters_by_source")
+            _without_layout_8(db)
             db.execute("UPDATE dsh_layout SET version = 5")
     finally:
         store.close()
@@ -419,6 +433,7 @@ def test_a_layout_6_store_saves_its_pickled_fold_snapshots_again_as_layout_3(sto
         store.write([SessionChange("s-1", 0, view, blob, None, (), surface_rows(never_stopped), None, {})],
                     store.claim([0]))
         with store.database.transaction() as db:  # the store as 72cba14 left it
+            _without_layout_8(db)
             db.execute("UPDATE dsh_layout SET version = 6")
     finally:
         store.close()
@@ -429,6 +444,38 @@ def test_a_layout_6_store_saves_its_pickled_fold_snapshots_again_as_layout_3(sto
         assert snapshot_fold(store.fold("s-1", LogAnalysis(keep_requests=False)), with_surface_events=False) == expected
     finally:
         store.close()
+
+
+def _without_layout_8(db) -> None:
+    """What layout 8 added to a store taken away."""
+    for statement in ("DROP TABLE steps", "DROP INDEX sessions_by_tokens", "DROP INDEX sessions_by_creation",
+                      "ALTER TABLE surface DROP COLUMN event_time", "ALTER TABLE sessions DROP COLUMN tokens",
+                      "ALTER TABLE sessions DROP COLUMN ingested_at"):
+        db.execute(statement)
+
+
+def test_a_layout_7_store_keeps_its_times_as_ingestion_times_and_sums_its_tokens(store_location):
+    [(truth, records)] = simulated_fleet(1, seed=78)
+    run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store_location)), fetched(records))
+    store = ViewStore(store_location)
+    try:
+        with store.database.transaction() as db:  # the store as layout 7 left it: the topic's time, no steps
+            db.execute("UPDATE sessions SET last_activity = 1234")
+            _without_layout_8(db)
+            db.execute("UPDATE dsh_layout SET version = 7")
+    finally:
+        store.close()
+    ViewStore(store_location).close()
+    reader = StoreReader(store_location)
+    try:
+        [item] = reader.sessions(SessionFilter())["items"]
+        assert (item["lastActivity"], item["ingestedAt"], item["lagMs"]) == (1234, 1234, 0)
+        assert item["tokens"] == sum(row.get(kind, 0) for row in item["models"] for kind in TOKEN_COLUMNS) > 0
+        page = reader.session_page(truth.session_id)
+        assert page["steps"] == [] and {event["time"] for event in page["surface"]} == {None}
+        assert [row["hour"] for row in reader.summary()["tokensByModelPerHour"]] == [0] * len(item["models"])
+    finally:
+        reader.close()
 
 
 def _renamed(records, session_id: str):
