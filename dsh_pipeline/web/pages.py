@@ -36,7 +36,7 @@ from fastapi import FastAPI, HTTPException, Path as PathParameter, Query, Reques
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
+from consumers.projector.reader import SESSION_ORDERS, STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
 from consumers.projector.session_pages import PREVIEW_CHARS
 from dsh_core.v4.session import derive_message
 from dsh_pipeline.transcript import format_time
@@ -53,7 +53,6 @@ _ROWS_PER_PAGE = 50  # sessions, findings or dead letters a list shows at a time
 _SEVERITIES = ("error", "warning")
 _SERVICES = ("projector", "auditor", "archiver")
 _EVENTS_PER_PAGE = 50  # a conversation's page: what a browser lays out at once, whatever the session's size
-_TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 #: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
 #: separators, the byte-order mark and lone surrogates: what could make a text show other than it is.
 _HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069"
@@ -69,6 +68,9 @@ def visible(value: Any) -> Any:
 
 _TEMPLATES.env.finalize = visible  # every {{ value }} of every page
 _TEMPLATES.env.filters["time"] = format_time
+_TEMPLATES.env.filters["ms"] = lambda value: "" if value is None else (
+    f"{value / 1000:.1f} s" if abs(value) < 60_000 else f"{value / 60_000:.1f} min" if abs(value) < 3_600_000
+    else f"{value / 3_600_000:.1f} h" if abs(value) < 172_800_000 else f"{value / 86_400_000:.0f} days")
 _TEMPLATES.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
 
 
@@ -79,18 +81,7 @@ def usd(cost: float | None) -> str:
     return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}" if cost >= 0.0001 else "<$0.0001" if cost else "$0"
 
 
-def session_cost(models: list[dict[str, Any]]) -> float | None:
-    """What a session's usage rows cost, if every one of them has a price."""
-    costs = [model.get("costUsd") for model in models]
-    return None if None in costs else sum(costs)
-
-
-def session_tokens(models: list[dict[str, Any]]) -> int:
-    return sum(value for model in models for column in _TOKEN_COLUMNS
-               if isinstance(value := model.get(column), int) and not isinstance(value, bool))
-
-
-_TEMPLATES.env.filters.update(usd=usd, cost=session_cost, tokens=lambda models: f"{session_tokens(models):,}")
+_TEMPLATES.env.filters["usd"] = usd
 
 
 def path_segment(text: str) -> str:
@@ -159,8 +150,9 @@ def add_pages(app: FastAPI) -> None:
         findings = {"yes": True, "no": False}.get(given["has_findings"] or "")
         where = SessionFilter(status=statuses, provider=given["provider"], model=given["model"], cwd=given["cwd"],
                               has_findings=findings, text=given["q"])
-        return listing(request, "sessions", where, "sessions.html", session, given=given, statuses=STATUSES,
-                       chosen=set(statuses or ()))
+        order = _one_of(request.query_params.get("order"), SESSION_ORDERS) or "activity"
+        return listing(request, "sessions", where, "sessions.html", session, {"order": order}, given=given,
+                       statuses=STATUSES, chosen=set(statuses or ()), orders=SESSION_ORDERS, order=order)
 
     @app.get("/findings", response_class=HTMLResponse, include_in_schema=False)
     def finding_list(request: Request) -> Response:
@@ -194,10 +186,11 @@ def add_pages(app: FastAPI) -> None:
                                            status_code=404)
 
     def listing(request: Request, method: str, where: Any, template: str, session: SignIn,
-                **context: Any) -> Response:
-        """A page of the reader's ``method`` rows, with the link to the next
-        page keeping the filters given."""
-        page = app.state.read(method, where, request.query_params.get("cursor") or None, _ROWS_PER_PAGE)
+                options: dict[str, Any] | None = None, **context: Any) -> Response:
+        """A page of the reader's ``method`` rows (with its ``options``), with
+        the link to the next page keeping the filters given."""
+        page = app.state.read(method, where, request.query_params.get("cursor") or None, _ROWS_PER_PAGE,
+                              **(options or {}))
         kept = [(name, value) for name, value in request.query_params.multi_items() if name != "cursor" and value]
         more = f"{request.url.path}?" + urlencode(kept + [("cursor", page["next"])]) if page["next"] else None
         return _TEMPLATES.TemplateResponse(request, template, {
@@ -222,7 +215,7 @@ def add_pages(app: FastAPI) -> None:
         entries, unplaced = conversation_entries(page)
         more = f"/sessions/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
         return _TEMPLATES.TemplateResponse(request, "session.html", {
-            "session": page, "entries": entries, "unplaced": unplaced, "turn_usage": turn_usage(page),
+            "session": page, "entries": entries, "unplaced": unplaced,
             "next": more, "signed_in": signed, "preview_chars": PREVIEW_CHARS})
 
 
@@ -301,15 +294,3 @@ def _kind(message: dict[str, Any]) -> str:
         return message.get("role", "user")
     return "other"  # a compaction summary, a runtime's context message
 
-
-def turn_usage(session: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tokens by turn, from the assistant messages on the surface."""
-    turns: dict[Any, dict[str, int]] = {}
-    for event in session["surface"]:
-        data = event["data"]
-        if event["type"] == "assistant/message" and isinstance(data, dict) and isinstance(data.get("usage"), dict):
-            totals = turns.setdefault(data.get("turn"), dict.fromkeys(_TOKEN_COLUMNS, 0))
-            for column in _TOKEN_COLUMNS:
-                value = data["usage"].get(column)
-                totals[column] += value if isinstance(value, int) and not isinstance(value, bool) else 0
-    return [{"turn": turn, **totals} for turn, totals in turns.items()]
