@@ -32,7 +32,7 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
@@ -68,6 +68,8 @@ SESSIONS = Gauge("dsh_projector_sessions", "Sessions by state (hot in memory, he
 TOKENS = Counter("dsh_tokens_total", "Tokens reported by assistant messages, by provider, model and kind.",
                  ["provider", "model", "kind"])
 TURN_ENDS = Counter("dsh_turn_ends_total", "Turns ended, by end reason.", ["reason"])
+COST = Counter("dsh_cost_usd_total", "What assistant messages' tokens cost by the price table (US dollars), by "
+               "provider and model; a model without a price adds nothing.", ["provider", "model"])
 
 _log = logging.getLogger("dsh.projector")
 
@@ -76,6 +78,9 @@ _reasons, _models = LabelValues(32), LabelValues(256)
 # Label lookups cost more than the increments (one per assistant message).
 _turn_ends = functools.lru_cache(maxsize=256)(TURN_ENDS.labels)
 _tokens = functools.lru_cache(maxsize=4096)(TOKENS.labels)
+_cost = functools.lru_cache(maxsize=1024)(COST.labels)
+#: What a usage row costs: ``(provider, model, token counts)`` to US dollars, ``None`` without a price.
+PriceFunction = Callable[[str, str, Mapping[str, Any]], float | None]
 
 
 def _count_turn_end(reason: Any) -> None:
@@ -104,6 +109,7 @@ def _analysis(counted: list[tuple[str, str, dict[str, int]]] | None = None) -> L
 class ProjectorConfig(ServiceConfig):
     store: Path | str  # the view store: a SQLite file, or a postgresql:// URI
     group: str = "dsh-projector"
+    price: PriceFunction | None = None  # counts dsh_cost_usd_total (none: no cost counted)
 
 
 @dataclass
@@ -130,6 +136,7 @@ class ProjectedSession:
     clock: StepClock = field(default_factory=StepClock)
     surface_times: dict[int, int] = field(default_factory=dict)  # event times of the seqs applied since change()
     counted: list[tuple[str, str, dict[str, int]]] = field(default_factory=list)  # usage of the line being applied
+    price: PriceFunction | None = None
 
     def __post_init__(self) -> None:
         self.analysis = _analysis(self.counted)
@@ -161,6 +168,11 @@ class ProjectedSession:
         if times.type != "session":
             self.surface_times[seq] = times.last
             self.clock.observe(times, self.counted)
+        if self.price is not None:
+            for provider, model, counts in self.counted:
+                cost = self.price(provider, model, counts)
+                if cost:
+                    _cost(_models(provider), _models(model)).inc(cost)
 
     def unstorable(self, error: UnstorableError) -> SessionChange:
         """The rows of a session the store refused rows of: refused, with
@@ -259,7 +271,8 @@ class Projection(Policy[ProjectedSession]):
         self._unstored.discard(session_id)
         held = saved[3] if saved is not None else ()
         session = ProjectedSession(session_id, partition, HeldRecords(session_id, held),
-                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
+                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)),
+                                   price=self.config.price)
         if saved is not None:
             session.status, blob, session.error = saved[0], saved[1], saved[2]
             if session.status == "conflicted":  # the view's status: the session's own is held or open

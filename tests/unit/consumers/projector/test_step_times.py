@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from consumers.projector import Projection, ProjectorConfig
 from consumers.projector.store import TOKEN_COLUMNS
 from consumers.projector.store_reader import StoreReader
@@ -99,3 +101,29 @@ def test_the_summary_counts_tokens_in_the_hour_each_step_ended(tmp_path):
         assert json.dumps(hours)  # plain JSON
     finally:
         reader.close()
+
+
+def test_the_cost_counter_adds_what_each_priced_message_cost(tmp_path):
+    from prometheus_client import REGISTRY
+
+    fleet = simulated_fleet(3, seed=93)
+
+    def price(provider: str, model: str, usage) -> float | None:  # a dollar a million input tokens, one model only
+        return usage.get("inputTokens", 0) / 1e6 if model == "deepseek-chat" else None
+
+    def counted(model: str) -> float:
+        return REGISTRY.get_sample_value("dsh_cost_usd_total", {"provider": "deepseek", "model": model}) or 0.0
+
+    before = {model: counted(model) for model in ("deepseek-chat", "deepseek-reasoner")}
+    rows = [Fetched(r.key, r.value, r.headers, offset, timestamp=SHIPPED)
+            for offset, r in enumerate(r for _, records in fleet for r in records)]
+    run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite", price=price)), rows)
+    reader = StoreReader(tmp_path / "views.sqlite")
+    try:
+        inputs = sum(model.get("inputTokens", 0) for truth, _ in fleet
+                     for model in reader.session(truth.session_id)["models"] if model["model"] == "deepseek-chat")
+    finally:
+        reader.close()
+    assert inputs > 0
+    assert counted("deepseek-chat") - before["deepseek-chat"] == pytest.approx(inputs / 1e6)
+    assert counted("deepseek-reasoner") == before["deepseek-reasoner"]  # no price: nothing counted
