@@ -42,6 +42,7 @@ from dsh_core.v4.session import derive_message
 from dsh_pipeline.transcript import format_time
 
 from .app import client_address, throttled
+from .timeline import pretty_json, timeline, tool_results
 from .browser_sessions import CSRF_COOKIE, FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS, SignIn
 
 __all__ = ["add_pages", "visible"]
@@ -52,6 +53,7 @@ _FORM_BYTES = 8192  # the largest form read (sign-in, sign-out)
 _ROWS_PER_PAGE = 50  # sessions, findings or dead letters a list shows at a time
 _SEVERITIES = ("error", "warning")
 _SERVICES = ("projector", "auditor", "archiver")
+_TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 _EVENTS_PER_PAGE = 50  # a conversation's page: what a browser lays out at once, whatever the session's size
 #: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
 #: separators, the byte-order mark and lone surrogates: what could make a text show other than it is.
@@ -72,6 +74,7 @@ _TEMPLATES.env.filters["ms"] = lambda value: "" if value is None else (
     f"{value / 1000:.1f} s" if abs(value) < 60_000 else f"{value / 60_000:.1f} min" if abs(value) < 3_600_000
     else f"{value / 3_600_000:.1f} h" if abs(value) < 172_800_000 else f"{value / 86_400_000:.0f} days")
 _TEMPLATES.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
+_TEMPLATES.env.filters["pretty_json"] = pretty_json
 
 
 def usd(cost: float | None) -> str:
@@ -196,6 +199,36 @@ def add_pages(app: FastAPI) -> None:
         return _TEMPLATES.TemplateResponse(request, template, {
             "items": page["items"], "next": more, "signed_in": session, **context})
 
+    @app.get("/timeline/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
+    def session_timeline(request: Request, session_id: str,
+                         after: int | None = Query(None, ge=-1, le=2 ** 63 - 1)) -> Response:
+        if (signed := signed_in(request)) is None:
+            return to_login(request)
+        page = app.state.read("session_page", session_id, after, min(_EVENTS_PER_PAGE, app.state.max_page))
+        if page is None:
+            return missing(request, f"session {session_id}", signed)
+        turns, unplaced = timeline(page)
+        more = f"/timeline/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
+        return _TEMPLATES.TemplateResponse(request, "timeline.html", {
+            "session": page, "turns": turns, "unplaced": unplaced, "next": more, "signed_in": signed})
+
+    @app.get("/usage", response_class=HTMLResponse, include_in_schema=False)
+    def usage(request: Request) -> Response:
+        if (signed := signed_in(request)) is None:
+            return to_login(request)
+        summary = app.state.read("summary")
+        hours = [row | {"tokens": sum(row[column] for column in _TOKEN_COLUMNS)}
+                 for row in reversed(summary["tokensByModelPerHour"])]  # newest first
+        totals: dict[str, dict[str, Any]] = {}
+        for row in hours:
+            total = totals.setdefault(row["model"], {"tokens": 0, "costUsd": 0.0})
+            total["tokens"] += row["tokens"]
+            total["costUsd"] = None if total["costUsd"] is None or row["costUsd"] is None \
+                else total["costUsd"] + row["costUsd"]
+        return _TEMPLATES.TemplateResponse(request, "usage.html", {
+            "hours": hours, "most": max((row["tokens"] for row in hours), default=1) or 1, "totals": totals,
+            "prices": summary["prices"], "signed_in": signed})
+
     @app.get("/sessions/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
     def conversation(request: Request, session_id: str, after: int | None = Query(None, ge=-1, le=2 ** 63 - 1),
                      seq: int | None = Query(None, ge=0, le=2 ** 63 - 1)) -> Response:
@@ -215,7 +248,7 @@ def add_pages(app: FastAPI) -> None:
         entries, unplaced = conversation_entries(page)
         more = f"/sessions/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
         return _TEMPLATES.TemplateResponse(request, "session.html", {
-            "session": page, "entries": entries, "unplaced": unplaced,
+            "session": page, "entries": entries, "unplaced": unplaced, "results": tool_results(page),
             "next": more, "signed_in": signed, "preview_chars": PREVIEW_CHARS})
 
 

@@ -442,7 +442,8 @@ def test_a_conversation_shows_every_message_escaped_with_its_finding(client_of, 
     assert INJECTED not in page.text and "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page.text
     assert re.search(r'<details class="reasoning"><summary>reasoning</summary><div class="text">'
                      r'the tests live in tests/</div></details>', page.text)
-    assert "{&#34;command&#34;: &#34;pytest&#34;}" in page.text and "2 failed" in page.text
+    assert "{\n  &#34;command&#34;: &#34;pytest&#34;\n}" in page.text and "2 failed" in page.text  # JSON indented
+    assert '<a class="answered failed" href="#seq-8">failed at seq 8</a>' in page.text  # the call leads to its result
     assert "<td>error</td>" in page.text  # turn 2 ended in an error
     flagged = [chunk for chunk in page.text.split('<li class="message')[1:] if 'class="finding' in chunk]
     assert len(flagged) == 1 and 'data-id="a-1"' in flagged[0]  # seq 6: the last message at or before it is seq 5
