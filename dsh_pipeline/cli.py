@@ -325,6 +325,9 @@ def build_parser() -> _Cli:
     project.add_argument("--store", default="views.sqlite",
                          help="the view store: a SQLite file (one host) or a postgresql:// URI (projectors on many "
                               "hosts); created or migrated on start")
+    project.add_argument("--prices", metavar="FILE",
+                         help="a price table (TOML) the cost counter dsh_cost_usd_total is counted by (default: the "
+                              "packaged DeepSeek prices)")
     _add_consumer_options(project, ProjectorConfig)
     project.set_defaults(run=service_commands.project)
 

@@ -286,9 +286,10 @@ def project(args: argparse.Namespace) -> int:
     from consumers.projector import ProjectorConfig, projector_service
     from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
     from consumers.runtime.store_backends import store_location
-    store = store_location(args.store)
+    from dsh_pipeline.prices import load_prices
+    store, prices = store_location(args.store), load_prices(args.prices)
     return _consume(args, lambda kafka, names: projector_service(
-        service_config(args, ProjectorConfig, kafka, names, store=store)),
+        service_config(args, ProjectorConfig, kafka, names, store=store, price=prices.cost)),
         lambda kafka, names: OutcomeIndex(OutcomeIndexConfig(
             kafka=kafka, topics=names, group=f"{args.group}-outcomes", store=store,
             session_timeout_ms=round(args.session_timeout * 1000))))

@@ -18,17 +18,21 @@ import json
 from typing import Any, Callable, Iterable
 
 from consumers.projector.reader import DeadLetterFilter, FindingFilter, SessionFilter
-from consumers.projector.session_pages import NAMING_TURNS, page_of, turn_of
+from consumers.projector.session_pages import NAMING_TURNS, page_of, timed_turns, turn_of
 from consumers.projector.store import TOKEN_COLUMNS, message_texts
 
 __all__ = ["SUMMARY_FIELDS", "FakeReader"]
 
 #: The fields of a session summary (``sessions`` items).
 SUMMARY_FIELDS = ("sessionId", "status", "cwd", "createdAt", "lastActivity", "turnCount", "messageCount", "models",
-                  "findingCount", "error")
+                  "findingCount", "error", "ingestedAt", "lagMs", "tokens")
+#: The sort key of each order of sessions.
+_ORDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "activity": lambda s: s["lastActivity"] or 0, "created": lambda s: s["createdAt"] or 0,
+    "tokens": lambda s: s["tokens"]}
 _HOUR_MS = 3_600_000
 #: A session's fields a page holds only a part of.
-_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns")
+_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns", "steps")
 
 
 class FakeReader:
@@ -43,13 +47,17 @@ class FakeReader:
         self._sessions = {}
         for session in sessions:
             session_id = session["sessionId"]
-            self._sessions[session_id] = {**session, "findingCount": counts[session_id],
+            tokens = sum(model.get(column, 0) for model in session["models"] for column in TOKEN_COLUMNS)
+            self._sessions[session_id] = {"ingestedAt": None, "lagMs": None, "tokens": tokens, "steps": [],
+                                          **session, "findingCount": counts[session_id],
                                           "findings": [f for f in self._findings if f["sessionId"] == session_id]}
 
-    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50,
+                 order: str = "activity") -> dict[str, Any]:
+        value = _ORDERS[order]
         chosen = sorted((s for s in self._sessions.values() if _session_matches(s, where)),
-                        key=lambda s: (s["lastActivity"] or 0, s["sessionId"]), reverse=True)
-        return _page("sessions", chosen, lambda s: [s["lastActivity"] or 0, s["sessionId"]], cursor, limit,
+                        key=lambda s: (value(s), s["sessionId"]), reverse=True)
+        return _page(f"sessions-{order}", chosen, lambda s: [value(s), s["sessionId"]], cursor, limit,
                      lambda s: {field: s[field] for field in SUMMARY_FIELDS})
 
     def session(self, session_id: str) -> dict[str, Any] | None:
@@ -61,12 +69,15 @@ class FakeReader:
             return None
         facts = {key: value for key, value in session.items() if key not in _PAGED}
         rows = [row for row in sorted(_rows(session)) if after is None or row[0] > after]
-        before = [data for seq, kind, data in sorted(_rows(session)) if after is not None and seq <= after
+        before = [data for seq, kind, data, _ in sorted(_rows(session)) if after is not None and seq <= after
                   and kind in NAMING_TURNS]
-        return page_of({**facts, "surfaceCount": len(session["surface"])}, rows, after, limit,
+        page = page_of({**facts, "surfaceCount": len(session["surface"])}, rows, after, limit,
                        session["requestHeaderChanges"],
                        sorted(session["findings"], key=lambda f: f["seq"] if isinstance(f["seq"], int) else -1),
                        session["turns"], turn_of(before[-1]) if before else None)
+        numbers = {turn.get("turn") for turn in page["turns"]}
+        steps = [step for step in session["steps"] if step["turn"] in numbers]
+        return page | {"turns": timed_turns(page["turns"], steps), "steps": steps}
 
     def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
         session = self._sessions.get(session_id)
@@ -93,20 +104,24 @@ class FakeReader:
         statuses = collections.Counter(session["status"] for session in self._sessions.values())
         tokens: dict[tuple[int, str, str], dict[str, int]] = collections.defaultdict(
             lambda: dict.fromkeys(TOKEN_COLUMNS, 0))
-        for session in self._sessions.values():
-            if session["lastActivity"] is None:
-                continue
-            for model in session["models"]:
-                totals = tokens[(session["lastActivity"] // _HOUR_MS * _HOUR_MS, model["provider"], model["model"])]
+        for session in self._sessions.values():  # a step's tokens in the hour it ended; without steps, the session's
+            timed = [(step["endedAt"] if step["endedAt"] is not None else step["startedAt"], step)
+                     for step in session["steps"] if step["model"] is not None]
+            if not session["steps"] and session["lastActivity"] is not None:
+                timed = [(session["lastActivity"], model) for model in session["models"]]
+            for at, usage in timed:
+                if at is None:
+                    continue
+                totals = tokens[(at // _HOUR_MS * _HOUR_MS, usage["provider"], usage["model"])]
                 for column in TOKEN_COLUMNS:
-                    totals[column] += model.get(column, 0)
+                    totals[column] += usage.get(column, 0)
         return {"sessionsByStatus": dict(sorted(statuses.items())),
                 "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model, **sums}
                                          for (hour, provider, model), sums in sorted(tokens.items())]}
 
 
-def _rows(session: dict[str, Any]) -> list[tuple[int, str, Any]]:
-    return [(event["seq"], event["type"], event["data"]) for event in session["surface"]]
+def _rows(session: dict[str, Any]) -> list[tuple[int, str, Any, int | None]]:
+    return [(event["seq"], event["type"], event["data"], event.get("time")) for event in session["surface"]]
 
 
 def _session_matches(session: dict[str, Any], where: SessionFilter) -> bool:

@@ -8,14 +8,18 @@ from typing import ClassVar
 
 import pytest
 
-from consumers.projector.store import LAYOUT, SessionChange, ViewStore
+from consumers.projector import Projection, ProjectorConfig
+from consumers.projector.reader import SessionFilter
+from consumers.projector.store import LAYOUT, TOKEN_COLUMNS, SessionChange, ViewStore
+from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_backends import Backend
 from dsh_core.analysis import LogAnalysis
 from consumers.runtime.errors import StateStoreError
 from dsh_core.fold_snapshot import snapshot_fold
 from dsh_core.jsonvalue import dump_json
 from tests.unit.dsh_core.test_fold_snapshot_72cba14 import old_snapshot, surface_rows
-from tests.view_store_helpers import listing_columns
+from tests.policy_driver import KAFKA, fetched, run_batch
+from tests.view_store_helpers import listing_columns, simulated_fleet
 
 _LAYOUT_2 = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
@@ -24,6 +28,14 @@ _LAYOUT_2 = (
     "PRIMARY KEY (session_id, seq))",
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
 )
+
+
+def _without_layout_8(db) -> None:
+    """What layout 8 added to a store taken away."""
+    for statement in ("DROP TABLE steps", "DROP INDEX sessions_by_tokens", "DROP INDEX sessions_by_creation",
+                      "ALTER TABLE surface DROP COLUMN event_time", "ALTER TABLE sessions DROP COLUMN tokens",
+                      "ALTER TABLE sessions DROP COLUMN ingested_at"):
+        db.execute(statement)
 
 
 class LayoutsContract:
@@ -66,6 +78,7 @@ class LayoutsContract:
             with store.database.transaction() as db:  # the store as layout 5 left it: redriven names the letters
                 db.execute("DROP TABLE deleted_sessions")
                 db.execute("DROP INDEX dead_letters_by_source")
+                _without_layout_8(db)
                 db.execute("UPDATE dsh_layout SET version = 5")
         finally:
             store.close()
@@ -86,6 +99,7 @@ class LayoutsContract:
             store.write([SessionChange("s-1", 0, view, blob, None, (), surface_rows(never_stopped), None, {})],
                         store.claim([0]))
             with store.database.transaction() as db:  # the store as 72cba14 left it
+                _without_layout_8(db)
                 db.execute("UPDATE dsh_layout SET version = 6")
         finally:
             store.close()
@@ -96,3 +110,26 @@ class LayoutsContract:
             assert snapshot_fold(store.fold("s-1", LogAnalysis(keep_requests=False)), with_surface_events=False) == expected
         finally:
             store.close()
+
+    def test_a_layout_7_store_keeps_its_times_as_ingestion_times_and_sums_its_tokens(self, store_location):
+        [(truth, records)] = simulated_fleet(1, seed=78)
+        run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store_location)), fetched(records))
+        store = ViewStore(store_location)
+        try:
+            with store.database.transaction() as db:  # the store as layout 7 left it: the topic's time, no steps
+                db.execute("UPDATE sessions SET last_activity = 1234")
+                _without_layout_8(db)
+                db.execute("UPDATE dsh_layout SET version = 7")
+        finally:
+            store.close()
+        ViewStore(store_location).close()
+        reader = StoreReader(store_location)
+        try:
+            [item] = reader.sessions(SessionFilter())["items"]
+            assert (item["lastActivity"], item["ingestedAt"], item["lagMs"]) == (1234, 1234, 0)
+            assert item["tokens"] == sum(row.get(kind, 0) for row in item["models"] for kind in TOKEN_COLUMNS) > 0
+            page = reader.session_page(truth.session_id)
+            assert page["steps"] == [] and {event["time"] for event in page["surface"]} == {None}
+            assert [row["hour"] for row in reader.summary()["tokensByModelPerHour"]] == [0] * len(item["models"])
+        finally:
+            reader.close()

@@ -50,12 +50,25 @@ class ReadsContract:
                 seen += [item["sessionId"] for item in page["items"]]
                 if (cursor := page["next"]) is None:
                     break
-            assert seen == ids[::-1]  # most recently active first, each once
+            every = reader.sessions(SessionFilter(), limit=200)["items"]
+            by = {order: [i["sessionId"] for i in sorted(every, key=lambda i: (i[field] or 0, i["sessionId"]),
+                                                          reverse=True)]
+                  for order, field in (("activity", "lastActivity"), ("created", "createdAt"), ("tokens", "tokens"))}
+            assert seen == by["activity"] and sorted(seen) == sorted(ids)  # most recently active first, each once
+            for order in ("created", "tokens"):  # each order pages by its own key
+                seen, cursor = [], None
+                while True:
+                    page = reader.sessions(SessionFilter(), cursor, limit=4, order=order)
+                    seen += [item["sessionId"] for item in page["items"]]
+                    if (cursor := page["next"]) is None:
+                        break
+                assert seen == by[order]
             assert [i["sessionId"] for i in reader.sessions(SessionFilter(status=("held",)))["items"]] == [ids[-1]]
             assert [i["sessionId"] for i in reader.sessions(SessionFilter(has_findings=True))["items"]] == [ids[1]]
             assert len(reader.sessions(SessionFilter(has_findings=False))["items"]) == len(ids) - 1
-            assert [i["sessionId"] for i in reader.sessions(SessionFilter(active_from=2_000, active_to=4_000))["items"]] \
-                == [ids[2], ids[1]]
+            times = sorted(i["lastActivity"] for i in every)  # the logs' own times, not the records' (1 s to 6 s)
+            assert [i["sessionId"] for i in reader.sessions(SessionFilter(active_from=times[1], active_to=times[3]))[
+                "items"]] == by["activity"][-3:-1]
             one = reader.session(ids[1])
             store = ViewStore(store_location)
             try:

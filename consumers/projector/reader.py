@@ -4,7 +4,9 @@ views (SQLite or PostgreSQL).
 
 Results are plain JSON values (dicts, lists, str, int, None) so the API
 returns them as they are. Times are milliseconds since the epoch, as dsh
-writes them. A page is ``{"items": [...], "next": cursor or None}``; the
+writes them, and the times of a session's events are the log's own
+(when dsh appended them); ``ingestedAt`` is when the session's last record
+reached the topic, ``lagMs`` how long after its last event. A page is ``{"items": [...], "next": cursor or None}``; the
 cursor is opaque text, given back as ``cursor`` for the next page.
 """
 
@@ -13,10 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["DeadLetterFilter", "FindingFilter", "SessionFilter", "ViewReader", "STATUSES"]
+__all__ = ["DeadLetterFilter", "FindingFilter", "SESSION_ORDERS", "SessionFilter", "ViewReader", "STATUSES"]
 
 #: A session's status in its view.
 STATUSES = ("open", "idle", "held", "conflicted", "refused")
+#: What sessions can be listed by, each descending: last activity, creation, tokens.
+SESSION_ORDERS = ("activity", "created", "tokens")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +62,7 @@ class ViewReader(Protocol):
 
         {"sessionId", "status", "cwd", "createdAt", "lastActivity", "turnCount",
          "messageCount", "models": [{"provider", "model", "inputTokens", "outputTokens", ...}],
-         "findingCount", "error"}
+         "findingCount", "error", "ingestedAt", "lagMs", "tokens"}
 
     session (``session``): the summary's fields and ``header`` (dsh's header
     fields), ``turns`` (``[{"turn", "reason": {"kind", ...}, "seq", ...}]``),
@@ -88,8 +92,10 @@ class ViewReader(Protocol):
     consumer groups wrote one; ``copies`` says how many did.
     """
 
-    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
-        """A page of session summaries, most recently active first."""
+    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50,
+                 order: str = "activity") -> dict[str, Any]:
+        """A page of session summaries, by ``order`` (:data:`SESSION_ORDERS`)
+        descending: most recently active first by default."""
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         """One session (``None``: not in the store)."""
@@ -98,12 +104,16 @@ class ViewReader(Protocol):
         """A page of one session (:mod:`consumers.projector.session_pages`):
         the session's fields, ``surfaceCount``, and at most ``limit`` surface
         events above the seq ``after`` with their derived messages, header
-        changes and findings, long texts cut to previews; ``next``, the
-        cursor of the page after it (``None``: none). ``None``: not in the
-        store."""
+        changes and findings, long texts cut to previews, each event with its
+        ``time``; its turns with their ``startedAt``, ``endedAt``,
+        ``durationMs`` and ``tokens``, and ``steps``, theirs: ``{"turn",
+        "step", "startedAt", "firstOutputAt", "endedAt", "durationMs",
+        "timeToFirstOutputMs", "provider", "model", "inputTokens", ...}``;
+        ``next``, the cursor of the page after it (``None``: none).
+        ``None``: not in the store."""
 
     def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
-        """One surface event whole, ``{"seq", "type", "data"}`` (``None``: no
+        """One surface event whole, ``{"seq", "type", "data", "time"}`` (``None``: no
         such session or seq)."""
 
     def resolve(self, prefix: str) -> list[str]:
@@ -121,4 +131,4 @@ class ViewReader(Protocol):
     def summary(self) -> dict[str, Any]:
         """``{"sessionsByStatus": {status: n}, "tokensByModelPerHour":
         [{"hour" (ms), "provider", "model", "inputTokens", "outputTokens"}]}``
-        (a session's tokens count in the hour of its last activity)."""
+        (a step's tokens count in the hour its last event happened)."""

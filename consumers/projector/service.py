@@ -32,12 +32,13 @@ import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from aiokafka import TopicPartition
 from prometheus_client import Counter, Gauge
 
 from dsh_core.analysis import LogAnalysis
+from dsh_core.event_time import line_time
 from dsh_core.errors import ConflictingWriterError, DeletedSessionError, DshError, InternalError, UnstorableError
 from dsh_core.formats import SessionFold, open_fold, opened_header
 from dsh_core.fold_snapshot import restore_fold, snapshot_fold
@@ -52,6 +53,7 @@ from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
 from .store import SessionChange, ViewStore, view_head
+from .timings import StepClock
 
 __all__ = ["Projection", "ProjectorConfig", "projector_service"]
 
@@ -66,6 +68,8 @@ SESSIONS = Gauge("dsh_projector_sessions", "Sessions by state (hot in memory, he
 TOKENS = Counter("dsh_tokens_total", "Tokens reported by assistant messages, by provider, model and kind.",
                  ["provider", "model", "kind"])
 TURN_ENDS = Counter("dsh_turn_ends_total", "Turns ended, by end reason.", ["reason"])
+COST = Counter("dsh_cost_usd_total", "What assistant messages' tokens cost by the price table (US dollars), by "
+               "provider and model; a model without a price adds nothing.", ["provider", "model"])
 
 _log = logging.getLogger("dsh.projector")
 
@@ -74,6 +78,9 @@ _reasons, _models = LabelValues(32), LabelValues(256)
 # Label lookups cost more than the increments (one per assistant message).
 _turn_ends = functools.lru_cache(maxsize=256)(TURN_ENDS.labels)
 _tokens = functools.lru_cache(maxsize=4096)(TOKENS.labels)
+_cost = functools.lru_cache(maxsize=1024)(COST.labels)
+#: What a usage row costs: ``(provider, model, token counts)`` to US dollars, ``None`` without a price.
+PriceFunction = Callable[[str, str, Mapping[str, Any]], float | None]
 
 
 def _count_turn_end(reason: Any) -> None:
@@ -87,14 +94,22 @@ def _count_usage(provider: str, model: str, counted: dict[str, int]) -> None:
             _tokens(provider, model, kind).inc(value)
 
 
-def _analysis() -> LogAnalysis:
-    return LogAnalysis(keep_requests=False, on_turn_end=_count_turn_end, on_usage=_count_usage, count_requests=False)
+def _analysis(counted: list[tuple[str, str, dict[str, int]]] | None = None) -> LogAnalysis:
+    """The projector's analysis; the usage it counts is also added to
+    ``counted``, when given."""
+    def on_usage(provider: str, model: str, counts: dict[str, int]) -> None:
+        _count_usage(provider, model, counts)
+        if counted is not None:
+            counted.append((provider, model, counts))
+
+    return LogAnalysis(keep_requests=False, on_turn_end=_count_turn_end, on_usage=on_usage, count_requests=False)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProjectorConfig(ServiceConfig):
     store: Path | str  # the view store: a SQLite file, or a postgresql:// URI
     group: str = "dsh-projector"
+    price: PriceFunction | None = None  # counts dsh_cost_usd_total (none: no cost counted)
 
 
 @dataclass
@@ -108,15 +123,23 @@ class ProjectedSession:
     held: HeldRecords
     digests: AppliedDigests
     fold: SessionFold | None = None
-    analysis: LogAnalysis = field(default_factory=_analysis)
+    analysis: LogAnalysis = field(init=False)  # its usage callback adds to counted (__post_init__)
     status: str = "open"
     conflicted: bool = False
     error: str | None = None
     digest: MessagesDigest = field(default_factory=MessagesDigest)
     stored_surface: set[int] = field(default_factory=set)  # seqs with a row in the surface table
     applied: int = 0  # events folded since the policy last counted them
-    last_activity: int | None = None  # ms: the newest record timestamp this process applied
+    last_activity: int | None = None  # ms: the newest event time of the records this process applied
+    ingested_at: int | None = None  # ms: the newest topic timestamp of the records this process applied
     stored_usage: list[dict[str, Any]] | None = None  # the usage the store holds (None: not known)
+    clock: StepClock = field(default_factory=StepClock)
+    surface_times: dict[int, int] = field(default_factory=dict)  # event times of the seqs applied since change()
+    counted: list[tuple[str, str, dict[str, int]]] = field(default_factory=list)  # usage of the line being applied
+    price: PriceFunction | None = None
+
+    def __post_init__(self) -> None:
+        self.analysis = _analysis(self.counted)
 
     def next_seq(self) -> int | None:
         return self.fold.count if self.fold is not None else None
@@ -128,18 +151,35 @@ class ProjectedSession:
         fold = self.fold
         assert fold is not None, "records are applied after the header"  # next_seq() is None before
         before = fold.count
+        self.counted.clear()
         fold.apply(value)  # a DecodeError refuses the record, not the session
         if fold.error is not None:
             self.refuse(fold.error)
             raise fold.error
         self.applied += fold.count - before
+        self.timed(value, fold.count - 1)
         return True
+
+    def timed(self, line: bytes, seq: int) -> None:
+        """Note the event times of a line applied (its last event at ``seq``)."""
+        times = line_time(line)
+        if times is None:
+            return
+        self.last_activity = max(self.last_activity or times.last, times.last)
+        if times.type != "session":
+            self.surface_times[seq] = times.last
+            self.clock.observe(times, self.counted)
+        if self.price is not None:
+            for provider, model, counts in self.counted:
+                cost = self.price(provider, model, counts)
+                if cost:
+                    _cost(_models(provider), _models(model)).inc(cost)
 
     def unstorable(self, error: UnstorableError) -> SessionChange:
         """The rows of a session the store refused rows of: refused, with
         neither fold nor analysis (what the store refused is in them)."""
         self.refuse(error)
-        self.fold, self.analysis = None, _analysis()
+        self.fold, self.analysis = None, _analysis(self.counted)
         return self.change()
 
     def refuse(self, error: DshError) -> None:
@@ -190,8 +230,10 @@ class ProjectedSession:
         view = self.view()
         usage_changed = view["usage"] != self.stored_usage
         self.stored_usage = view["usage"]
+        times, self.surface_times = self.surface_times, {}
         return SessionChange(self.session_id, self.partition, view, snapshot, self.error, gone, new, held,
-                             self.digests.changes(), self.last_activity, usage_changed)
+                             self.digests.changes(), self.last_activity, usage_changed, self.ingested_at,
+                             self.clock.changed(), {seq: times[seq] for seq, _, _ in new if seq in times})
 
 
 class Projection(Policy[ProjectedSession, ViewStore]):
@@ -230,7 +272,8 @@ class Projection(Policy[ProjectedSession, ViewStore]):
         self._unstored.discard(session_id)
         held = saved[3] if saved is not None else ()
         session = ProjectedSession(session_id, partition, HeldRecords(session_id, held),
-                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)))
+                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)),
+                                   price=self.config.price)
         if saved is not None:
             session.status, blob, session.error = saved[0], saved[1], saved[2]
             if session.status == "conflicted":  # the view's status: the session's own is held or open
@@ -239,6 +282,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
                 rows = self.store.surface_events(session_id)
                 session.fold = restore_fold(blob, f"session {session_id!r}", session.analysis, rows)
                 session.stored_surface = {seq for seq, _, _ in rows}
+                session.clock.resume(self.store.steps(session_id))
         self.sessions.put(session_id, session)
         return session
 
@@ -270,7 +314,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
                 self._record(session, decoded)
             self._handled.setdefault(session.session_id, []).append(record)
             if session.applied or decoded.kind == KIND_HEADER:
-                session.last_activity = max(session.last_activity or 0, record.timestamp)
+                session.ingested_at = max(session.ingested_at or 0, record.timestamp)
         except ConflictingWriterError:
             session.conflicted = True
             self._changed[session.session_id] = session
@@ -315,6 +359,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
             raise
         check_identity(decoded, opened_header(fold))
         session.fold = fold
+        session.timed(decoded.value, -1)
         drain(session)
         self._heal(session)
 

@@ -19,6 +19,10 @@ characters, the event then carries ``"preview": {"size": n}`` (``n``: the
 bytes of its whole data as JSON), and its derived message is cut alike.
 The whole event is one read of its own (``surface_event``).
 
+Each event carries its ``time`` (the log's, ms; ``None`` for a row a store
+of an older layout kept without it). The page's turns carry their
+timings, and ``steps`` each step of those turns (:func:`timed_turns`).
+
 Messages come in seq order: after a compaction, the messages it kept
 come before its summary (dsh's history puts the summary first); an image
 offload's projection is not applied (the message is shown as logged).
@@ -31,12 +35,15 @@ from typing import Any, Iterable
 from dsh_core.jsonvalue import encode_json
 from dsh_core.formats.v4.session import derive_message
 
-__all__ = ["NAMING_TURNS", "PAGE_BYTES", "PREVIEW_CHARS", "page_of", "preview", "turn_of", "within"]
+__all__ = ["NAMING_TURNS", "PAGE_BYTES", "PREVIEW_CHARS", "page_of", "preview", "step_of", "timed_turns", "turn_of",
+           "within"]
 
 #: The surface events whose data names their turn.
 NAMING_TURNS = ("assistant/message", "tool/result")
 #: Below every turn number: where no event named a turn yet.
 _NO_TURN = -(2 ** 63)
+#: A step's token kinds, as its row holds them.
+_TOKENS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 #: The characters of a string a page shows; a longer one is cut.
 PREVIEW_CHARS = 4096
 #: The bytes of surface events (as JSON, previews cut) past which a page ends.
@@ -75,20 +82,46 @@ def within(seq: Any, low: int | None, high: int | None) -> bool:
     return (low is None or seq > low) and (high is None or seq <= high)
 
 
-def page_of(facts: dict[str, Any], rows: list[tuple[int, str, Any]], after: int | None, limit: int,
+def step_of(row: Iterable[Any]) -> dict[str, Any]:
+    """A stored step row (:data:`~.timings.STEP_COLUMNS`) as the API gives
+    it: its event times, how long it took and took to its first output
+    (``None`` where a time is missing), its model and tokens."""
+    turn, step, started, output, ended, provider, model, *tokens = row
+    return {"turn": turn, "step": step, "startedAt": started, "firstOutputAt": output, "endedAt": ended,
+            "durationMs": ended - started if started is not None and ended is not None else None,
+            "timeToFirstOutputMs": output - started if started is not None and output is not None else None,
+            "provider": provider, "model": model, **dict(zip(_TOKENS, tokens))}
+
+
+def timed_turns(turns: list[dict[str, Any]], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``turns`` with their timings from their ``steps`` (:func:`step_of`):
+    from the first step's start to the last step's end, and their tokens."""
+    timed = []
+    for turn in turns:
+        own = [step for step in steps if step["turn"] == turn.get("turn")]
+        starts = [step["startedAt"] for step in own if step["startedAt"] is not None]
+        ends = [step["endedAt"] for step in own if step["endedAt"] is not None]
+        started, ended = min(starts, default=None), max(ends, default=None)
+        timed.append({**turn, "startedAt": started, "endedAt": ended,
+                      "durationMs": ended - started if started is not None and ended is not None else None,
+                      "tokens": sum(step[kind] for step in own for kind in _TOKENS)})
+    return timed
+
+
+def page_of(facts: dict[str, Any], rows: list[tuple[int, str, Any, int | None]], after: int | None, limit: int,
             header_changes: Iterable[dict[str, Any]], findings: Iterable[dict[str, Any]],
             turns: Iterable[dict[str, Any]], turn_before: int | None) -> dict[str, Any]:
     """The page after ``after`` of a session: ``facts`` (its fields but the
     paged ones), ``rows`` its surface events ``(seq, type, data)`` above
-    ``after`` in seq order (at least ``limit + 1`` of them when there are
+    ``after`` in seq order with their event time (at least ``limit + 1`` of them when there are
     that many), ``header_changes`` and ``findings`` at least those of the
     page's seqs, ``turns`` its turns and ``turn_before`` the :func:`turn_of`
     the last event at or before ``after`` that names one."""
     surface, messages, seqs, size = [], [], {}, 0
-    for seq, kind, data in rows[:limit]:
+    for seq, kind, data, time in rows[:limit]:
         if size >= PAGE_BYTES:
             break
-        event: dict[str, Any] = {"seq": seq, "type": kind}
+        event: dict[str, Any] = {"seq": seq, "type": kind, "time": time}
         event["data"], cut = preview(data)
         if cut:
             event["preview"] = {"size": len(encode_json(data))}

@@ -8,9 +8,13 @@ docs/reference/view-store.md), older layouts are migrated by
 
 ``sessions`` holds each session's view (JSON), fold snapshot and status,
 and the columns sessions are listed and filtered by (cwd, creation, last
-activity, turn and message counts); ``usage`` its token totals
-by provider and model; ``surface`` its current surface events (changed
-by difference, never rewritten); ``held`` the records it holds at a gap;
+activity, turn and message counts, tokens); creation and last activity are
+the log's own event times (:mod:`dsh_core.event_time`), and
+``ingested_at`` when the last record applied was written to the topic;
+``usage`` its token totals by provider and model; ``steps`` each step's
+event times and tokens (:mod:`.timings`); ``surface`` its current surface
+events with their event times (changed by difference, never rewritten);
+``held`` the records it holds at a gap;
 ``applied`` the digest of every record applied (a copy is checked
 against it); ``unacknowledged_heads`` the sessions whose view head is
 committed here but not yet acknowledged by the cluster. ``findings`` and
@@ -40,7 +44,8 @@ from ..runtime.sequencing import AppliedDigest, HeldChanges
 from ..runtime.store_backends import backend_of
 from .store_migrations import MIGRATIONS
 from .store_schema import KIND, LAYOUT, SCHEMA, SESSION_TABLES, TOKEN_COLUMNS, listing, message_texts, searchable, \
-    store_usage
+    session_tokens, store_steps, store_usage
+from .timings import STEP_COLUMNS, StepRow
 
 __all__ = ["LAYOUT", "SavedSession", "SessionChange", "TOKEN_COLUMNS", "ViewStore", "message_texts", "view_head"]
 
@@ -85,6 +90,11 @@ class ViewStore:
         """The stored current surface events of a session."""
         return [(seq, kind, decode_json(data)) for seq, kind, data in self.db.execute(
             "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
+
+    def steps(self, session_id: str) -> list[StepRow]:
+        """A session's step rows (:data:`~.timings.STEP_COLUMNS`)."""
+        return [list(row) for row in self.db.execute(
+            f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? ORDER BY turn, step", (session_id,))]
 
     def load(self, session_id: str) -> SavedSession | None:
         row = self.db.execute("SELECT status, snapshot, error FROM sessions WHERE session_id = ?",
@@ -242,8 +252,11 @@ class SessionChange:
     surface_new: Iterable[tuple[int, str, Any]]
     held: HeldChanges | None
     digests: dict[int, AppliedDigest]
-    last_activity: int | None = None  # ms: when the last record applied was written
+    last_activity: int | None = None  # ms: the newest event time of the records applied
     usage_changed: bool = True  # the view's usage differs from what the store holds
+    ingested_at: int | None = None  # ms: when the last record applied was written to the topic
+    steps: Iterable[StepRow] = ()  # the step rows changed (:mod:`.timings`)
+    surface_times: dict[int, int] | None = None  # the event time of new surface rows, by seq
 
 
 def _delete_session(db: Any, session_id: str, at: int) -> None:
@@ -268,18 +281,22 @@ def _write_changes(db: Any, changes: list[SessionChange]) -> None:
     per session)."""
     db.executemany("DELETE FROM surface WHERE session_id = ? AND seq = ?",
                    [(change.session_id, seq) for change in changes for seq in change.surface_gone])
-    db.executemany("INSERT INTO surface (session_id, seq, type, data, text) VALUES (?, ?, ?, ?, ?)",
-                   [(change.session_id, seq, kind, dump_json(data).decode(), searchable(data))
+    db.executemany("INSERT INTO surface (session_id, seq, type, data, text, event_time) VALUES (?, ?, ?, ?, ?, ?)",
+                   [(change.session_id, seq, kind, dump_json(data).decode(), searchable(data),
+                     (change.surface_times or {}).get(seq))
                     for change in changes for seq, kind, data in change.surface_new])
     db.executemany("INSERT INTO sessions (session_id, status, next_seq, view, snapshot, error, cwd, created_at, "
-                   "last_activity, turn_count, message_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                   "last_activity, turn_count, message_count, ingested_at, tokens) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                    "ON CONFLICT(session_id) DO UPDATE SET status = excluded.status, next_seq = excluded.next_seq, "
                    "view = excluded.view, snapshot = excluded.snapshot, error = excluded.error, cwd = excluded.cwd, "
                    "created_at = excluded.created_at, last_activity = COALESCE(?, sessions.last_activity, "
-                   "excluded.last_activity), turn_count = excluded.turn_count, message_count = excluded.message_count",
+                   "excluded.last_activity), turn_count = excluded.turn_count, message_count = excluded.message_count, "
+                   "ingested_at = COALESCE(excluded.ingested_at, sessions.ingested_at), tokens = excluded.tokens",
                    [(change.session_id, change.view["status"], change.view["nextSeq"], dump_json(change.view).decode(),
                      change.snapshot, change.error, *listing(change.view, change.last_activity),
-                     change.last_activity) for change in changes])
+                     change.ingested_at, session_tokens(change.view), change.last_activity) for change in changes])
+    store_steps(db, [(change.session_id, row) for change in changes for row in change.steps])
     store_usage(db, [(change.session_id, change.view.get("usage") or ()) for change in changes
                      if change.usage_changed])
     store_held(db, [(change.session_id, change.held) for change in changes if change.held is not None])

@@ -15,8 +15,8 @@ from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 from dsh_core.jsonvalue import decode_json
 
 from ..runtime.database import Migrations
-from .store_schema import (DELETED, LETTERS_BY_SOURCE, LISTING, OWNERS, SESSION_COLUMNS, SURFACE_TEXT, VERDICTS,
-                           listing, searchable, store_usage)
+from .store_schema import (DELETED, EVENT_TIMES, LETTERS_BY_SOURCE, LISTING, OWNERS, SESSION_COLUMNS, SURFACE_TEXT,
+                           TOKEN_COLUMNS, VERDICTS, listing, searchable, store_usage)
 
 __all__ = ["MIGRATIONS"]
 
@@ -79,6 +79,19 @@ def _layout_6_to_7(db: Any) -> None:
                    (snapshot_fold(fold, with_surface_events=False), session_id))
 
 
+def _layout_7_to_8(db: Any) -> None:
+    """Layout 7 kept no event times: its sessions' last activity was the
+    topic's time of their last record. That time becomes their
+    ``ingested_at`` and stays their last activity until the session's next
+    record (or a rebuild) gives its event time; their surface rows have no
+    time and their steps no row until rebuilt. Their tokens are summed."""
+    for statement in EVENT_TIMES:
+        db.execute(statement)
+    db.execute("UPDATE sessions SET ingested_at = last_activity")
+    db.execute("UPDATE sessions SET tokens = COALESCE((SELECT SUM(" + " + ".join(TOKEN_COLUMNS)
+               + ") FROM usage u WHERE u.session_id = sessions.session_id), 0)")
+
+
 #: Each step by the layout it starts from.
 MIGRATIONS: Migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6,
-                          6: _layout_6_to_7}
+                          6: _layout_6_to_7, 7: _layout_7_to_8}

@@ -22,8 +22,9 @@ from ..runtime.errors import StateStoreError
 from ..runtime.store_backends import backend_of
 from ..runtime.stored_text import stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
-from .session_pages import NAMING_TURNS, page_of, turn_of
+from .session_pages import NAMING_TURNS, page_of, step_of, timed_turns, turn_of
 from .store import LAYOUT, TOKEN_COLUMNS
+from .timings import STEP_COLUMNS
 
 __all__ = ["StoreReader", "LETTER_ID_BASE"]
 
@@ -58,26 +59,28 @@ class StoreReader:
 
     # ------------------------------------------------------------ sessions
 
-    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50) -> dict[str, Any]:
+    def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50,
+                 order: str = "activity") -> dict[str, Any]:
         conditions, parameters = _session_conditions(where)
+        key = _SESSION_ORDERS[order]
         if cursor is not None:
-            activity, session_id = _cursor(cursor, numbers=1, texts=1)
-            conditions.append("(COALESCE(s.last_activity, 0) < ? OR (COALESCE(s.last_activity, 0) = ? "
-                              "AND s.session_id < ?))")
-            parameters += [activity, activity, session_id]
+            value, session_id = _cursor(cursor, numbers=1, texts=1)
+            conditions.append(f"({key} < ? OR ({key} = ? AND s.session_id < ?))")
+            parameters += [value, value, session_id]
         rows = self._rows(
             "SELECT s.session_id, s.status, s.cwd, s.created_at, s.last_activity, s.turn_count, s.message_count, "
-            f"{_FINDING_COUNT}, s.error FROM sessions s"
+            f"{_FINDING_COUNT}, s.error, s.ingested_at, s.tokens, {key} FROM sessions s"
             + (" WHERE " + " AND ".join(conditions) if conditions else "")
-            + " ORDER BY COALESCE(s.last_activity, 0) DESC, s.session_id DESC LIMIT ?", [*parameters, limit + 1])
+            + f" ORDER BY {key} DESC, s.session_id DESC LIMIT ?", [*parameters, limit + 1])
         page = rows[:limit]
         models = self._models([row[0] for row in page])
         items = [{"sessionId": session_id, "status": status, "cwd": cwd, "createdAt": created, "lastActivity": active,
                   "turnCount": turns, "messageCount": messages, "findingCount": findings, "error": error,
-                  "models": models.get(session_id, [])}
-                 for session_id, status, cwd, created, active, turns, messages, findings, error in page]
+                  "models": models.get(session_id, []), **_ingestion(ingested, active), "tokens": tokens}
+                 for session_id, status, cwd, created, active, turns, messages, findings, error, ingested, tokens, _
+                 in page]
         last = page[-1] if len(rows) > limit else None
-        return {"items": items, "next": _make_cursor(last[4] or 0, last[0]) if last else None}
+        return {"items": items, "next": _make_cursor(last[-1], last[0]) if last else None}
 
     def _models(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         if not session_ids:
@@ -91,15 +94,17 @@ class StoreReader:
         return models
 
     def session(self, session_id: str) -> dict[str, Any] | None:
-        rows = self._rows(f"SELECT s.view, s.snapshot, {_FINDING_COUNT}, s.last_activity FROM sessions s "
-                          "WHERE s.session_id = ?",
-                          (session_id,))
+        rows = self._rows(f"SELECT s.view, s.snapshot, {_FINDING_COUNT}, s.last_activity, s.ingested_at, s.tokens "
+                          "FROM sessions s WHERE s.session_id = ?", (session_id,))
         if not rows:
             return None
-        view_text, snapshot, finding_count, last_activity = rows[0]
+        view_text, snapshot, finding_count, last_activity, ingested, tokens = rows[0]
         view = decode_json(view_text)
-        surface = [(seq, kind, decode_json(data)) for seq, kind, data in self._rows(
-            "SELECT seq, type, data FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
+        timed = [(seq, kind, decode_json(data), time) for seq, kind, data, time in self._rows(
+            "SELECT seq, type, data, event_time FROM surface WHERE session_id = ? ORDER BY seq", (session_id,))]
+        surface = [(seq, kind, data) for seq, kind, data, _ in timed]
+        steps = [step_of(row) for row in self._rows(
+            f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? ORDER BY turn, step", (session_id,))]
         messages: list[Any] = []
         if snapshot is not None:
             try:
@@ -114,11 +119,12 @@ class StoreReader:
                 "createdAt": header.get("createdAt"), "lastActivity": last_activity,
                 "turnCount": len(view.get("turns") or ()), "messageCount": len(messages),
                 "findingCount": finding_count, "error": view.get("error"), "models": view.get("usage") or [],
-                "header": header, "nextSeq": view["nextSeq"], "turns": view.get("turns") or [],
+                **_ingestion(ingested, last_activity), "tokens": tokens, "steps": steps,
+                "header": header, "nextSeq": view["nextSeq"], "turns": timed_turns(view.get("turns") or [], steps),
                 "requestHeader": view.get("requestHeader"), "replaceGeneration": view.get("replaceGeneration", 0),
                 "requestHeaderChanges": view.get("requestHeaderChanges") or [],
                 "messages": messages, "messageSeqs": _message_seqs(surface),
-                "surface": [{"seq": seq, "type": kind, "data": data} for seq, kind, data in surface],
+                "surface": [{"seq": seq, "type": kind, "data": data, "time": time} for seq, kind, data, time in timed],
                 "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"],
                 "audit": decode_json(audit[0][0]) if audit else None}
 
@@ -127,11 +133,11 @@ class StoreReader:
         totals, and at most ``limit`` surface events above ``after``, read
         by seq with no more rows than the page holds."""
         rows = self._rows(f"SELECT s.view, s.status, s.message_count, s.last_activity, {_FINDING_COUNT}, "
-                          "(SELECT COUNT(*) FROM surface e WHERE e.session_id = s.session_id) "
-                          "FROM sessions s WHERE s.session_id = ?", (session_id,))
+                          "(SELECT COUNT(*) FROM surface e WHERE e.session_id = s.session_id), s.ingested_at, "
+                          "s.tokens FROM sessions s WHERE s.session_id = ?", (session_id,))
         if not rows:
             return None
-        view_text, status, message_count, last_activity, finding_count, surface_count = rows[0]
+        view_text, status, message_count, last_activity, finding_count, surface_count, ingested, tokens = rows[0]
         view = decode_json(view_text)
         header = view.get("header") or {}
         audit = self._rows("SELECT counts FROM audit_verdicts WHERE session_id = ?", (session_id,))
@@ -142,18 +148,24 @@ class StoreReader:
                  "models": self._models([session_id]).get(session_id, []), "header": header,
                  "nextSeq": view["nextSeq"], "requestHeader": view.get("requestHeader"),
                  "replaceGeneration": view.get("replaceGeneration", 0),
-                 "audit": decode_json(audit[0][0]) if audit else None}
+                 "audit": decode_json(audit[0][0]) if audit else None, **_ingestion(ingested, last_activity),
+                 "tokens": tokens}
         start = -1 if after is None else after
-        events = [(seq, kind, decode_json(data)) for seq, kind, data in self._rows(
-            "SELECT seq, type, data FROM surface WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        events = [(seq, kind, decode_json(data), time) for seq, kind, data, time in self._rows(
+            "SELECT seq, type, data, event_time FROM surface WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (session_id, start, limit + 1))]
         high = events[limit - 1][0] if len(events) > limit else 2 ** 63 - 1
         findings = self._session_findings(session_id, start, high, with_unnumbered=after is None)
         before = self._rows(f"SELECT data FROM surface WHERE session_id = ? AND seq <= ? AND type IN "
                             f"({', '.join('?' * len(NAMING_TURNS))}) ORDER BY seq DESC LIMIT 1",
                             (session_id, after, *NAMING_TURNS)) if after is not None else []
-        return page_of(facts, events, after, limit, view.get("requestHeaderChanges") or (), findings,
+        page = page_of(facts, events, after, limit, view.get("requestHeaderChanges") or (), findings,
                        view.get("turns") or (), turn_of(decode_json(before[0][0])) if before else None)
+        numbers = [turn["turn"] for turn in page["turns"] if isinstance(turn.get("turn"), int)]
+        steps = [step_of(row) for row in self._rows(
+            f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? AND turn >= ? AND turn <= ? "
+            "ORDER BY turn, step", (session_id, min(numbers), max(numbers)))] if numbers else []
+        return page | {"turns": timed_turns(page["turns"], steps), "steps": steps}
 
     def _session_findings(self, session_id: str, low: int, high: int, with_unnumbered: bool) -> list[dict[str, Any]]:
         """A session's findings of seqs ``low < seq <= high`` (and those of
@@ -167,9 +179,11 @@ class StoreReader:
                 for at, partition, offset, rule, severity, seq, turn, step, detail in rows]
 
     def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
-        """One surface event of a session, whole: ``{"seq", "type", "data"}``."""
-        rows = self._rows("SELECT seq, type, data FROM surface WHERE session_id = ? AND seq = ?", (session_id, seq))
-        return {"seq": rows[0][0], "type": rows[0][1], "data": decode_json(rows[0][2])} if rows else None
+        """One surface event of a session, whole: ``{"seq", "type", "data", "time"}``."""
+        rows = self._rows("SELECT seq, type, data, event_time FROM surface WHERE session_id = ? AND seq = ?",
+                          (session_id, seq))
+        return {"seq": rows[0][0], "type": rows[0][1], "data": decode_json(rows[0][2]), "time": rows[0][3]} \
+            if rows else None
 
     def session_exists(self, session_id: str) -> bool:
         return bool(self._rows("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)))
@@ -236,11 +250,18 @@ class StoreReader:
     def summary(self) -> dict[str, Any]:
         statuses = {status: count for status, count in self._rows(
             "SELECT status, COUNT(*) FROM sessions GROUP BY status ORDER BY status")}
+        # A step's tokens count in the hour it ended; a session with no step rows (kept by an older
+        # layout, not rebuilt) counts its tokens in the hour of its last activity.
         hours = self._rows(
-            "SELECT (s.last_activity / 3600000) * 3600000 AS hour, u.provider, u.model, "
-            + ", ".join(f"SUM(u.{column})" for column in TOKEN_COLUMNS)
-            + " FROM usage u JOIN sessions s ON s.session_id = u.session_id "
-            "WHERE s.last_activity IS NOT NULL GROUP BY hour, u.provider, u.model ORDER BY hour, u.provider, u.model")
+            "SELECT hour, provider, model, " + ", ".join(f"SUM({column})" for column in TOKEN_COLUMNS)
+            + " FROM (SELECT (COALESCE(t.ended_at, t.started_at) / 3600000) * 3600000 AS hour, t.provider, t.model, "
+            + ", ".join(f"t.{column} AS {name}" for column, name in zip(STEP_COLUMNS[7:], TOKEN_COLUMNS))
+            + " FROM steps t WHERE t.model IS NOT NULL AND COALESCE(t.ended_at, t.started_at) IS NOT NULL "
+            "UNION ALL SELECT (s.last_activity / 3600000) * 3600000, u.provider, u.model, "
+            + ", ".join(f"u.{column}" for column in TOKEN_COLUMNS)
+            + " FROM usage u JOIN sessions s ON s.session_id = u.session_id WHERE s.last_activity IS NOT NULL "
+            "AND NOT EXISTS (SELECT 1 FROM steps t WHERE t.session_id = s.session_id)) AS timed "
+            "GROUP BY hour, provider, model ORDER BY hour, provider, model")
         return {"sessionsByStatus": statuses,
                 "tokensByModelPerHour": [{"hour": hour, "provider": provider, "model": model,
                                           **{column: int(total or 0) for column, total in zip(TOKEN_COLUMNS, totals)}}
@@ -260,6 +281,16 @@ def _message_seqs(surface: list[tuple[int, str, Any]]) -> dict[str, int]:
 
 
 _FINDING_COUNT = "(SELECT COUNT(*) FROM findings f WHERE f.session_id = s.session_id)"
+#: What ``sessions`` can list by (descending, then by id): the key of each.
+_SESSION_ORDERS = {"activity": "COALESCE(s.last_activity, 0)", "created": "COALESCE(s.created_at, 0)",
+                   "tokens": "s.tokens"}
+
+
+def _ingestion(ingested: int | None, active: int | None) -> dict[str, int | None]:
+    """When a session's last record reached the topic, and how long after
+    its last event time (its lag; a backfill's is its age when shipped)."""
+    return {"ingestedAt": ingested,
+            "lagMs": ingested - active if ingested is not None and active is not None else None}
 #: The letters of the letter ``d``'s record (where it was first read) and reason.
 _SAME_RECORD = ("{alias}.source_topic = d.source_topic AND {alias}.source_partition = d.source_partition "
                 "AND {alias}.source_offset = d.source_offset AND {alias}.reason = d.reason")

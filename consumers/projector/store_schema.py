@@ -1,4 +1,4 @@
-"""The view store's tables (layout 7, documented in
+"""The view store's tables (layout 8, documented in
 docs/reference/view-store.md) and what their derived columns hold: a
 surface row's searchable text (:func:`message_texts`), a session's listing
 columns and usage rows. :mod:`.store` writes the rows, :mod:`.store_migrations`
@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..runtime.database import DIGESTS_SCHEMA, HELD_SCHEMA
+from .timings import STEP_COLUMNS, StepRow
 
-__all__ = ["KIND", "LAYOUT", "SCHEMA", "SESSION_TABLES", "TOKEN_COLUMNS", "listing", "message_texts", "searchable",
-           "store_usage"]
+__all__ = ["EVENT_TIMES", "KIND", "LAYOUT", "SCHEMA", "SESSION_TABLES", "TOKEN_COLUMNS", "listing", "message_texts",
+           "searchable", "session_tokens", "store_steps", "store_usage"]
 
-KIND, LAYOUT = "view-store", 7
+KIND, LAYOUT = "view-store", 8
 #: The sessions deleted (delete-session): their rows are gone and none is written again.
 DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEGER NOT NULL)"
 #: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
@@ -54,12 +55,25 @@ OWNERS = "CREATE TABLE partition_owners (partition INTEGER PRIMARY KEY, epoch IN
 SURFACE_TEXT = "text TEXT NOT NULL DEFAULT ''"
 #: The tables holding rows of a session (what deleting a session removes).
 SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters",
-                  "audit_verdicts")
+                  "audit_verdicts", "steps")
+#: Layout 8: event times, ingestion time, steps and tokens (:mod:`.store_migrations`).
+EVENT_TIMES = (
+    "ALTER TABLE surface ADD COLUMN event_time INTEGER",
+    "ALTER TABLE sessions ADD COLUMN ingested_at INTEGER",
+    "ALTER TABLE sessions ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX sessions_by_tokens ON sessions (tokens, session_id)",
+    "CREATE INDEX sessions_by_creation ON sessions (COALESCE(created_at, 0), session_id)",
+    "CREATE TABLE steps (session_id TEXT NOT NULL, turn INTEGER NOT NULL, step INTEGER NOT NULL, "
+    "started_at INTEGER, output_at INTEGER, ended_at INTEGER, provider TEXT, model TEXT, "
+    + ", ".join(f"{column} INTEGER NOT NULL DEFAULT 0" for column in STEP_COLUMNS[7:])
+    + ", PRIMARY KEY (session_id, turn, step))",
+)
 SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
     "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(SESSION_COLUMNS) + ")",
     "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
     f"{SURFACE_TEXT}, PRIMARY KEY (session_id, seq))",
+    *EVENT_TIMES,
     HELD_SCHEMA,
     DIGESTS_SCHEMA,
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",
@@ -114,3 +128,17 @@ def store_usage(db: Any, sessions: Iterable[tuple[str, Iterable[dict[str, Any]]]
                    f"VALUES (?, ?, ?, {', '.join('?' * len(TOKEN_COLUMNS))})",
                    [(session_id, row["provider"], row["model"], *(row.get(kind, 0) for kind in TOKEN_COLUMNS))
                     for session_id, usage in sessions for row in usage])
+
+
+def store_steps(db: Any, rows: list[tuple[str, StepRow]]) -> None:
+    """Replace these step rows (``(session_id, row)`` pairs)."""
+    db.executemany(f"INSERT INTO steps (session_id, {', '.join(STEP_COLUMNS)}) "
+                   f"VALUES (?, {', '.join('?' * len(STEP_COLUMNS))}) ON CONFLICT (session_id, turn, step) DO UPDATE "
+                   "SET " + ", ".join(f"{column} = excluded.{column}" for column in STEP_COLUMNS[2:]),
+                   [(session_id, *row) for session_id, row in rows])
+
+
+def session_tokens(view: dict[str, Any]) -> int:
+    """Every token of every kind a view's usage counts."""
+    return sum(count for row in view.get("usage") or () for kind in TOKEN_COLUMNS
+               if type(count := row.get(kind, 0)) is int and count > 0)

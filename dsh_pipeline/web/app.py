@@ -40,7 +40,8 @@ from consumers.runtime.errors import StateStoreError
 from dsh_pipeline.prices import PriceTable, load_prices
 from producers.http_limits import ListenerLimits
 from .browser_sessions import SESSION_COOKIE, BrowserSessions
-from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter, ViewReader
+from consumers.projector.reader import (SESSION_ORDERS, STATUSES, DeadLetterFilter, FindingFilter, SessionFilter,
+                                       ViewReader)
 
 __all__ = ["API_LIMITS", "SECURITY_HEADERS", "read_api"]
 
@@ -52,6 +53,7 @@ MAX_QUERY_BYTES = 4096
 _TEXT = 512  # the longest text filter
 #: A time in ms: what the stores' 64-bit integer columns hold (beyond, a 422, not an overflow in the store)
 Status = Literal[STATUSES]  # type: ignore[valid-type]
+Order = Literal[SESSION_ORDERS]  # type: ignore[valid-type]
 #: On every response: the pages load nothing but the package's stylesheet, run no script, post forms
 #: only to this origin, are never framed, sniffed, stored or followed by a referrer.
 SECURITY_HEADERS = (
@@ -94,15 +96,27 @@ class _Guarded:
 
     def _priced(self, method: str, answer: Any) -> Any:
         """Each usage row of a sessions page, a session or the summary with
-        its cost in US dollars (``costUsd``: null for a model without a price)."""
+        its cost in US dollars (``costUsd``: null for a model without a
+        price), and a session's, a turn's and a step's cost: the sum of its
+        rows' (null when one of them has no price; 0 with no model row)."""
         def priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return [row | {"costUsd": self.prices.cost(row.get("provider"), row.get("model"), row)} for row in rows]
 
+        def total(rows: list[dict[str, Any]]) -> dict[str, Any]:
+            costs = [row["costUsd"] for row in rows if row.get("model") is not None]
+            return {"costUsd": None if None in costs else round(sum(costs), 6)}
+
+        def session(item: dict[str, Any]) -> dict[str, Any]:
+            models = priced(item.get("models") or [])
+            return item | {"models": models, **total(models)}
+
         if method == "sessions":
-            return answer | {"items": [item | {"models": priced(item.get("models") or [])}
-                                       for item in answer["items"]]}
+            return answer | {"items": [session(item) for item in answer["items"]]}
         if method == "session_page" and answer is not None:
-            return answer | {"models": priced(answer.get("models") or [])}
+            steps = priced(answer.get("steps") or [])
+            turns = [turn | total([step for step in steps if step["turn"] == turn.get("turn")])
+                     for turn in answer.get("turns") or []]
+            return session(answer) | {"steps": steps, "turns": turns}
         if method == "summary":
             return answer | {"tokensByModelPerHour": priced(answer["tokensByModelPerHour"]),
                              "prices": {"taken": self.prices.taken.isoformat(), "source": self.prices.source}}
@@ -161,18 +175,20 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/api/v1/sessions", dependencies=guard, summary="sessions, most recently active first")
+    @app.get("/api/v1/sessions", dependencies=guard,
+             summary="sessions, most recently active first (or by creation, or by tokens: `order`)")
     def sessions(status: list[Status] | None = Query(None), provider: str | None = Query(None, max_length=_TEXT),
                  model: str | None = Query(None, max_length=_TEXT), cwd: str | None = Query(None, max_length=_TEXT),
                  created_from: int | None = _ms(), created_to: int | None = _ms(),
                  active_from: int | None = _ms(), active_to: int | None = _ms(),
                  has_findings: bool | None = None,
                  q: str | None = Query(None, max_length=_TEXT, description="text in a current message"),
-                 cursor: str | None = Query(None, max_length=_TEXT), limit: int = limit) -> dict[str, Any]:
+                 cursor: str | None = Query(None, max_length=_TEXT), limit: int = limit,
+                 order: Order = Query("activity", description="listed by this, descending")) -> dict[str, Any]:
         where = SessionFilter(status=tuple(status) if status else None, provider=provider, model=model, cwd=cwd,
                               created_from=created_from, created_to=created_to, active_from=active_from,
                               active_to=active_to, has_findings=has_findings, text=q or None)
-        return read("sessions", where, cursor, limit)
+        return read("sessions", where, cursor, limit, order=order)
 
     @app.get("/api/v1/sessions/{session_id:path}", dependencies=guard,
              summary="one session: header, turns, totals, and a page of its surface events by seq with their "

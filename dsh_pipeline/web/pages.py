@@ -36,12 +36,13 @@ from fastapi import FastAPI, HTTPException, Path as PathParameter, Query, Reques
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from consumers.projector.reader import STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
+from consumers.projector.reader import SESSION_ORDERS, STATUSES, DeadLetterFilter, FindingFilter, SessionFilter
 from consumers.projector.session_pages import PREVIEW_CHARS
 from dsh_core.formats.v4.session import derive_message
 from dsh_pipeline.transcript import format_time
 
 from .app import client_address, throttled
+from .timeline import pretty_json, timeline, tool_results
 from .browser_sessions import CSRF_COOKIE, FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS, SignIn
 
 __all__ = ["add_pages", "visible"]
@@ -52,8 +53,8 @@ _FORM_BYTES = 8192  # the largest form read (sign-in, sign-out)
 _ROWS_PER_PAGE = 50  # sessions, findings or dead letters a list shows at a time
 _SEVERITIES = ("error", "warning")
 _SERVICES = ("projector", "auditor", "archiver")
-_EVENTS_PER_PAGE = 50  # a conversation's page: what a browser lays out at once, whatever the session's size
 _TOKEN_COLUMNS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
+_EVENTS_PER_PAGE = 50  # a conversation's page: what a browser lays out at once, whatever the session's size
 #: C0 and C1 controls but tab and newline, bidirectional and zero-width formatting, line and paragraph
 #: separators, the byte-order mark and lone surrogates: what could make a text show other than it is.
 _HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069"
@@ -69,7 +70,11 @@ def visible(value: Any) -> Any:
 
 _TEMPLATES.env.finalize = visible  # every {{ value }} of every page
 _TEMPLATES.env.filters["time"] = format_time
+_TEMPLATES.env.filters["ms"] = lambda value: "" if value is None else (
+    f"{value / 1000:.1f} s" if abs(value) < 60_000 else f"{value / 60_000:.1f} min" if abs(value) < 3_600_000
+    else f"{value / 3_600_000:.1f} h" if abs(value) < 172_800_000 else f"{value / 86_400_000:.0f} days")
 _TEMPLATES.env.filters["pretty"] = lambda value: json.dumps(value, indent=2, ensure_ascii=False)
+_TEMPLATES.env.filters["pretty_json"] = pretty_json
 
 
 def usd(cost: float | None) -> str:
@@ -79,18 +84,7 @@ def usd(cost: float | None) -> str:
     return f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}" if cost >= 0.0001 else "<$0.0001" if cost else "$0"
 
 
-def session_cost(models: list[dict[str, Any]]) -> float | None:
-    """What a session's usage rows cost, if every one of them has a price."""
-    costs = [model.get("costUsd") for model in models]
-    return None if None in costs else sum(cost for cost in costs if cost is not None)
-
-
-def session_tokens(models: list[dict[str, Any]]) -> int:
-    return sum(value for model in models for column in _TOKEN_COLUMNS
-               if isinstance(value := model.get(column), int) and not isinstance(value, bool))
-
-
-_TEMPLATES.env.filters.update(usd=usd, cost=session_cost, tokens=lambda models: f"{session_tokens(models):,}")
+_TEMPLATES.env.filters["usd"] = usd
 
 
 def path_segment(text: str) -> str:
@@ -159,8 +153,9 @@ def add_pages(app: FastAPI) -> None:
         findings = {"yes": True, "no": False}.get(given["has_findings"] or "")
         where = SessionFilter(status=statuses, provider=given["provider"], model=given["model"], cwd=given["cwd"],
                               has_findings=findings, text=given["q"])
-        return listing(request, "sessions", where, "sessions.html", session, given=given, statuses=STATUSES,
-                       chosen=set(statuses or ()))
+        order = _one_of(request.query_params.get("order"), SESSION_ORDERS) or "activity"
+        return listing(request, "sessions", where, "sessions.html", session, {"order": order}, given=given,
+                       statuses=STATUSES, chosen=set(statuses or ()), orders=SESSION_ORDERS, order=order)
 
     @app.get("/findings", response_class=HTMLResponse, include_in_schema=False)
     def finding_list(request: Request) -> Response:
@@ -194,14 +189,45 @@ def add_pages(app: FastAPI) -> None:
                                            status_code=404)
 
     def listing(request: Request, method: str, where: Any, template: str, session: SignIn,
-                **context: Any) -> Response:
-        """A page of the reader's ``method`` rows, with the link to the next
-        page keeping the filters given."""
-        page = app.state.read(method, where, request.query_params.get("cursor") or None, _ROWS_PER_PAGE)
+                options: dict[str, Any] | None = None, **context: Any) -> Response:
+        """A page of the reader's ``method`` rows (with its ``options``), with
+        the link to the next page keeping the filters given."""
+        page = app.state.read(method, where, request.query_params.get("cursor") or None, _ROWS_PER_PAGE,
+                              **(options or {}))
         kept = [(name, value) for name, value in request.query_params.multi_items() if name != "cursor" and value]
         more = f"{request.url.path}?" + urlencode(kept + [("cursor", page["next"])]) if page["next"] else None
         return _TEMPLATES.TemplateResponse(request, template, {
             "items": page["items"], "next": more, "signed_in": session, **context})
+
+    @app.get("/timeline/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
+    def session_timeline(request: Request, session_id: str,
+                         after: int | None = Query(None, ge=-1, le=2 ** 63 - 1)) -> Response:
+        if (signed := signed_in(request)) is None:
+            return to_login(request)
+        page = app.state.read("session_page", session_id, after, min(_EVENTS_PER_PAGE, app.state.max_page))
+        if page is None:
+            return missing(request, f"session {session_id}", signed)
+        turns, unplaced = timeline(page)
+        more = f"/timeline/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
+        return _TEMPLATES.TemplateResponse(request, "timeline.html", {
+            "session": page, "turns": turns, "unplaced": unplaced, "next": more, "signed_in": signed})
+
+    @app.get("/usage", response_class=HTMLResponse, include_in_schema=False)
+    def usage(request: Request) -> Response:
+        if (signed := signed_in(request)) is None:
+            return to_login(request)
+        summary = app.state.read("summary")
+        hours = [row | {"tokens": sum(row[column] for column in _TOKEN_COLUMNS)}
+                 for row in reversed(summary["tokensByModelPerHour"])]  # newest first
+        totals: dict[str, dict[str, Any]] = {}
+        for row in hours:
+            total = totals.setdefault(row["model"], {"tokens": 0, "costUsd": 0.0})
+            total["tokens"] += row["tokens"]
+            total["costUsd"] = None if total["costUsd"] is None or row["costUsd"] is None \
+                else total["costUsd"] + row["costUsd"]
+        return _TEMPLATES.TemplateResponse(request, "usage.html", {
+            "hours": hours, "most": max((row["tokens"] for row in hours), default=1) or 1, "totals": totals,
+            "prices": summary["prices"], "signed_in": signed})
 
     @app.get("/sessions/{session_id:path}", response_class=HTMLResponse, include_in_schema=False)
     def conversation(request: Request, session_id: str, after: int | None = Query(None, ge=-1, le=2 ** 63 - 1),
@@ -222,7 +248,7 @@ def add_pages(app: FastAPI) -> None:
         entries, unplaced = conversation_entries(page)
         more = f"/sessions/{path_segment(session_id)}?after={page['next']}" if page["next"] is not None else None
         return _TEMPLATES.TemplateResponse(request, "session.html", {
-            "session": page, "entries": entries, "unplaced": unplaced, "turn_usage": turn_usage(page),
+            "session": page, "entries": entries, "unplaced": unplaced, "results": tool_results(page),
             "next": more, "signed_in": signed, "preview_chars": PREVIEW_CHARS})
 
 
@@ -301,15 +327,3 @@ def _kind(message: dict[str, Any]) -> str:
         return message.get("role", "user")
     return "other"  # a compaction summary, a runtime's context message
 
-
-def turn_usage(session: dict[str, Any]) -> list[dict[str, Any]]:
-    """Tokens by turn, from the assistant messages on the surface."""
-    turns: dict[Any, dict[str, int]] = {}
-    for event in session["surface"]:
-        data = event["data"]
-        if event["type"] == "assistant/message" and isinstance(data, dict) and isinstance(data.get("usage"), dict):
-            totals = turns.setdefault(data.get("turn"), dict.fromkeys(_TOKEN_COLUMNS, 0))
-            for column in _TOKEN_COLUMNS:
-                value = data["usage"].get(column)
-                totals[column] += value if isinstance(value, int) and not isinstance(value, bool) else 0
-    return [{"turn": turn, **totals} for turn, totals in turns.items()]

@@ -5,9 +5,11 @@ a person gets for a missing store or an ambiguous id."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
+from dsh_core.event_time import line_time
 from dsh_pipeline.cli import main
 from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED
 from tests.view_store_helpers import stored_fleet
@@ -30,7 +32,11 @@ def test_sessions_view_and_findings_read_the_store(tmp_path, capsys):
     fleet = stored_fleet(tmp_path / "views.sqlite")
     ids = [truth.session_id for truth, _ in fleet]
     status, out, _ = _run(capsys, "sessions", "--store", store, "--json")
-    assert status == EXIT_OK and [json.loads(line)["sessionId"] for line in out.splitlines()] == ids[::-1]
+    listed = [json.loads(line) for line in out.splitlines()]
+    assert status == EXIT_OK and sorted(item["sessionId"] for item in listed) == sorted(ids)
+    assert [item["lastActivity"] for item in listed] == sorted((item["lastActivity"] for item in listed), reverse=True)
+    assert {item["sessionId"]: item["lastActivity"] for item in listed if item["status"] != "held"} == {
+        truth.session_id: _last_event(records) for truth, records in fleet[:-1]}  # by the logs' own times
     status, out, _ = _run(capsys, "sessions", "--store", store, "--status", "held")
     assert status == EXIT_OK and [line.split()[0] for line in out.splitlines()[1:]] == [ids[-1]]
     status, out, _ = _run(capsys, "view", ids[1][:-4], "--store", store, "--json")
@@ -74,6 +80,40 @@ def test_delete_session_removes_views_findings_and_archive_and_retention_by_age(
     status, out, _ = _run(capsys, "delete-session", "--inactive-for", "1d", "--store", store, *cluster)
     assert status == EXIT_OK and f"deleted {len(ids) - 1} sessions" in out  # every session was active in 1970
     assert _run(capsys, "sessions", "--store", store)[1] == ""
+
+
+def _last_event(records) -> int:
+    """The newest event time of a session's records."""
+    return max(found.last for record in records if (found := line_time(record.value)) is not None)
+
+
+@pytest.mark.kafka
+def test_a_backfill_shows_the_logs_own_times_and_retention_deletes_by_them(kafka, topics, tmp_path, capsys):
+    """Logs of months ago shipped now: each session reads the times its log
+    holds, its ingestion time apart, and --inactive-for deletes by the
+    former (by the topic's time, nothing would be older than a minute)."""
+    from consumers.projector import Projection, ProjectorConfig
+    from tests.policy_driver import KAFKA, Fetched, run_batch
+    from tests.view_store_helpers import simulated_fleet
+    store, now = str(tmp_path / "views.sqlite"), int(time.time() * 1000)
+    fleet = simulated_fleet(6, seed=33)
+    rows = [Fetched(r.key, r.value, r.headers, offset, timestamp=now)
+            for offset, r in enumerate(r for _, records in fleet for r in records)]
+    run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store)), rows)
+    _, out, _ = _run(capsys, "sessions", "--store", store, "--json")
+    listed = {item["sessionId"]: item for item in map(json.loads, out.splitlines())}
+    for truth, records in fleet:
+        item = listed[truth.session_id]
+        assert item["createdAt"] == json.loads(records[0].value)["createdAt"]
+        assert item["lastActivity"] == _last_event(records) < now - 30 * 86_400_000
+        assert item["ingestedAt"] == now and item["lagMs"] == now - item["lastActivity"]
+    times = sorted(_last_event(records) for _, records in fleet)
+    age_minutes = (now - (times[2] + times[3]) // 2) // 60_000  # between the third and fourth oldest
+    status, out, _ = _run(capsys, "delete-session", "--inactive-for", f"{age_minutes}m", "--store", store,
+                          *_cluster(kafka, topics()))
+    assert status == EXIT_OK and "deleted 3 sessions" in out
+    _, out, _ = _run(capsys, "sessions", "--store", store, "--json")
+    assert sorted(json.loads(line)["lastActivity"] for line in out.splitlines()) == times[3:]
 
 
 def test_findings_follow_prints_each_new_finding_once(tmp_path):
@@ -174,7 +214,7 @@ def test_sessions_has_a_header_row(tmp_path, capsys):
     _, out, _ = _run(capsys, "sessions", "--store", store)
     header, *rows = out.splitlines()
     assert header.split() == ["SESSION", "STATUS", "LAST", "ACTIVITY", "TURNS", "MSGS", "FINDINGS", "MODELS", "CWD"]
-    assert [row.split()[0] for row in rows] == ids[::-1]
+    assert sorted(row.split()[0] for row in rows) == sorted(ids)
     status, turns = header.index("STATUS"), header.index("TURNS") + len("TURNS")
     assert {row[status:].split()[0] for row in rows} == {"idle", "held"}  # each value under its name
     assert all(row[turns - 1].isdigit() and row[turns] == " " for row in rows)

@@ -106,3 +106,33 @@ def test_the_api_and_the_viewer_show_each_models_cost(client_of, tmp_path):
     assert '<td data-label="Cost" class="cost">$0.0021</td>' in rows  # every model priced
     assert '<td data-label="Cost" class="cost">no price</td>' in rows  # one model without a price: no total
     assert '<td data-label="Tokens">1,010</td>' in rows
+
+
+def _step(turn: int, step: int, started: int, model: str | None, **tokens: int) -> dict:
+    ended, output = started + 4_000, started + 1_500
+    return {"turn": turn, "step": step, "startedAt": started, "firstOutputAt": output, "endedAt": ended,
+            "durationMs": ended - started, "timeToFirstOutputMs": output - started,
+            "provider": "deepseek" if model else None, "model": model,
+            **{kind: tokens.get(kind, 0) for kind in USAGE}}
+
+
+def test_each_step_and_turn_has_its_cost_and_timings_in_the_api_and_the_viewer(client_of, tmp_path):
+    steps = [_step(1, 1, 1_000_000, "m-1", inputTokens=1_000_000, outputTokens=100_000),  # $2 + $1
+             _step(1, 2, 1_010_000, None),  # a step that asked no model: no cost of its own
+             _step(2, 1, 1_020_000, "m-1", cacheReadTokens=2_000_000),  # $1
+             _step(3, 1, 1_030_000, "m-9", inputTokens=5)]  # no price
+    turns = [{"turn": n, "reason": {"kind": "completed"}, "steps": 1} for n in (1, 2, 3)]
+    session = _session(1) | {"sessionId": "s-timed", "turns": turns, "steps": steps, "models": [
+        {"provider": "deepseek", "model": "m-1", "inputTokens": 1_000_000, "outputTokens": 100_000,
+         "cacheReadTokens": 2_000_000}, {"provider": "deepseek", "model": "m-9", "inputTokens": 5}]}
+    app = read_api(FakeReader([session]), frozenset({TOKEN}), prices=_table(tmp_path))
+    page = client_of(app=app).get("/api/v1/sessions/s-timed").json()
+    assert [step["costUsd"] for step in page["steps"]] == [pytest.approx(3.0), None, pytest.approx(1.0), None]
+    assert [turn["costUsd"] for turn in page["turns"]] == [pytest.approx(3.0), pytest.approx(1.0), None]
+    assert [(turn["startedAt"], turn["durationMs"], turn["tokens"]) for turn in page["turns"]] == [
+        (1_000_000, 14_000, 1_100_000), (1_020_000, 4_000, 2_000_000), (1_030_000, 4_000, 5)]
+    assert page["costUsd"] is None  # one model has no price: no total
+    browser = signed_in(client_of, app=app)
+    html = browser.get("/sessions/s-timed").text
+    assert '<tr data-step="1.1">' in html and '<td class="first-output">1.5 s</td>' in html
+    assert '<td class="duration">14.0 s</td><td>1,100,000</td><td class="cost">$3.00</td>' in html

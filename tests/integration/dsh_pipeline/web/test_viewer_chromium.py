@@ -211,3 +211,47 @@ def test_a_long_text_opens_cut_and_its_whole_message_a_click_away(tmp_path):
             raise
         finally:
             browser.close()
+
+
+def test_the_timeline_and_usage_pages_show_the_logs_times_steps_and_tool_calls(fleet_store):
+    """From a conversation to its timeline: every step of the page's turns
+    with its timings from the log, each tool call with its result and how
+    long it took; then the usage page, each hour's tokens by model. No
+    Content-Security-Policy violation on the way."""
+    store, ids = fleet_store
+    with _Served(store) as served, playwright.sync_playwright() as driver:
+        expected = served.reader.session_page(ids[1], None, PER_PAGE)
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport=VIEWPORTS["laptop"])
+        console = []
+        page.on("console", lambda message: console.append(message.text))
+        try:
+            page.goto(f"{served.url}/sessions/{ids[1]}")
+            page.fill("#token", TOKEN)
+            page.click("button[type=submit]")
+            page.wait_for_selector("#conversation")
+            page.click("#timeline-link")
+            page.wait_for_selector("#timeline")
+            shown = page.locator("li.step").evaluate_all("steps => steps.map(s => s.dataset.step)")
+            assert shown and shown == [f"{step['turn']}.{step['step']}" for step in expected["steps"]]
+            durations = page.locator("li.step .duration").all_inner_texts()
+            assert durations[0] == f"{expected['steps'][0]['durationMs'] / 1000:.1f} s"
+            calls = page.locator("li.call")
+            for index in range(calls.count()):  # each call answered on the page says how long after
+                call = calls.nth(index)
+                assert "answered after" in call.inner_text() or "no result on this page" in call.inner_text()
+            assert page.locator("details.arguments").count() == calls.count()
+
+            page.click("nav.sections >> text=Usage")
+            page.wait_for_selector("#usage")
+            rows = page.locator("tr.hour-row").evaluate_all("rows => rows.map(r => [r.dataset.hour, r.dataset.model])")
+            hours = served.reader.summary()["tokensByModelPerHour"]
+            assert rows == [[str(row["hour"]), row["model"]] for row in reversed(hours)] and rows
+            violations = [text for text in console if "Content Security Policy" in text or "Refused to" in text]
+            assert violations == [], violations
+        except BaseException:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "viewer-timeline-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()

@@ -44,9 +44,9 @@ FILTERS = [SessionFilter(), SessionFilter(status=("held",)), SessionFilter(statu
            SessionFilter(cwd="/home/dev/project-1"), SessionFilter(provider="deepseek"),
            SessionFilter(model="deepseek-chat"), SessionFilter(has_findings=True), SessionFilter(has_findings=False),
            SessionFilter(created_from=1_767_600_000_000, created_to=1_768_000_000_000),
-           SessionFilter(active_from=2000, active_to=5000), SessionFilter(text="Sandbox OFF"),
+           SessionFilter(active_from=1_767_700_000_000, active_to=1_768_000_000_000), SessionFilter(text="Sandbox OFF"),
            SessionFilter(text="role"), SessionFilter(text='"'), SessionFilter(text="fix"),  # text, not JSON
-           SessionFilter(status=("idle",), model="deepseek-reasoner", active_to=3000)]
+           SessionFilter(status=("idle",), model="deepseek-reasoner", active_to=1_768_000_000_000)]
 
 
 @pytest.mark.parametrize("where", FILTERS, ids=[repr(where) for where in FILTERS])

@@ -51,7 +51,7 @@ def test_a_preview_cuts_every_long_string_and_says_so():
 
 def test_a_page_ends_past_its_bytes_and_the_pages_still_hold_every_event():
     rows = [(seq, "user/message", {"id": f"m-{seq}", "role": "user", "source": {"kind": "user"},
-                                   "content": [{"type": "text", "text": f"{seq % 10}" * PREVIEW_CHARS}] * 3})
+                                   "content": [{"type": "text", "text": f"{seq % 10}" * PREVIEW_CHARS}] * 3}, 1000 + seq)
             for seq in range(300)]
     pages, after = [], None
     while True:

@@ -154,6 +154,23 @@ def _priced(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row | {"costUsd": PRICES.cost(row["provider"], row["model"], row)} for row in rows]
 
 
+def _priced_session(item: dict[str, Any]) -> dict[str, Any]:
+    """A session (or a page of one) as the API answers it: its usage rows,
+    steps and turns priced, and its own cost, null while one model it used
+    has no price."""
+    models = _priced(item["models"])
+    costs = [model["costUsd"] for model in models]
+    steps = _priced(item.get("steps", []))
+    priced = item | {"models": models, "costUsd": None if None in costs else round(sum(costs), 6)}
+    if "steps" in item:
+        turns = []
+        for turn in item["turns"]:
+            own = [step["costUsd"] for step in steps if step["turn"] == turn["turn"] and step["model"]]
+            turns.append(turn | {"costUsd": None if None in own else round(sum(own), 6)})
+        priced |= {"steps": steps, "turns": turns}
+    return priced
+
+
 def _all_pages(client: _Client, path: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """Every item of a listing, page by page, and how many pages it took."""
     items, cursor, pages = [], None, 0
@@ -218,7 +235,7 @@ def test_the_session_listing_pages_to_the_end_of_what_the_reader_holds(client_of
     expected = reader.sessions(where, limit=10_000)["items"]
     assert 0 < len(expected) < SESSIONS, "a filter that selects nothing or everything tests nothing"
     listed, pages = _all_pages(client_of(), "/api/v1/sessions", params)
-    assert listed == [item | {"models": _priced(item["models"])} for item in expected]
+    assert listed == [_priced_session(item) for item in expected]
     assert pages == max(1, -(-len(expected) // MAX_PAGE))
 
 
@@ -233,7 +250,7 @@ def test_the_unfiltered_listing_is_the_whole_fleet_most_recently_active_first(cl
 def test_a_session_is_the_readers_and_a_missing_one_is_a_404_naming_it(client_of, reader):
     client = client_of()
     page = reader.session_page("s-rich", None, MAX_PAGE)
-    assert client.get("/api/v1/sessions/s-rich").json() == {**page, "models": _priced(page["models"])}
+    assert client.get("/api/v1/sessions/s-rich").json() == _priced_session(page)
     missing = client.get("/api/v1/sessions/no such <session>")
     assert missing.status_code == 404 and missing.json() == {"error": "no session 'no such <session>' in the view store"}
 
@@ -351,8 +368,9 @@ def test_the_openapi_document_describes_every_route_and_its_parameters(client_of
                                       "/api/v1/events/{seq}"}
     listing = {p["name"]: p for p in document["paths"]["/api/v1/sessions"]["get"]["parameters"]}
     assert set(listing) == {"status", "provider", "model", "cwd", "created_from", "created_to", "active_from",
-                            "active_to", "has_findings", "q", "cursor", "limit"}
+                            "active_to", "has_findings", "q", "cursor", "limit", "order"}
     assert listing["limit"]["schema"]["maximum"] == MAX_PAGE
+    assert listing["order"]["schema"]["enum"] == ["activity", "created", "tokens"]
 
 
 def test_an_unknown_api_route_answers_in_the_error_shape(client_of):
@@ -424,7 +442,8 @@ def test_a_conversation_shows_every_message_escaped_with_its_finding(client_of, 
     assert INJECTED not in page.text and "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page.text
     assert re.search(r'<details class="reasoning"><summary>reasoning</summary><div class="text">'
                      r'the tests live in tests/</div></details>', page.text)
-    assert "{&#34;command&#34;: &#34;pytest&#34;}" in page.text and "2 failed" in page.text
+    assert "{\n  &#34;command&#34;: &#34;pytest&#34;\n}" in page.text and "2 failed" in page.text  # JSON indented
+    assert '<a class="answered failed" href="#seq-8">failed at seq 8</a>' in page.text  # the call leads to its result
     assert "<td>error</td>" in page.text  # turn 2 ended in an error
     flagged = [chunk for chunk in page.text.split('<li class="message')[1:] if 'class="finding' in chunk]
     assert len(flagged) == 1 and 'data-id="a-1"' in flagged[0]  # seq 6: the last message at or before it is seq 5

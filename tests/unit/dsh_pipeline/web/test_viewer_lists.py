@@ -20,7 +20,7 @@ def _rows(html: str) -> list[str]:
 
 def test_the_lists_need_a_signed_in_browser(client_of):
     browser = client_of(None)
-    for path in ("/findings", "/dead-letters", "/dead-letters/4"):
+    for path in ("/findings", "/dead-letters", "/dead-letters/4", "/usage", "/timeline/s-rich"):
         sent = browser.get(path)
         assert sent.status_code == 303 and sent.headers["location"].startswith("/login?next=%2F"), path
 
@@ -79,7 +79,44 @@ def test_a_dead_letter_page_shows_what_it_kept_and_an_unknown_one_is_named(clien
 
 def test_every_page_links_the_three_lists(client_of):
     browser = signed_in(client_of)
-    for path in ("/", "/findings", "/dead-letters", "/sessions/s-rich"):
+    for path in ("/", "/findings", "/dead-letters", "/sessions/s-rich", "/usage", "/timeline/s-rich"):
         assert '<nav class="sections"><a href="/">Sessions</a><a href="/findings">Findings</a>' \
-               '<a href="/dead-letters">Dead letters</a></nav>' in browser.get(path).text, path
+               '<a href="/dead-letters">Dead letters</a><a href="/usage">Usage</a></nav>' in browser.get(path).text, path
     assert "Findings</a>" not in client_of(None).get("/login").text  # not before signing in
+
+
+def test_the_usage_page_shows_each_hours_tokens_and_cost_by_model_newest_first(client_of, reader):
+    html = signed_in(client_of).get("/usage").text
+    hours = reader.summary()["tokensByModelPerHour"]
+    shown = re.findall(r'<tr class="hour-row" data-hour="(\d+)" data-model="([^"]*)"', html)
+    assert shown == [(str(row["hour"]), row["model"]) for row in reversed(hours)]
+    assert '<meter min="0" max="' in html and "prices of " in html
+
+
+def test_the_timeline_puts_each_tool_call_with_its_result_and_how_long_it_took(client_of):
+    steps = [{"turn": 1, "step": 1, "startedAt": 1_000, "firstOutputAt": 1_800, "endedAt": 9_000,
+              "durationMs": 8_000, "timeToFirstOutputMs": 800, "provider": "deepseek", "model": "m-0",
+              "inputTokens": 10, "outputTokens": 5, "cacheReadTokens": 0, "cacheWriteTokens": 0, "reasoningTokens": 0}]
+    call = {"id": "a-1", "role": "assistant", "source": {"kind": "model", "provider": "deepseek", "model": "m-0"},
+            "content": [{"type": "tool-call", "id": "call-1", "name": "shell", "arguments": '{"cmd": ["ls"]}'}]}
+    result = {"id": "t-1", "role": "user", "source": {"kind": "tool", "callId": "call-1"},
+              "content": [{"type": "tool-result", "callId": "call-1", "content": [{"type": "text", "text": "a b"}]}]}
+    session = {"sessionId": "s-tl", "status": "idle", "cwd": None, "createdAt": 500, "lastActivity": 9_000,
+               "turnCount": 1, "messageCount": 2, "models": [], "error": None, "header": {}, "nextSeq": 9,
+               "turns": [{"turn": 1, "reason": {"kind": "completed"}, "steps": 1}], "requestHeader": None,
+               "requestHeaderChanges": [], "audit": None, "replaceGeneration": 0, "messages": [call, result],
+               "messageSeqs": {"a-1": 3, "t-1": 6}, "steps": steps,
+               "surface": [{"seq": 3, "type": "assistant/message", "time": 2_000,
+                            "data": {"turn": 1, "step": 1, "message": call}},
+                           {"seq": 6, "type": "tool/result", "time": 4_500, "data": {"turn": 1, "step": 1,
+                                                                                      "message": result}}]}
+    findings = [{"id": "0-1", "at": 1, "sessionId": "s-tl", "rule": "request-mismatch", "severity": "error",
+                 "seq": 3, "turn": 1, "step": 1, "detail": "d"}]
+    app = read_api(FakeReader([session], findings), frozenset({TOKEN}))
+    html = signed_in(client_of, app=app).get("/timeline/s-tl").text
+    step = html.split('<li class="step" data-step="1.1">')[1].split("</li>\n    \n    </ol>")[0]
+    assert 'first output after <span class="first-output">0.8 s</span>' in step
+    assert 'took <span class="duration">8.0 s</span>' in step
+    assert '<li class="call" data-call="call-1">' in step and 'answered after <span class="duration">2.5 s</span>' in step
+    assert '<pre>{\n  &#34;cmd&#34;: [\n    &#34;ls&#34;\n  ]\n}</pre>' in step and "<pre>a b</pre>" in step
+    assert 'data-rule="request-mismatch"' in step  # the finding at the step it names
