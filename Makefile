@@ -18,18 +18,9 @@ export DSH_JAEGER
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
-# The whole suite. The three-node cluster's tests (marker cluster) mostly
-# wait on brokers being killed and coming back, so they run as a second
-# pytest beside the others; their output follows the main run's.
 test: setup reference kafka-jars prometheus postgres chromium docs
 	$(VENV)/bin/mypy
-	@mkdir -p test-artifacts; \
-	$(VPY) -m pytest -m "cluster and not slow" -p no:cacheprovider > test-artifacts/cluster-tier.log 2>&1 & tier=$$!; \
-	$(VPY) -m pytest -m "not cluster and not slow"; main=$$?; \
-	wait $$tier; cluster=$$?; \
-	echo "== the cluster tier, run beside the rest (test-artifacts/cluster-tier.log) =="; \
-	cat test-artifacts/cluster-tier.log; \
-	exit $$(( main || cluster ))
+	$(VPY) -m pytest
 
 # The unit tier alone: no broker, no servers; the contributor's fast loop,
 # spread over the machine's cores (pytest-xdist: one worker per core). The

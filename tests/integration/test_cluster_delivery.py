@@ -29,7 +29,7 @@ from tests.kafka_fixtures import consume_all
 from tests.layout_helpers import place
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.soak]
 
 #: The two nodes a test takes down (node 1 stays: the cluster keeps one copy of everything, and no quorum).
 DOWN = (2, 3)

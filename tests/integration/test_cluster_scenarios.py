@@ -35,7 +35,7 @@ from tests.kafka_fixtures import caught_up, committed_offsets, consume_all
 from tests.services import archiver, auditor, projector
 from tests.waiting import until
 
-pytestmark = [pytest.mark.kafka, pytest.mark.cluster]
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.soak]
 
 FAULTS = FaultPlan(unlogged=1, dropped=1, lossless=1, unknown=1)
 
