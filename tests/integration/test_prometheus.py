@@ -41,7 +41,7 @@ def test_promtool_accepts_the_configuration_and_the_rules(tools, tmp_path):
     _, promtool = tools
     rules = subprocess.run([promtool, "check", "rules", str(DEPLOY / "prometheus-rules.yml")], capture_output=True,
                            text=True, check=False)
-    assert rules.returncode == 0 and "SUCCESS: 8 rules found" in rules.stdout, rules.stdout + rules.stderr
+    assert rules.returncode == 0 and "SUCCESS: 9 rules found" in rules.stdout, rules.stdout + rules.stderr
     config = subprocess.run([promtool, "check", "config", str(prometheus_config(tmp_path, ["127.0.0.1:9100"]))],
                             capture_output=True, text=True, check=False)
     assert config.returncode == 0, config.stdout + config.stderr
