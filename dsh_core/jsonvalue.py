@@ -9,9 +9,8 @@ Decoding follows ECMAScript's ``JSON.parse`` as dsh does: an integral float
 (``1.0``, ``-0.0``) is the same number as the integer, so it decodes to ``int``;
 other floats stay ``float``. Encoding follows ``JSON.stringify`` byte for byte
 (ECMAScript number form, integer-like keys first, lone surrogates escaped).
-A text nested deeper than :data:`MAX_DEPTH` is refused before any decoder
-recurses into it (:func:`check_depth`), so nothing that walks a decoded value
-recursively can reach Python's recursion limit.
+A text nested deeper than :data:`~dsh_core.json_depth.MAX_DEPTH` is refused
+before any decoder recurses into it (:mod:`dsh_core.json_depth`).
 """
 
 from __future__ import annotations
@@ -20,19 +19,16 @@ import hashlib
 import json
 import math
 import re
-from typing import Any, Callable, TypeGuard, TypeVar
+from typing import Any, TypeGuard
 
 import msgspec
 
 from .errors import DecodeError, LosslessJsonError
+from .json_depth import MAX_DEPTH, check_depth
 
 __all__ = [
     "MAX_SAFE_INTEGER",
-    "MAX_DEPTH",
-    "STORED_DEPTH",
-    "check_depth",
     "dump_json",
-    "bounded",
     "FrozenDict",
     "is_safe_int",
     "check_lossless",
@@ -91,7 +87,7 @@ def _copy_lossless(value: Any, where: str, frozen: bool) -> Any:
     """Validate ``value`` as lossless JSON and return a detached copy.
 
     Recursive, a frame per level: a decoded value nests at most
-    :data:`MAX_DEPTH` deep. Aliased sub-objects are accepted (copied twice); a cycle is rejected.
+    :data:`~dsh_core.json_depth.MAX_DEPTH` deep. Aliased sub-objects are accepted (copied twice); a cycle is rejected.
     """
     ancestors: set[int] = set()
     path: list[str | int] = []
@@ -194,58 +190,6 @@ def float_hook(text: str) -> float | int:
 
 
 _decoder = msgspec.json.Decoder(float_hook=float_hook)
-
-#: The deepest nesting of arrays and objects a JSON text may have (serde_json's
-#: default). dsh's logs nest 13 deep at most; every decoder, and everything that
-#: walks a decoded value recursively, stays far below Python's recursion limit.
-MAX_DEPTH = 128
-#: What the pipeline's own stores (fold snapshots, views, state) may nest: a
-#: value of a log, inside the few levels a snapshot or view wraps it in.
-STORED_DEPTH = MAX_DEPTH + 16
-
-# Outside strings, only these bytes matter to the nesting: `{` and `[` open, `}` and `]` close.
-_BRACKETS = bytes.maketrans(b"{}", b"[]")
-_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
-T = TypeVar("T")
-
-
-def _nesting(data: bytes, limit: int) -> int:
-    """An upper bound of the nesting depth of ``data`` (exact for valid JSON).
-
-    String contents are cut out (escaped backslashes and quotes first), the
-    brackets left are paired innermost first, one level per pass; an open
-    bracket left unpaired counts as one more level. C-speed scans only."""
-    if b"\\" in data:
-        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = b"".join(data.split(b'"')[0::2]).translate(_BRACKETS, _NOT_BRACKETS)
-    depth = 0
-    while b"[]" in brackets and depth <= limit:
-        brackets = brackets.replace(b"[]", b"")
-        depth += 1
-    return depth + brackets.count(b"[")
-
-
-def check_depth(data: bytes | str | msgspec.Raw, limit: int = MAX_DEPTH) -> None:
-    """Raise :class:`DecodeError` if the JSON text ``data`` nests arrays and
-    objects deeper than ``limit``; checked before any decoder recurses."""
-    if isinstance(data, str):
-        raw = data.encode("utf-8", "surrogatepass")
-    elif isinstance(data, (bytes, bytearray, memoryview, msgspec.Raw)):
-        raw = data if isinstance(data, bytes) else bytes(data)
-    else:
-        return  # no JSON text at all: the decoder says so (bytes(n) would be n zero bytes)
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return  # the common case: too few brackets to nest that deep
-    if _nesting(raw, limit) > limit:
-        raise DecodeError(f"not a JSON value this reader takes: arrays and objects nested more than {limit} deep")
-
-
-def bounded(decode: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``decode`` (a msgspec decoder's, or ``json.loads``) behind :func:`check_depth`."""
-    def decode_bounded(data: Any) -> T:
-        check_depth(data)
-        return decode(data)
-    return decode_bounded
 
 
 def _json_fallback_float(text: str) -> float | int:
