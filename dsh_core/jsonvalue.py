@@ -1,5 +1,6 @@
-"""Lossless JSON (docs/formats/v0.md §3): validation, immutable snapshots, dsh-compatible
-serialization, canonical JSON (RFC 8785 / JCS) and digests.
+"""Lossless JSON (docs/formats/v0.md §3): immutable values, dsh-compatible
+serialization, canonical JSON (RFC 8785 / JCS) and digests. Validation and
+frozen snapshots of caller-built values: :mod:`dsh_core.lossless`.
 
 Values are the plain Python JSON model: ``None``, ``bool``, ``int``, ``float``,
 ``str``, ``list``/``tuple`` and ``dict`` with ``str`` keys. Stored values are
@@ -28,11 +29,8 @@ from .json_depth import MAX_DEPTH, check_depth
 
 __all__ = [
     "MAX_SAFE_INTEGER",
-    "dump_json",
     "FrozenDict",
     "is_safe_int",
-    "check_lossless",
-    "snapshot",
     "freeze",
     "thaw",
     "decode_json",
@@ -74,81 +72,6 @@ class FrozenDict(dict[Any, Any]):
 def is_safe_int(value: Any) -> TypeGuard[int]:
     """Whether ``value`` is an ``int`` (never ``bool``) within ±(2^53−1)."""
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
-
-
-def _path(parts: list[str | int]) -> str:
-    out = "$"
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-def _copy_lossless(value: Any, where: str, frozen: bool) -> Any:
-    """Validate ``value`` as lossless JSON and return a detached copy.
-
-    Recursive, a frame per level: a decoded value nests at most
-    :data:`~dsh_core.json_depth.MAX_DEPTH` deep. Aliased sub-objects are accepted (copied twice); a cycle is rejected.
-    """
-    ancestors: set[int] = set()
-    path: list[str | int] = []
-
-    def fail(reason: str) -> LosslessJsonError:
-        prefix = f"{where}: " if where else ""
-        return LosslessJsonError(f"{prefix}{reason} at {_path(path)}")
-
-    def visit(current: Any, in_frozen: bool) -> Any:
-        kind = type(current)
-        if current is None or kind is str or kind is bool:
-            return current
-        if kind is int:
-            if -MAX_SAFE_INTEGER <= current <= MAX_SAFE_INTEGER:
-                return current
-            raise fail(f"integer {current} is outside ±(2^53-1)")
-        if kind is float:
-            if math.isnan(current) or math.isinf(current):
-                raise fail(f"non-finite number {current!r}")
-            if current == 0 and math.copysign(1.0, current) < 0:
-                raise fail("negative zero")
-            return int(current) if current.is_integer() and abs(current) <= MAX_SAFE_INTEGER else current
-        # A tuple is only an array inside a value this module froze (v0 §3.2
-        # rejects caller-built tuples).
-        if kind is list or kind is dict or kind is FrozenDict or (kind is tuple and in_frozen):
-            marker = id(current)
-            if marker in ancestors:
-                raise fail("cycle")
-            ancestors.add(marker)
-            try:
-                if kind is dict or kind is FrozenDict:
-                    out: dict[str, Any] = {}
-                    for key, item in current.items():
-                        if type(key) is not str:
-                            raise fail(f"non-string key {key!r}")
-                        path.append(key)
-                        out[key] = visit(item, kind is FrozenDict)
-                        path.pop()
-                    return FrozenDict(out) if frozen else out
-                items = []
-                for index, item in enumerate(current):
-                    path.append(index)
-                    items.append(visit(item, kind is tuple))
-                    path.pop()
-                return tuple(items) if frozen else items
-            finally:
-                ancestors.discard(marker)
-        raise fail(f"{kind.__name__} is not a JSON value")
-
-    return visit(value, type(value) is FrozenDict)
-
-
-def check_lossless(value: Any, where: str = "") -> None:
-    """Raise :class:`LosslessJsonError` (naming ``where`` and the JSON path)
-    unless ``value`` survives a JSON round trip unchanged."""
-    _copy_lossless(value, where, frozen=False)
-
-
-def snapshot(value: Any, where: str = "") -> Any:
-    """Validate ``value`` as lossless JSON and return a detached, frozen copy."""
-    return _copy_lossless(value, where, frozen=True)
 
 
 def freeze(value: Any) -> Any:
