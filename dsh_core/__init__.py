@@ -27,7 +27,8 @@ from .errors import (
 from .events import KNOWN_TYPES, SURFACE_TYPES, Event
 from .request_header import canonical_header, fold_request_header, header_equals
 from .invariants import InvariantChecker, Violation
-from .jsonvalue import canonical_json, check_lossless, decode_json, encode_json, sha256_jcs, snapshot
+from .jsonvalue import canonical_json, decode_json, encode_json, sha256_jcs
+from .lossless import check_lossless, snapshot
 from .request import Boundary, BoundaryTracker, build_request, request_digest
 from .session import SessionLog, SessionState
 from .session_header import FORMAT_VERSION, SessionHeader

@@ -1,5 +1,6 @@
-"""Lossless JSON (docs/formats/v0.md §3): validation, immutable snapshots, dsh-compatible
-serialization, canonical JSON (RFC 8785 / JCS) and digests.
+"""Lossless JSON (docs/formats/v0.md §3): immutable values, dsh-compatible
+serialization, canonical JSON (RFC 8785 / JCS) and digests. Validation and
+frozen snapshots of caller-built values: :mod:`dsh_core.lossless`.
 
 Values are the plain Python JSON model: ``None``, ``bool``, ``int``, ``float``,
 ``str``, ``list``/``tuple`` and ``dict`` with ``str`` keys. Stored values are
@@ -9,9 +10,8 @@ Decoding follows ECMAScript's ``JSON.parse`` as dsh does: an integral float
 (``1.0``, ``-0.0``) is the same number as the integer, so it decodes to ``int``;
 other floats stay ``float``. Encoding follows ``JSON.stringify`` byte for byte
 (ECMAScript number form, integer-like keys first, lone surrogates escaped).
-A text nested deeper than :data:`MAX_DEPTH` is refused before any decoder
-recurses into it (:func:`check_depth`), so nothing that walks a decoded value
-recursively can reach Python's recursion limit.
+A text nested deeper than :data:`~dsh_core.json_depth.MAX_DEPTH` is refused
+before any decoder recurses into it (:mod:`dsh_core.json_depth`).
 """
 
 from __future__ import annotations
@@ -20,23 +20,17 @@ import hashlib
 import json
 import math
 import re
-from typing import Any, Callable, TypeGuard, TypeVar
+from typing import Any, TypeGuard
 
 import msgspec
 
 from .errors import DecodeError, LosslessJsonError
+from .json_depth import MAX_DEPTH, check_depth
 
 __all__ = [
     "MAX_SAFE_INTEGER",
-    "MAX_DEPTH",
-    "STORED_DEPTH",
-    "check_depth",
-    "dump_json",
-    "bounded",
     "FrozenDict",
     "is_safe_int",
-    "check_lossless",
-    "snapshot",
     "freeze",
     "thaw",
     "decode_json",
@@ -80,81 +74,6 @@ def is_safe_int(value: Any) -> TypeGuard[int]:
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
-def _path(parts: list[str | int]) -> str:
-    out = "$"
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-def _copy_lossless(value: Any, where: str, frozen: bool) -> Any:
-    """Validate ``value`` as lossless JSON and return a detached copy.
-
-    Recursive, a frame per level: a decoded value nests at most
-    :data:`MAX_DEPTH` deep. Aliased sub-objects are accepted (copied twice); a cycle is rejected.
-    """
-    ancestors: set[int] = set()
-    path: list[str | int] = []
-
-    def fail(reason: str) -> LosslessJsonError:
-        prefix = f"{where}: " if where else ""
-        return LosslessJsonError(f"{prefix}{reason} at {_path(path)}")
-
-    def visit(current: Any, in_frozen: bool) -> Any:
-        kind = type(current)
-        if current is None or kind is str or kind is bool:
-            return current
-        if kind is int:
-            if -MAX_SAFE_INTEGER <= current <= MAX_SAFE_INTEGER:
-                return current
-            raise fail(f"integer {current} is outside ±(2^53-1)")
-        if kind is float:
-            if math.isnan(current) or math.isinf(current):
-                raise fail(f"non-finite number {current!r}")
-            if current == 0 and math.copysign(1.0, current) < 0:
-                raise fail("negative zero")
-            return int(current) if current.is_integer() and abs(current) <= MAX_SAFE_INTEGER else current
-        # A tuple is only an array inside a value this module froze (v0 §3.2
-        # rejects caller-built tuples).
-        if kind is list or kind is dict or kind is FrozenDict or (kind is tuple and in_frozen):
-            marker = id(current)
-            if marker in ancestors:
-                raise fail("cycle")
-            ancestors.add(marker)
-            try:
-                if kind is dict or kind is FrozenDict:
-                    out: dict[str, Any] = {}
-                    for key, item in current.items():
-                        if type(key) is not str:
-                            raise fail(f"non-string key {key!r}")
-                        path.append(key)
-                        out[key] = visit(item, kind is FrozenDict)
-                        path.pop()
-                    return FrozenDict(out) if frozen else out
-                items = []
-                for index, item in enumerate(current):
-                    path.append(index)
-                    items.append(visit(item, kind is tuple))
-                    path.pop()
-                return tuple(items) if frozen else items
-            finally:
-                ancestors.discard(marker)
-        raise fail(f"{kind.__name__} is not a JSON value")
-
-    return visit(value, type(value) is FrozenDict)
-
-
-def check_lossless(value: Any, where: str = "") -> None:
-    """Raise :class:`LosslessJsonError` (naming ``where`` and the JSON path)
-    unless ``value`` survives a JSON round trip unchanged."""
-    _copy_lossless(value, where, frozen=False)
-
-
-def snapshot(value: Any, where: str = "") -> Any:
-    """Validate ``value`` as lossless JSON and return a detached, frozen copy."""
-    return _copy_lossless(value, where, frozen=True)
-
-
 def freeze(value: Any) -> Any:
     """Return an immutable deep copy of a decoded JSON value (no validation)."""
     kind = type(value)
@@ -194,58 +113,6 @@ def float_hook(text: str) -> float | int:
 
 
 _decoder = msgspec.json.Decoder(float_hook=float_hook)
-
-#: The deepest nesting of arrays and objects a JSON text may have (serde_json's
-#: default). dsh's logs nest 13 deep at most; every decoder, and everything that
-#: walks a decoded value recursively, stays far below Python's recursion limit.
-MAX_DEPTH = 128
-#: What the pipeline's own stores (fold snapshots, views, state) may nest: a
-#: value of a log, inside the few levels a snapshot or view wraps it in.
-STORED_DEPTH = MAX_DEPTH + 16
-
-# Outside strings, only these bytes matter to the nesting: `{` and `[` open, `}` and `]` close.
-_BRACKETS = bytes.maketrans(b"{}", b"[]")
-_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
-T = TypeVar("T")
-
-
-def _nesting(data: bytes, limit: int) -> int:
-    """An upper bound of the nesting depth of ``data`` (exact for valid JSON).
-
-    String contents are cut out (escaped backslashes and quotes first), the
-    brackets left are paired innermost first, one level per pass; an open
-    bracket left unpaired counts as one more level. C-speed scans only."""
-    if b"\\" in data:
-        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    brackets = b"".join(data.split(b'"')[0::2]).translate(_BRACKETS, _NOT_BRACKETS)
-    depth = 0
-    while b"[]" in brackets and depth <= limit:
-        brackets = brackets.replace(b"[]", b"")
-        depth += 1
-    return depth + brackets.count(b"[")
-
-
-def check_depth(data: bytes | str | msgspec.Raw, limit: int = MAX_DEPTH) -> None:
-    """Raise :class:`DecodeError` if the JSON text ``data`` nests arrays and
-    objects deeper than ``limit``; checked before any decoder recurses."""
-    if isinstance(data, str):
-        raw = data.encode("utf-8", "surrogatepass")
-    elif isinstance(data, (bytes, bytearray, memoryview, msgspec.Raw)):
-        raw = data if isinstance(data, bytes) else bytes(data)
-    else:
-        return  # no JSON text at all: the decoder says so (bytes(n) would be n zero bytes)
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return  # the common case: too few brackets to nest that deep
-    if _nesting(raw, limit) > limit:
-        raise DecodeError(f"not a JSON value this reader takes: arrays and objects nested more than {limit} deep")
-
-
-def bounded(decode: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``decode`` (a msgspec decoder's, or ``json.loads``) behind :func:`check_depth`."""
-    def decode_bounded(data: Any) -> T:
-        check_depth(data)
-        return decode(data)
-    return decode_bounded
 
 
 def _json_fallback_float(text: str) -> float | int:

@@ -21,7 +21,8 @@ from .derive import DerivedHistory, derive_event_message
 from .errors import EnvelopeError, ForkError
 from .events import RETIRED_TYPES, SURFACE_TYPES, Event, event_from_json
 from .request_header import canonical_header
-from .jsonvalue import FrozenDict, freeze, snapshot, thaw
+from .jsonvalue import FrozenDict, freeze, thaw
+from .lossless import snapshot
 from .session_header import SessionHeader
 from .shapes import check_envelope, check_message_shape, check_request_header, check_retired
 from .surface import Replacement, Surface

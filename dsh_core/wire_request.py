@@ -38,7 +38,8 @@ import json
 from typing import Any, Literal
 
 from .errors import DecodeError
-from .jsonvalue import bounded, canonical_json, sha256_jcs
+from .json_depth import bounded
+from .jsonvalue import canonical_json, sha256_jcs
 
 __all__ = ["ALGORITHM", "KINDS", "RAW_ALGORITHM", "WIRES", "Wire", "classify", "differences", "normalize", "request_parts",
            "wire_digest"]

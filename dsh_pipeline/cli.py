@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.metadata
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from dsh_core.errors import DshError
 from dsh_core.inspect import expand_inputs, inspect_path
@@ -17,13 +16,12 @@ from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import kafka_command, otel_command, producer_commands, service_commands
 from dsh_pipeline.export_command import add_export_command
 from dsh_pipeline.reader_commands import add_reader_commands
+from dsh_pipeline.cli_options import (add_consumer_options, add_delivery_option, add_kafka_options, add_log_options,
+                                       add_ops_options, formats, host_port, positive_seconds, upstream)
 from dsh_pipeline.config_file import CONFIG_ENV, CommandParser, apply_config
 from dsh_pipeline.exit_codes import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE,
                                      EXIT_USAGE)
 from dsh_pipeline.log_lines import log_error
-
-if TYPE_CHECKING:  # the services are imported by the commands that run them
-    from consumers.runtime.config import ServiceConfig
 
 __all__ = ["main"]
 
@@ -68,32 +66,6 @@ def _migrate(args: argparse.Namespace) -> int:
     return status
 
 
-def _formats(text: str) -> tuple[int, ...]:
-    """``--format``: one session format, or a comma-separated mix (``0,3,4``)."""
-    from producers.simulator import FORMATS
-    try:
-        formats = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        formats = ()
-    if not formats or any(version not in FORMATS for version in formats):
-        raise argparse.ArgumentTypeError(f"expected formats among {', '.join(map(str, FORMATS))} (e.g. 4 or 0,3,4), "
-                                         f"got {text!r}")
-    return formats
-
-
-def _retention(text: str) -> dict[str, int]:
-    """``--retention``: ``TOPIC=MS`` pairs, comma-separated (TOPIC one of :data:`RETAINED`; -1 keeps forever)."""
-    from dsh_kafka.topics import RETAINED
-    retention: dict[str, int] = {}
-    for part in filter(None, (item.strip() for item in text.split(","))):
-        topic, _, value = part.partition("=")
-        if topic not in RETAINED or not value.lstrip("-").isdigit() or int(value) < -1:
-            raise argparse.ArgumentTypeError(f"expected TOPIC=MS pairs with TOPIC one of {', '.join(RETAINED)} and "
-                                             f"MS -1 (forever) or more, got {part!r}")
-        retention[topic] = int(value)
-    return retention
-
-
 def _demo(args: argparse.Namespace) -> int:
     from dsh_pipeline.demo import DemoConfig, run_demo
     from dsh_pipeline.demo_agents import default_real_agents
@@ -111,103 +83,6 @@ def _acls(args: argparse.Namespace) -> int:
             else pipeline_acls(args.principal, names, args.group_prefix))
     print("\n".join(kafka_acls_commands(acls, args.bootstrap_server)))
     return EXIT_OK
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
-    return seconds
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8787 or 0.0.0.0:8787)")
-    return host.strip("[]"), int(port)
-
-
-def _upstream(text: str) -> str:
-    from urllib.parse import urlsplit
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL")
-    return text
-
-
-def _add_kafka_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: $DSH_KAFKA_BOOTSTRAP or the local broker)")
-    parser.add_argument("--topic-prefix", default="", help="prefix for the pipeline's topic names, ending in '.', "
-                                                           "'-' or '_' (eco3. gives eco3.dsh.session-events)")
-    from dsh_kafka.topics import DEFAULT_PARTITIONS
-    parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS,
-                        help=f"partitions of newly created topics (default {DEFAULT_PARTITIONS})")
-    parser.add_argument("--no-create-topics", action="store_true",
-                        help="only verify the topics (a cluster where they are created by its operators)")
-    parser.add_argument("--replication", type=int, metavar="N",
-                        help="copies of each partition of new topics, never lowered to the brokers up; existing "
-                             "topics must have at least these (default: the cluster's default.replication.factor)")
-    parser.add_argument("--min-insync-replicas", type=int, metavar="N",
-                        help="copies that must have a record before it counts as written; existing topics must "
-                             "have at least this (default: all but one)")
-    parser.add_argument("--retention", type=_retention, default={}, metavar="TOPIC=MS[,...]",
-                        help="retention of new topics: events, findings, dead-letter (milliseconds; -1, the "
-                             "default, keeps forever; the views topic is compacted)")
-    parser.add_argument("--wait-for-cluster", type=float, default=30.0, metavar="SECONDS",
-                        help="while no broker answers at all, a broker the cluster lists does not answer, or fewer "
-                             "are up than a new topic's copies, try again with backoff this long (default 30; 0: "
-                             "fail at once); a broker that refuses this client is named at once")
-
-
-def _add_delivery_option(parser: argparse.ArgumentParser, kept: str) -> None:
-    from dsh_kafka.config import ProducerSettings
-    default = ProducerSettings.delivery_timeout_s
-    parser.add_argument("--delivery-timeout", type=_positive_seconds, default=default, metavar="SECONDS",
-                        help="while the cluster cannot take records (fewer brokers up than the topic's "
-                             "min.insync.replicas, no leader) the command waits and resumes once it can; after this "
-                             f"long without room or acknowledgement it stops with DeliveryTimeoutError, exit 69 "
-                             f"(default {default:g}): {kept}")
-
-
-def _add_consumer_options(parser: argparse.ArgumentParser, config_class: type[ServiceConfig]) -> None:
-    """The options every consumer service shares, defaulted from its configuration class."""
-    # each service's class gives its group a default (ServiceConfig has none)
-    group = next(field.default for field in dataclasses.fields(config_class) if field.name == "group")
-    parser.add_argument("--group", default=group, help=f"consumer group (default {group})")
-    parser.add_argument("--max-records", type=int, default=config_class.max_records,
-                        help="records per poll batch (one persist and commit each)")
-    parser.add_argument("--hot-sessions", type=int, default=config_class.hot_sessions,
-                        help="sessions kept in memory; colder ones are reloaded from the service's state")
-    parser.add_argument("--session-timeout", type=float, default=config_class.session_timeout_ms / 1000,
-                        help="seconds without a heartbeat before the group moves this member's partitions "
-                             f"(default {config_class.session_timeout_ms / 1000:g}; raise it on loaded hosts)")
-    parser.add_argument("--instance-id", default=None,
-                        help="a static group member id, unique per process (e.g. the host name): a restart within "
-                             "the session timeout keeps its partitions, no rebalance")
-    _add_ops_options(parser)
-    _add_kafka_options(parser)
-
-
-def _add_log_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="the command's own log lines on stderr (default INFO; the Kafka client's: WARNING and "
-                             "up, each repeat of one within a minute counted into one line)")
-    parser.add_argument("--log-format", default="text", choices=["text", "json"],
-                        help="log lines as text (default) or one JSON object each, and nothing else on stderr: "
-                             "time, level, logger, service, message and, where known, topic, partition, offset, "
-                             "session, count, reason")
-
-
-def _add_ops_options(parser: argparse.ArgumentParser) -> None:
-    _add_log_options(parser)
-    parser.add_argument("--metrics-port", type=int, default=0,
-                        help="serve Prometheus /metrics and /healthz on this port (default 0: not at all)")
-    parser.add_argument("--metrics-host", default="127.0.0.1",
-                        help="the address that port binds to (default 127.0.0.1: this host only; 0.0.0.0 for "
-                             "every interface, as a container needs)")
 
 
 #: Reads only ``--config`` (before the command's parser takes the file's defaults).
@@ -283,16 +158,16 @@ def build_parser() -> _Cli:
     ship.add_argument("--poll", type=float, default=0.5, help="seconds between passes when following")
     ship.add_argument("--summary-every", type=float, default=60.0, metavar="SECONDS",
                       help="following: a summary line this often (default 60)")
-    ship.add_argument("--rescan-every", type=_positive_seconds, default=300.0, metavar="SECONDS",
+    ship.add_argument("--rescan-every", type=positive_seconds, default=300.0, metavar="SECONDS",
                       help="following with inotify: read the whole root this often all the same, for changes "
                            "inotify does not see (another host's writes on a network file system; default 300)")
     ship.add_argument("--layout-from", nargs="+", default=[], metavar="FILE",
                       help="first copy these session logs (or every .jsonl and .jsonl.zstd file under these "
                            "folders) into ROOT where dsh keeps them, as each one's header says; an identical copy "
                            "already there is kept, another log in its place is refused")
-    _add_delivery_option(ship, "the checkpoint holds what was acknowledged, so a restart ships no repeat of it")
-    _add_ops_options(ship)
-    _add_kafka_options(ship)
+    add_delivery_option(ship, "the checkpoint holds what was acknowledged, so a restart ships no repeat of it")
+    add_ops_options(ship)
+    add_kafka_options(ship)
     ship.set_defaults(run=service_commands.ship)
 
     worker = commands.add_parser("worker", help="run a real dsh agent runtime and publish its session live")
@@ -313,8 +188,8 @@ def build_parser() -> _Cli:
     worker.add_argument("--no-gateway", action="store_true",
                         help="let the runtime call the model directly (by default its requests go through an "
                              "attesting gateway on loopback, so the auditor verifies each against the log)")
-    _add_delivery_option(worker, "the events acknowledged before stay published")
-    _add_kafka_options(worker)
+    add_delivery_option(worker, "the events acknowledged before stay published")
+    add_kafka_options(worker)
     worker.set_defaults(run=producer_commands.worker)
 
     from consumers.archiver import ArchiverConfig
@@ -328,7 +203,7 @@ def build_parser() -> _Cli:
     project.add_argument("--prices", metavar="FILE",
                          help="a price table (TOML) the cost counter dsh_cost_usd_total is counted by (default: the "
                               "packaged DeepSeek prices)")
-    _add_consumer_options(project, ProjectorConfig)
+    add_consumer_options(project, ProjectorConfig)
     project.set_defaults(run=service_commands.project)
 
     audit = commands.add_parser("audit", help="prove every model request rebuildable from the log; report findings")
@@ -341,14 +216,14 @@ def build_parser() -> _Cli:
     audit.add_argument("--wire-deadline", type=float, default=AuditorConfig.wire_deadline_seconds, metavar="SECONDS",
                        help="how long a gateway's attestation and its request boundary may wait for each other "
                             f"(default {AuditorConfig.wire_deadline_seconds:g}), in record time")
-    _add_consumer_options(audit, AuditorConfig)
+    add_consumer_options(audit, AuditorConfig)
     audit.set_defaults(run=service_commands.audit)
 
     gateway = commands.add_parser("gateway", help="a model API proxy for dsh agents that attests every request "
                                                   "they send (point their DEEPSEEK_BASE_URL at it)")
-    gateway.add_argument("--listen", type=_host_port, default=("127.0.0.1", 8787), metavar="HOST:PORT",
+    gateway.add_argument("--listen", type=host_port, default=("127.0.0.1", 8787), metavar="HOST:PORT",
                          help="where agents reach it (default 127.0.0.1:8787)")
-    gateway.add_argument("--upstream", type=_upstream, required=True, metavar="URL",
+    gateway.add_argument("--upstream", type=upstream, required=True, metavar="URL",
                          help="the model endpoint the fleet used as its DEEPSEEK_BASE_URL (http or https)")
     gateway.add_argument("--read-timeout", type=float, default=300.0, metavar="SECONDS",
                          help="the longest silence of an upstream response before it counts as stalled (default 300)")
@@ -363,14 +238,14 @@ def build_parser() -> _Cli:
     gateway.add_argument("--max-connections", type=int, default=1024, metavar="N",
                          help="open connections kept (default 1024); beyond them the least recently active idle one "
                               "is closed, or, when every one is busy, the new one is answered 503")
-    _add_ops_options(gateway)
-    _add_kafka_options(gateway)
+    add_ops_options(gateway)
+    add_kafka_options(gateway)
     gateway.set_defaults(run=service_commands.gateway)
 
     serve = commands.add_parser("serve", help="the read API and the web transcript viewer over the view store")
     serve.add_argument("--store", default="views.sqlite",
                        help="the view store: a SQLite file or a postgresql:// URI (read-only)")
-    serve.add_argument("--listen", type=_host_port, default=("127.0.0.1", 8788), metavar="HOST:PORT",
+    serve.add_argument("--listen", type=host_port, default=("127.0.0.1", 8788), metavar="HOST:PORT",
                        help="where it answers (default 127.0.0.1:8788)")
     serve.add_argument("--tokens-file", metavar="FILE",
                        help="its bearer tokens, one per line (also $DSH_API_TOKENS, comma-separated)")
@@ -379,7 +254,7 @@ def build_parser() -> _Cli:
     serve.add_argument("--prices", metavar="FILE",
                        help="the price table (TOML, US dollars per million tokens by model) usage is priced with "
                             "(default: the packaged DeepSeek prices; the summary names when they were taken)")
-    _add_ops_options(serve)
+    add_ops_options(serve)
     serve.set_defaults(run=service_commands.serve)
 
     archive = commands.add_parser("archive", help="write every session back in dsh's layout and zstd framing")
@@ -388,15 +263,15 @@ def build_parser() -> _Cli:
                          help="also write each v0 and v3 session as the v4 log dsh 0.2.1 migrates it to "
                               "(session.v4.jsonl.zstd beside the archived file, which dsh 0.2.x then reads and "
                               "continues); rewritten after each batch of the session")
-    _add_consumer_options(archive, ArchiverConfig)
+    add_consumer_options(archive, ArchiverConfig)
     archive.set_defaults(run=service_commands.archive)
 
-    otel_command.add_export_otel(commands, _add_consumer_options)
+    otel_command.add_export_otel(commands, add_consumer_options)
 
     demo = commands.add_parser("demo", help="the end-to-end pipeline on a local broker, checked against ground truth")
     demo.add_argument("--sessions", type=int, default=300)
     demo.add_argument("--seed", type=int, default=7)
-    demo.add_argument("--format", type=_formats, default=(0, 3, 4), metavar="V[,V...]",
+    demo.add_argument("--format", type=formats, default=(0, 3, 4), metavar="V[,V...]",
                       help="the fleet's session formats, taken in turns (default 0,3,4: v0, v3 and v4 side by side)")
     demo.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     demo.add_argument("--workdir", help="where views, archive and logs go (default: a temporary folder)")
@@ -422,22 +297,22 @@ def build_parser() -> _Cli:
     acls.add_argument("--group", help="with --service: its consumer group (default: the service's own)")
     acls.set_defaults(run=_acls)
 
-    add_reader_commands(commands, _add_kafka_options)
+    add_reader_commands(commands, add_kafka_options)
     add_export_command(commands)
 
     simulate = commands.add_parser("simulate", help="publish a deterministic fleet of simulated agents")
     simulate.add_argument("--sessions", type=int, default=50)
     simulate.add_argument("--seed", type=int, default=1)
     simulate.add_argument("--max-turns", type=int, default=4)
-    simulate.add_argument("--format", type=_formats, default=(0,), metavar="V[,V...]",
+    simulate.add_argument("--format", type=formats, default=(0,), metavar="V[,V...]",
                           help="session format: 0 (dsh 0.1.x), 3 (0.1.5) or 4 (0.2.1); a comma-separated list "
                                "writes a mixed fleet, taking them in turns (default 0)")
     simulate.add_argument("--manifest", help="write the ground-truth manifest (JSON) here")
-    _add_delivery_option(simulate, "the manifest holds the sessions acknowledged whole, marked partial")
-    _add_log_options(simulate)
+    add_delivery_option(simulate, "the manifest holds the sessions acknowledged whole, marked partial")
+    add_log_options(simulate)
     for kind in ("unlogged", "dropped", "duplicate", "lossless", "unknown"):
         simulate.add_argument(f"--fault-{kind}", type=int, default=0, metavar="N", help=f"inject N {kind} defects")
-    _add_kafka_options(simulate)
+    add_kafka_options(simulate)
     simulate.set_defaults(run=producer_commands.simulate)
     return parser
 

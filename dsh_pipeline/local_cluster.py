@@ -30,8 +30,9 @@ from pathlib import Path
 
 from dsh_core.errors import PipelineError
 from dsh_pipeline.kafka_jars import ensure_kafka_jars
-from dsh_pipeline.local_kafka import (BrokerState, ClusterNode, LocalKafka, free_ports, ports_if_free, private_file,
-                                      read_state, stop_detached, sweep_abandoned_data_dirs)
+from dsh_pipeline.local_kafka import (BrokerState, ClusterNode, LocalKafka, read_state, stop_detached,
+                                      sweep_abandoned_data_dirs)
+from dsh_pipeline.local_resources import free_ports, ports_if_free, private_file
 
 __all__ = ["LocalCluster", "cluster_nodes", "stop_detached_cluster"]
 

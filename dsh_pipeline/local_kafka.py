@@ -1,4 +1,5 @@
-"""A real single-node Kafka (KRaft) broker from Maven Central jars.
+"""A real single-node Kafka (KRaft) broker from Maven Central jars (its ports
+and private files: :mod:`dsh_pipeline.local_resources`).
 
 The "embedded default": without a configured cluster, the CLI, the test
 fixture and the demo start one of these on free loopback ports.
@@ -18,14 +19,12 @@ fixture and the demo start one of these on free loopback ports.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -37,11 +36,12 @@ from pathlib import Path
 from dsh_core.errors import PipelineError
 from dsh_pipeline.broker_listeners import SCRAM, ListenerSecurity
 from dsh_pipeline.kafka_jars import KAFKA_VERSION, ensure_kafka_jars, java_major, require_tool
+from dsh_pipeline.local_resources import free_ports, ports_if_free, private_file
 from dsh_kafka.clients import make_admin
 from dsh_kafka.config import KafkaConfig
 
-__all__ = ["LocalKafka", "BrokerState", "ClusterNode", "free_ports", "ports_if_free", "private_file", "read_state",
-           "probe_metadata", "stop_detached", "sweep_abandoned_data_dirs"]
+__all__ = ["LocalKafka", "BrokerState", "ClusterNode", "read_state", "probe_metadata", "stop_detached",
+           "sweep_abandoned_data_dirs"]
 
 _READY_LINE = "Kafka Server started"
 
@@ -59,45 +59,12 @@ logger.q.level=INFO
 """
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (each probe stays bound until all are
-    chosen: probes released one by one may be given the same port)."""
-    with contextlib.ExitStack() as stack:
-        probes = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-
-
-def ports_if_free(ports: list[int]) -> list[int] | None:
-    """``ports`` if each can be bound on loopback now, else ``None``. Like
-    the broker's own listeners, the probe ignores connections of a previous
-    run still in TIME_WAIT on the port."""
-    with contextlib.ExitStack() as stack:
-        for port in ports:
-            probe = stack.enter_context(socket.socket())
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                return None
-    return ports
-
-
 def _die_with_parent() -> None:  # runs in the child before exec (Linux)
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-
-
-def private_file(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path``, a file only its owner may read or write (0600)."""
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
-        out.write(text)
-    os.chmod(path, 0o600)  # a file that existed keeps its mode through O_CREAT
-    return path
 
 
 async def _metadata(kafka: KafkaConfig) -> None:

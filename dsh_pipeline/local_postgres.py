@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from dsh_core.errors import PipelineError
-from dsh_pipeline.local_kafka import free_ports, private_file
+from dsh_pipeline.local_resources import free_ports, private_file
 
 __all__ = ["DSN_ENVIRONMENT", "LocalPostgres", "create_database"]
 

@@ -36,7 +36,8 @@ from dsh_kafka.admin import prepare_topics
 from dsh_kafka.topics import DEFAULT_PARTITIONS, TopicNames
 
 from .kafka_jars import require_tool
-from .local_kafka import LocalKafka, private_file
+from .local_kafka import LocalKafka
+from .local_resources import private_file
 
 __all__ = ["ADMIN", "SecureBroker", "USERS", "make_certificates"]
 

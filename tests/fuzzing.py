@@ -49,7 +49,7 @@ from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import Category, DshError
 from dsh_core.events import KNOWN_TYPES as V0_TYPES
 from dsh_core.inspect import error_json
-from dsh_core.jsonvalue import MAX_DEPTH
+from dsh_core.json_depth import MAX_DEPTH
 from dsh_core.loader import load_session_bytes
 from dsh_core.formats.v4.vocabulary import KNOWN_TYPES as V4_TYPES
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_from_line

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsh_core.errors import Category, DecodeError
-from dsh_core.jsonvalue import MAX_SAFE_INTEGER, check_depth, encode_json
+from dsh_core.json_depth import check_depth
+from dsh_core.jsonvalue import MAX_SAFE_INTEGER, encode_json
 
 __all__ = ["Finding", "Report", "category_of", "lossless_problem"]
 

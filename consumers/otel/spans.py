@@ -19,7 +19,7 @@ the same ids. Times are the log's own event times (:mod:`dsh_core.event_time`).
 
 Message content (``gen_ai.input.messages`` and ``gen_ai.output.messages``,
 tool arguments and results) is opt-in (``content``), each attribute cut at
-:data:`CONTENT_CHARS` characters. The input messages of a
+:data:`~consumers.otel.event_fields.CONTENT_CHARS` characters. The input messages of a
 ``chat`` span are those the log added since the previous model response (the
 user's message, tool results), not the whole history each request resent:
 the earlier ones are on the earlier spans of the same trace.
@@ -40,7 +40,10 @@ import msgspec
 
 from dsh_core.event_time import line_time
 
-__all__ = ["AttributeValue", "CONTENT_CHARS", "GenAISpan", "MapperState", "SEMCONV_VERSION", "SCHEMA_URL", "SpanMapper",
+from .event_fields import (USAGE_ATTRIBUTES, as_dict, as_int, as_list, as_str, capped, content_blocks, decode_event,
+                           finish_reason, message_parts, result_text, stream_finish, usage_counts)
+
+__all__ = ["AttributeValue", "GenAISpan", "MapperState", "SEMCONV_VERSION", "SCHEMA_URL", "SpanMapper",
            "provider_name", "span_id", "trace_id"]
 
 #: The OpenTelemetry semantic conventions release whose GenAI attributes the
@@ -50,16 +53,6 @@ SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 
 AttributeValue = str | int | float | bool | list[str]
 
-#: dsh's finish kinds as the conventions' ``finish_reason`` values.
-_FINISH_REASONS = {"stop": "stop", "tool-calls": "tool_call", "max-tokens": "length", "error": "error",
-                   "content-filter": "content_filter"}
-#: dsh's usage counters and the attributes they become.
-_USAGE = {"inputTokens": "gen_ai.usage.input_tokens", "outputTokens": "gen_ai.usage.output_tokens",
-          "cacheReadTokens": "gen_ai.usage.cache_read.input_tokens",
-          "cacheWriteTokens": "gen_ai.usage.cache_creation.input_tokens"}
-#: Characters kept of one content attribute (a tool's output can be megabytes;
-#: receivers refuse requests of a few MiB): the rest is cut, and says how much.
-CONTENT_CHARS = 32 * 1024
 _WATCHED = frozenset({"turn/start", "turn/end", "step/start", "step/end", "request/header", "assistant/chunk",
                       "assistant/message", "tool/call", "tool/result", "user/message"})
 
@@ -146,7 +139,7 @@ class SpanMapper:
         times = line_time(line)
         if times is None or times.type not in _WATCHED:
             return self._note_output(times)
-        event = _decode(line)
+        event = decode_event(line)
         if event is None:
             return []
         seq, data = event.get("seq"), event.get("data")
@@ -164,30 +157,30 @@ class SpanMapper:
         state = self.current
         if kind == "turn/start":
             ended = self._end_turn(at, None, "turn-not-ended") if state.turn is not None else []
-            state.turn = _Open(seq=seq, start_ms=at, number=_int(data.get("turn")))
+            state.turn = _Open(seq=seq, start_ms=at, number=as_int(data.get("turn")))
             return ended
         if kind == "turn/end":
             return self._end_turn(at, data.get("reason"), None) if state.turn is not None else []
         if kind == "step/start":
-            state.step = _Open(seq=seq, start_ms=at, number=_int(data.get("step")))
+            state.step = _Open(seq=seq, start_ms=at, number=as_int(data.get("step")))
         elif kind == "step/end":
             state.step = None
         elif kind == "request/header":
-            config = _dict(_dict(data.get("header")).get("config"))
-            state.provider = _str(config.get("provider")) or state.provider
-            state.model = _str(config.get("model")) or state.model
+            config = as_dict(as_dict(data.get("header")).get("config"))
+            state.provider = as_str(config.get("provider")) or state.provider
+            state.model = as_str(config.get("model")) or state.model
         elif kind == "assistant/chunk":
-            self._chunk(at, _dict(data.get("chunk")))
+            self._chunk(at, as_dict(data.get("chunk")))
         elif kind == "assistant/message":
             return [self._chat(seq, at, data, output_at)]
         elif kind == "tool/call":
-            state.tools.append(_Open(seq=seq, start_ms=at, name=_str(data.get("name")) or "",
-                                     call_id=_str(data.get("callId")) or "",
-                                     arguments=_str(data.get("arguments")) if self.content else None))
+            state.tools.append(_Open(seq=seq, start_ms=at, name=as_str(data.get("name")) or "",
+                                     call_id=as_str(data.get("callId")) or "",
+                                     arguments=as_str(data.get("arguments")) if self.content else None))
         elif kind == "tool/result":
             return self._tool_result(at, data)
         elif kind == "user/message" and self.content:
-            state.inputs.append({"role": "user", "parts": _parts(_content(data))})
+            state.inputs.append({"role": "user", "parts": message_parts(content_blocks(data))})
         return []
 
     def _chunk(self, at: int, chunk: dict[str, Any]) -> None:
@@ -197,7 +190,7 @@ class SpanMapper:
         if step.output_ms is None and chunk.get("type") != "finish":
             step.output_ms = at
         if chunk.get("type") == "finish":
-            step.finish = _finish(chunk.get("reason"))
+            step.finish = finish_reason(chunk.get("reason"))
 
     # ------------------------------------------------------------- spans
 
@@ -211,12 +204,12 @@ class SpanMapper:
 
     def _chat(self, seq: int, at: int, data: dict[str, Any], output_at: int | None) -> GenAISpan:
         state = self.current
-        message = _dict(data.get("message")) or data  # v0 before its upgrade: content and provenance on data
-        source = _dict(message.get("source")) or _dict(data.get("provenance"))
+        message = as_dict(data.get("message")) or data  # v0 before its upgrade: content and provenance on data
+        source = as_dict(message.get("source")) or as_dict(data.get("provenance"))
         step = state.step
         opened = step if step is not None else _Open(seq=seq, start_ms=at)
-        response_model = _str(source.get("model"))
-        provider = _str(source.get("provider"))
+        response_model = as_str(source.get("model"))
+        provider = as_str(source.get("provider"))
         if provider and not state.provider:
             state.provider = provider
         attributes = self._common(opened.seq, "chat")
@@ -225,11 +218,11 @@ class SpanMapper:
             attributes["gen_ai.request.model"] = request_model
         if response_model:
             attributes["gen_ai.response.model"] = response_model
-        if _str(message.get("id")):
+        if as_str(message.get("id")):
             attributes["gen_ai.response.id"] = message["id"]
-        usage = _usage(data.get("usage"))
-        attributes.update({_USAGE[name]: value for name, value in usage.items()})
-        finish = (step.finish if step is not None else None) or _stream_finish(data.get("stream"))
+        usage = usage_counts(data.get("usage"))
+        attributes.update({USAGE_ATTRIBUTES[name]: value for name, value in usage.items()})
+        finish = (step.finish if step is not None else None) or stream_finish(data.get("stream"))
         if finish is None and data.get("interrupted") is True:
             finish = "interrupted"
         if finish is not None:
@@ -240,11 +233,11 @@ class SpanMapper:
         if step is not None and step.number is not None:
             attributes["dsh.step"] = step.number
         if self.content:
-            attributes["gen_ai.input.messages"] = _capped(json.dumps(state.inputs, ensure_ascii=False))
-            output: dict[str, Any] = {"role": "assistant", "parts": _parts(_content(message))}
+            attributes["gen_ai.input.messages"] = capped(json.dumps(state.inputs, ensure_ascii=False))
+            output: dict[str, Any] = {"role": "assistant", "parts": message_parts(content_blocks(message))}
             if finish is not None:
                 output["finish_reason"] = finish
-            attributes["gen_ai.output.messages"] = _capped(json.dumps([output], ensure_ascii=False))
+            attributes["gen_ai.output.messages"] = capped(json.dumps([output], ensure_ascii=False))
             state.inputs = []
         if state.turn is not None:
             totals = state.turn.usage
@@ -258,20 +251,20 @@ class SpanMapper:
                          error="error" if finish == "error" else None)
 
     def _tool_result(self, at: int, data: dict[str, Any]) -> list[GenAISpan]:
-        message = _dict(data.get("message"))
-        call_id = (_str(data.get("callId")) or _str(message.get("toolCallId"))
-                   or _str(_dict(message.get("source")).get("callId")))
+        message = as_dict(data.get("message"))
+        call_id = (as_str(data.get("callId")) or as_str(message.get("toolCallId"))
+                   or as_str(as_dict(message.get("source")).get("callId")))
         call = next((tool for tool in self.current.tools if tool.call_id == call_id), None)
         if call is None:
             return []
         self.current.tools.remove(call)
-        content = _content(message) if message else data.get("content")
+        content = content_blocks(message) if message else data.get("content")
         failed = data.get("isError") is True or message.get("isError") is True or any(
-            isinstance(part, dict) and part.get("isError") is True for part in _list(content))
+            isinstance(part, dict) and part.get("isError") is True for part in as_list(content))
         if self.content:
             self.current.inputs.append({"role": "tool", "parts": [
-                {"type": "tool_call_response", "id": call_id, "response": _result_text(content)}]})
-        return [self._tool_span(call, at, "tool-error" if failed else None, _result_text(content))]
+                {"type": "tool_call_response", "id": call_id, "response": result_text(content)}]})
+        return [self._tool_span(call, at, "tool-error" if failed else None, result_text(content))]
 
     def _tool_span(self, call: _Open, end_ms: int, error: str | None, result: str | None) -> GenAISpan:
         attributes = self._common(call.seq, "execute_tool")
@@ -279,9 +272,9 @@ class SpanMapper:
                            "gen_ai.tool.type": "function"})
         if self.content:
             if call.arguments is not None:
-                attributes["gen_ai.tool.call.arguments"] = _capped(call.arguments)
+                attributes["gen_ai.tool.call.arguments"] = capped(call.arguments)
             if result is not None:
-                attributes["gen_ai.tool.call.result"] = _capped(result)
+                attributes["gen_ai.tool.call.result"] = capped(result)
         return GenAISpan(name=f"execute_tool {call.name}".rstrip(), kind="internal", trace_id=self.trace,
                          span_id=span_id(self.session_id, call.seq, "execute_tool"), parent_id=self._parent(),
                          start_ms=call.start_ms, end_ms=max(end_ms, call.start_ms), attributes=attributes,
@@ -300,10 +293,10 @@ class SpanMapper:
             attributes["gen_ai.request.model"] = state.model
         if turn.model:
             attributes["gen_ai.response.model"] = turn.model
-        attributes.update({_USAGE[name]: value for name, value in turn.usage.items()})
+        attributes.update({USAGE_ATTRIBUTES[name]: value for name, value in turn.usage.items()})
         if turn.number is not None:
             attributes["dsh.turn"] = turn.number
-        kind = _str(_dict(reason).get("kind"))
+        kind = as_str(as_dict(reason).get("kind"))
         if kind:
             attributes["dsh.turn.end_reason"] = kind
         if error is None and kind == "error":
@@ -314,94 +307,3 @@ class SpanMapper:
                                error=error))
         state.turn = None
         return ended
-
-
-# ------------------------------------------------------------- reading data
-
-_event_decoder = msgspec.json.Decoder()
-
-
-def _decode(line: bytes) -> dict[str, Any] | None:
-    try:
-        event = _event_decoder.decode(line)
-    except msgspec.DecodeError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _int(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
-def _usage(value: Any) -> dict[str, int]:
-    return {name: count for name, count in _dict(value).items() if name in _USAGE and type(count) is int}
-
-
-def _finish(reason: Any) -> str | None:
-    kind = _str(_dict(reason).get("kind"))
-    return _FINISH_REASONS.get(kind, kind) if kind else None
-
-
-def _stream_finish(stream: Any) -> str | None:
-    """The finish reason a v3/v4 message keeps among its streamed chunks."""
-    for entry in reversed(_list(stream)):
-        chunk = _dict(_dict(entry).get("chunk"))
-        if chunk.get("type") == "finish":
-            return _finish(chunk.get("reason"))
-    return None
-
-
-def _capped(text: str) -> str:
-    """``text``, or its first :data:`CONTENT_CHARS` characters and how many were cut."""
-    if len(text) <= CONTENT_CHARS:
-        return text
-    return f"{text[:CONTENT_CHARS]}… [{len(text) - CONTENT_CHARS} more characters not exported]"
-
-
-def _content(message: dict[str, Any]) -> list[Any]:
-    return _list(message.get("content"))
-
-
-def _parts(content: list[Any]) -> list[dict[str, Any]]:
-    """dsh content blocks as the conventions' message parts."""
-    parts: list[dict[str, Any]] = []
-    for block in content:
-        block = _dict(block)
-        kind = block.get("type")
-        if kind in ("text", "reasoning"):
-            parts.append({"type": kind, "content": block.get("text", "")})
-        elif kind == "tool-call":
-            parts.append({"type": "tool_call", "id": block.get("id"), "name": block.get("name"),
-                          "arguments": block.get("arguments")})
-        elif kind == "tool-result":
-            parts.append({"type": "tool_call_response", "id": block.get("toolCallId"),
-                          "response": _result_text(block.get("content"))})
-        elif kind is not None:
-            parts.append({"type": str(kind)})
-    return parts
-
-
-def _result_text(content: Any) -> str | None:
-    """A tool result's text (its text blocks, nested tool-result blocks too)."""
-    texts: list[str] = []
-    for block in _list(content):
-        block = _dict(block)
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif block.get("type") == "tool-result":
-            nested = _result_text(block.get("content"))
-            if nested is not None:
-                texts.append(nested)
-    return "".join(texts) if texts else None

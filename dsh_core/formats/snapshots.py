@@ -21,7 +21,8 @@ import msgspec
 
 from ..analysis import AnalysisSnapshot
 from ..errors import DecodeError, FormatUnsupportedError
-from ..jsonvalue import STORED_DEPTH, decode_json, dump_json, float_hook
+from ..json_depth import STORED_DEPTH
+from ..jsonvalue import decode_json, dump_json, float_hook
 from .contract import SurfaceRows
 
 __all__ = ["LegacyReader", "TaggedSnapshots", "read_struct"]

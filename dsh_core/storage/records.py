@@ -15,7 +15,8 @@ from typing import Annotated, Any, Iterable, NamedTuple, TypeGuard, Union
 import msgspec
 
 from ..errors import DecodeError
-from ..jsonvalue import MAX_SAFE_INTEGER, bounded, encode_json, float_hook, is_safe_int
+from ..json_depth import bounded
+from ..jsonvalue import MAX_SAFE_INTEGER, encode_json, float_hook, is_safe_int
 
 __all__ = ["ChunkRow", "MIN_RUN", "decode_row", "decode_row_line", "pack_chunk_runs", "encode_records", "DELTA_TYPE"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from dsh_pipeline.local_kafka import free_ports
+from dsh_pipeline.local_resources import free_ports
 from tests.prometheus_servers import (ALERTMANAGER, AMTOOL, DEPLOY, PROMETHEUS, alertmanager_config, api,
                                       prometheus_config, ready, require)
 from tests.waiting import wait_for

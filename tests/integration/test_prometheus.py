@@ -19,7 +19,7 @@ import pytest
 
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER
-from dsh_pipeline.local_kafka import free_ports
+from dsh_pipeline.local_resources import free_ports
 from tests.conftest import corpus_logs, expected_of
 from tests.layout_helpers import place
 from tests.prometheus_servers import DEPLOY, PROMETHEUS, PROMTOOL, api, prometheus_config, ready, require

@@ -36,7 +36,8 @@ from msgspec import UNSET, UnsetType
 
 from ...errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError, ValidationError
 from ...events import KNOWN_TYPES, RETIRED_TYPES, ROW_TAGS, SURFACE_TYPES, is_row
-from ...jsonvalue import MAX_SAFE_INTEGER, bounded, decode_json, encode_json, float_hook
+from ...json_depth import bounded
+from ...jsonvalue import MAX_SAFE_INTEGER, decode_json, encode_json, float_hook
 from ...session import SessionState
 from ...session_header import SessionHeader, parse_header_line
 from ...shapes import check_envelope, check_message_shape, check_retired

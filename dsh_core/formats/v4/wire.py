@@ -20,7 +20,7 @@ import json
 from typing import Any, Callable, Mapping
 
 from ...errors import DecodeError, ValidationError
-from ...jsonvalue import bounded
+from ...json_depth import bounded
 from .images import IMAGE_EXTENSIONS, offloaded_image_text
 
 __all__ = ["DEFAULT_MAX_TOKENS", "WireError", "messages_body"]

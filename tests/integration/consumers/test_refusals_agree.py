@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from dsh_core.jsonvalue import MAX_DEPTH
+from dsh_core.json_depth import MAX_DEPTH
 from dsh_kafka.clients import make_producer
 from dsh_kafka.config import SERVICE_PRODUCER
 from dsh_kafka.records import KIND_HEADER, SessionRecord

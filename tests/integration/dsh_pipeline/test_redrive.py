@@ -10,7 +10,7 @@ import json
 import pytest
 
 from consumers.projector.outcomes import OutcomeIndex, OutcomeIndexConfig
-from consumers.projector.service import ProjectedSession
+from consumers.projector.projected_session import ProjectedSession
 from consumers.projector.store import ViewStore
 from dsh_core.errors import DecodeError
 from dsh_kafka.config import Secret

@@ -23,7 +23,8 @@ from consumers.auditor import Audit, AuditorConfig
 from consumers.auditor.findings import lossless_problem
 from consumers.projector import Projection, ProjectorConfig
 from dsh_core.errors import CorruptionError, DecodeError
-from dsh_core.jsonvalue import MAX_DEPTH, check_depth, decode_json
+from dsh_core.json_depth import MAX_DEPTH, check_depth
+from dsh_core.jsonvalue import decode_json
 from dsh_core.loader import load_session_bytes
 from dsh_core.formats.v4.wire import WireError, messages_body
 from dsh_core.wire_request import normalize

@@ -12,14 +12,13 @@ from dsh_core.errors import LosslessJsonError
 from dsh_core.jsonvalue import (
     FrozenDict,
     canonical_json,
-    check_lossless,
     decode_json,
     encode_json,
     es_number,
     json_equal,
     sha256_jcs,
-    snapshot,
 )
+from dsh_core.lossless import check_lossless, snapshot
 
 
 @pytest.mark.parametrize("bad, path", [

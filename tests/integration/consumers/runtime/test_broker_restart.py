@@ -14,7 +14,8 @@ import pytest
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.topics import TopicNames
-from dsh_pipeline.local_kafka import LocalKafka, free_ports
+from dsh_pipeline.local_kafka import LocalKafka
+from dsh_pipeline.local_resources import free_ports
 from dsh_pipeline.ops_server import consumers_health
 from producers.simulator import SimulatorConfig
 from tests.integration.consumers.projector.test_projector import publish_fleet, views_match

@@ -17,7 +17,8 @@ from opentelemetry.semconv.schemas import Schemas
 
 from consumers.otel import SCHEMA_URL, GenAISpan, SpanMapper
 from consumers.otel.otlp import CHARS_PER_REQUEST, SPANS_PER_REQUEST, request_parts
-from consumers.otel.spans import CONTENT_CHARS, span_id, trace_id
+from consumers.otel.event_fields import CONTENT_CHARS
+from consumers.otel.spans import span_id, trace_id
 from dsh_core.errors import PipelineError
 from dsh_pipeline.otel_command import read_headers_file
 from tests.conftest import ROOT, corpus_logs
