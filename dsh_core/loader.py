@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from .errors import CorruptionError, DecodeError, DshError, FormatUnsupportedError
 from .events import is_row
@@ -80,7 +80,11 @@ def read_events(path: str | os.PathLike[str]) -> tuple[SessionHeader, list[Any]]
 
 class _FormatSink:
     """Opens the fold of the header line's format (:func:`~dsh_core.formats.open_fold`)
-    and hands it every later line."""
+    and hands it every later line: ``event_line`` is then the fold's own, so
+    a line costs no call of the sink's."""
+
+    #: the fold's ``event_line``, set by :meth:`header_line` (which the readers call first)
+    event_line: Callable[[bytes], bool]
 
     def __init__(self, where: str, observer: FoldObserver | None, generation: int | None,
                  keep_migrated: bool = False, children: list[Any] | None = None) -> None:
@@ -95,10 +99,7 @@ class _FormatSink:
         folder = Path(self.where).parent.name if self.generation else None
         self.fold = open_fold(line, self.where, self.observer, generation=self.generation, folder=folder,
                               keep_migrated=self.keep_migrated, children=self.children)
-
-    def event_line(self, line: bytes) -> bool:
-        assert self.fold is not None
-        return self.fold.event_line(line)
+        self.event_line = self.fold.event_line
 
     @property
     def tolerates_defects(self) -> bool:

@@ -17,7 +17,7 @@ __all__ = ["StagedFold", "V0Snapshots", "format_record"]
 
 def _open(parsed: Any, line: bytes, where: str, observer: FoldObserver | None, options: FoldOptions) -> StagedFold:
     fold = StagedFold(where, observer)
-    fold.header_line(line)
+    fold.header_value(parsed)
     return fold
 
 

@@ -104,11 +104,8 @@ class StagedFold:
 
     # ---------------------------------------------------------------- header
 
-    def header_line(self, line: bytes) -> None:
-        try:
-            parsed = decode_json(line)
-        except DecodeError:
-            raise CorruptionError(f"{self.where}: line 1 (session header) is not valid JSON") from None
+    def header_value(self, parsed: Any) -> None:
+        """Read the header line, as :func:`~dsh_core.formats.open_fold` decoded it."""
         self.header = parse_header_line(parsed, self.where)
         self.state = SessionState(self.header.id)
         try:
@@ -122,11 +119,6 @@ class StagedFold:
     def _header(self) -> SessionHeader:
         assert self.header is not None, "events come after the header"
         return self.header
-
-    @property
-    def _state(self) -> SessionState:
-        assert self.state is not None, "events come after the header"
-        return self.state
 
     def event_line(self, line: bytes) -> bool:
         """Feed one complete line; returns whether it joined the committed prefix."""
@@ -150,7 +142,6 @@ class StagedFold:
             row = decode_row_line(line) if envelope is None else None
             if row is not None and row.seq0 == self.count:
                 self._line_no += 1
-                self.count += row.event_count
                 self._rows(row)
                 return True
         return self._line(line)
@@ -180,7 +171,6 @@ class StagedFold:
                 raise self._fatal_defect()
             return False
         if row is not None:
-            self.count += row.event_count
             self._rows(row)
             return True
         if isinstance(value, dict) and "sourceEventSeqs" in value:
@@ -210,14 +200,11 @@ class StagedFold:
             return
         row = decode_row_line(line)
         if row is not None:
-            self.count += row.event_count
             self._rows(row)
             return
         value = decode_json(line)
         if is_row(value):
-            row = decode_row(value)
-            self.count += row.event_count
-            self._rows(row)
+            self._rows(decode_row(value))
         elif isinstance(value, dict):
             if "sourceEventSeqs" in value:
                 value["sourceEventSeqs"] = decode_source_seqs(value["sourceEventSeqs"], self.count)
@@ -269,7 +256,8 @@ class StagedFold:
                 self.tracker.observe_passive(seq, time)
             if self.repair_error is not None:
                 return
-            state, observer = self._state, self.observer
+            state, observer = self.state, self.observer
+            assert state is not None, "events come after the header"
             if watched and observer is not None:
                 passive = {"type": event_type, "seq": seq, "time": time, "data": data}
                 observer.before_event(passive, state)
@@ -297,16 +285,20 @@ class StagedFold:
 
     def _rows(self, row: ChunkRow) -> None:
         # Delta chunks: known type, no message, no repair state, no surface.
-        self.tracker.observe_passive(row.seq0 + row.event_count - 1, row.last_time)
+        count = row.event_count
+        self.count += count
+        self.tracker.observe_passive(row.seq0 + count - 1, row.last_time)
         if self.shape_error or self.vocabulary_error or self.repair_error or self.validation_error:
             return
+        state = self.state
+        assert state is not None, "rows come after the header"
         try:
-            self._state.apply_chunk_run(row.seq0, row.event_count, row.last_time)
+            state.apply_chunk_run(row.seq0, count, row.last_time)
         except ValidationError as exc:
             self.validation_error = exc
             return
         if self.observer is not None:
-            self.observer.chunk_run(row, self._state)
+            self.observer.chunk_run(row, state)
 
     def _event(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
         if self.shape_error is not None:
@@ -317,7 +309,9 @@ class StagedFold:
         try:  # shape_error
             if event_type in _UPGRADED_TYPES:
                 check_retired(event_type, event.get("data"), lambda: self._where(event))
-                event = upgrade_event(event, self._header.id, self._state.message_id_at)
+                header, state = self.header, self.state
+                assert header is not None and state is not None, "events come after the header"
+                event = upgrade_event(event, header.id, state.message_id_at)
                 event_type = event.get("type")
                 if event_type in SURFACE_TYPES:
                     check_message_shape(event_type, event.get("data"), lambda: self._where(event))
@@ -342,7 +336,8 @@ class StagedFold:
         return f'{self.where}: session {self._header.id!r} seq {event.get("seq")} "{event.get("type")}"'
 
     def _fold(self, event: dict[str, Any], envelope_checked: bool = False) -> None:
-        observer, state = self.observer, self._state
+        observer, state = self.observer, self.state
+        assert state is not None, "events come after the header"
         try:
             if observer is not None:
                 if not envelope_checked:  # an observer reads only events whose envelope holds

@@ -204,18 +204,9 @@ class V4Fold:
 
     # ------------------------------------------------------------ stages
 
-    @property
-    def _header(self) -> SessionHeader:
-        assert self.header is not None, "events come after the header"
-        return self.header
-
-    @property
-    def _state(self) -> V4State:
-        assert self.state is not None, "events come after the header"
-        return self.state
-
     def _event(self, event: dict[str, Any]) -> None:
-        header, seq, event_type = self._header, event["seq"], event["type"]
+        header, seq, event_type = self.header, event["seq"], event["type"]
+        assert header is not None, "events come after the header"
         if self._local_error is None:
             try:
                 foreign = check_event(header, event)
@@ -244,7 +235,8 @@ class V4Fold:
             return
         if self._fold_error is not None:
             return
-        observer, state = self.observer, self._state
+        observer, state = self.observer, self.state
+        assert state is not None, "events come after the header"
         watched = observer is not None and event_type in observer.watched_types
         try:
             if watched:
@@ -259,7 +251,8 @@ class V4Fold:
     def _local(self, final: bool) -> DshError | None:
         """The per-event stage's refusal, with a marker naming another session
         decided once the inherited prefix is known (``final``, or the cut seen)."""
-        header = self._header
+        header = self.header
+        assert header is not None, "a refusal comes after the header"
         foreign = self._foreign_delivery
         if foreign is not None and header.parentSession is not UNSET and self._inherited is None and not final:
             foreign = None  # a later inherited cut may show it is the parent's

@@ -26,7 +26,7 @@ def test_snapshot_midway_resumes_identically(log):
     if not whole.accepted or whole.closers:
         pytest.skip("refused or repaired on load: nothing to resume")
     first = StagedFold("first", LogAnalysis(keep_requests=False))
-    first.header_line(lines[0])
+    first.header_value(decode_json(lines[0]))
     half = max(1, len(lines) // 2)
     for line in lines[1:half]:
         first.apply(line)
@@ -86,8 +86,8 @@ def test_mid_turn_snapshot_continues_like_the_uninterrupted_fold(text, with_surf
     lines, split = _session(text)
     whole = StagedFold("whole", LogAnalysis(keep_requests=False))
     first = StagedFold("first", LogAnalysis(keep_requests=False))
-    whole.header_line(lines[0])
-    first.header_line(lines[0])
+    whole.header_value(decode_json(lines[0]))
+    first.header_value(decode_json(lines[0]))
     for line in lines[1:split]:
         whole.apply(line)
         first.apply(line)
@@ -120,7 +120,7 @@ def test_mid_turn_snapshot_continues_like_the_uninterrupted_fold(text, with_surf
 def _blob() -> bytes:
     lines, split = _session("hi")
     fold = StagedFold("s", None)
-    fold.header_line(lines[0])
+    fold.header_value(decode_json(lines[0]))
     for line in lines[1:split]:
         fold.apply(line)
     return snapshot_fold(fold)
