@@ -64,7 +64,8 @@ def add_export_command(commands: Any) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from dsh_pipeline.prices import load_prices
-    from dsh_pipeline.reader_commands import reader_of, resolve_session, session_filter
+    from dsh_pipeline.reader_commands import session_filter
+    from dsh_pipeline.view_access import reader_of, resolve_session
 
     out = Path(args.out)
     if out.exists() and not args.force:

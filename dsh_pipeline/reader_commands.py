@@ -6,19 +6,17 @@ a ``postgresql://`` URI, opened read-only); ``dead-letters --redrive`` and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from dsh_core.errors import PipelineError
 from dsh_core.jsonvalue import encode_json
 from dsh_pipeline import store_commands
+from dsh_pipeline.view_access import reader_of, resolve_session
 from dsh_pipeline.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from dsh_pipeline.transcript import format_time, visible
 
-__all__ = ["STORE_HELP", "add_reader_commands", "add_session_filters", "reader_of", "resolve_session",
-           "session_filter"]
+__all__ = ["STORE_HELP", "add_reader_commands", "add_session_filters", "session_filter"]
 
 #: How often ``findings --follow`` asks the store.
 _FOLLOW_SECONDS = 1.0
@@ -97,30 +95,6 @@ def _page_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", default="views.sqlite", help=STORE_HELP)
     parser.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
-
-
-@contextlib.contextmanager
-def reader_of(location: str) -> Iterator[Any]:
-    """The store at ``location`` opened read-only, closed after."""
-    from consumers.projector.store_reader import StoreReader
-    reader = StoreReader(location)
-    try:
-        yield reader
-    finally:
-        reader.close()
-
-
-def resolve_session(reader: Any, given: str) -> str:
-    """The one session ``given`` names: its id, or a prefix of exactly one id."""
-    if reader.session_exists(given):
-        return given
-    found = reader.resolve(given)
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise PipelineError(f"no session {given!r} in {reader.where} (neither an id nor the start of one)")
-    raise PipelineError(f"{given!r} starts {'more than ' if len(found) == 10 else ''}{len(found)} session ids in "
-                        f"{reader.where}: {', '.join(found[:5])}{', ...' if len(found) > 5 else ''}; give more of it")
 
 
 def _sessions(args: argparse.Namespace) -> int:

@@ -59,7 +59,7 @@ def redrive(args: argparse.Namespace) -> int:
     from consumers.projector.reader import DeadLetterFilter
     from consumers.projector.store import ViewStore
     from dsh_kafka.topics import TopicNames
-    from dsh_pipeline.reader_commands import reader_of, resolve_session
+    from dsh_pipeline.view_access import reader_of, resolve_session
     from dsh_pipeline.runtime import resolve_kafka
     from dsh_pipeline.service_commands import redrive_key
     from consumers.runtime.redrive_mark import REDRIVE_KEY_ENV
@@ -169,7 +169,7 @@ def delete_sessions(args: argparse.Namespace) -> int:
     from consumers.projector.reader import SessionFilter
     from consumers.projector.store import ViewStore
     from dsh_kafka.topics import TopicNames
-    from dsh_pipeline.reader_commands import reader_of, resolve_session
+    from dsh_pipeline.view_access import reader_of, resolve_session
     from dsh_pipeline.runtime import resolve_kafka
 
     with reader_of(args.store) as reader:

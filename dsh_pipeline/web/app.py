@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hmac
 import json
-import math
 import threading
 from typing import Any, Callable, Literal
 from urllib.parse import urlsplit
@@ -39,7 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from consumers.runtime.errors import StateStoreError
 from dsh_pipeline.prices import PriceTable, load_prices
 from producers.http_limits import ListenerLimits
-from .browser_sessions import SESSION_COOKIE, BrowserSessions
+from .browser_sessions import SESSION_COOKIE, BrowserSessions, client_address, throttled
 from consumers.projector.reader import (SESSION_ORDERS, STATUSES, DeadLetterFilter, FindingFilter, SessionFilter,
                                        ViewReader)
 
@@ -293,18 +292,6 @@ def cross_site(request: Request) -> bool:
 
 #: The forms the viewer posts (the only requests that are not reads).
 _FORMS = ("/login", "/logout")
-
-
-def client_address(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
-
-
-def throttled(browsers: BrowserSessions, address: str) -> None:
-    """A 429 while ``address`` has failed to sign in too often."""
-    wait = math.ceil(browsers.throttled_for(address))
-    if wait:
-        raise HTTPException(429, f"too many failed sign-ins from {address}: try again in {wait} s",
-                            headers={"Retry-After": str(wait)})
 
 
 class _SecurityHeaders:

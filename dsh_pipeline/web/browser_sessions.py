@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import collections
 import hmac
+import math
 import secrets
 import time
 from dataclasses import dataclass
 from typing import Callable
 
+from fastapi import HTTPException, Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-__all__ = ["BrowserSessions", "SignIn", "SESSION_COOKIE", "CSRF_COOKIE"]
+__all__ = ["BrowserSessions", "SignIn", "SESSION_COOKIE", "CSRF_COOKIE", "client_address", "throttled"]
 
 #: The signed session id of a signed-in browser (HttpOnly, SameSite=Strict).
 SESSION_COOKIE = "dsh_session"
@@ -115,3 +117,15 @@ class BrowserSessions:
         self._failures[address] = (start, failures + 1) if now - start < FAILURE_WINDOW else (now, 1)
         while len(self._failures) > MAX_ADDRESSES:
             self._failures.popitem(last=False)
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def throttled(browsers: BrowserSessions, address: str) -> None:
+    """A 429 while ``address`` has failed to sign in too often."""
+    wait = math.ceil(browsers.throttled_for(address))
+    if wait:
+        raise HTTPException(429, f"too many failed sign-ins from {address}: try again in {wait} s",
+                            headers={"Retry-After": str(wait)})

@@ -41,7 +41,7 @@ from consumers.projector.session_pages import PREVIEW_CHARS
 from dsh_core.formats.v4.session import derive_message
 from dsh_pipeline.transcript import format_time
 
-from .app import client_address, throttled
+from .browser_sessions import client_address, throttled
 from .timeline import pretty_json, timeline, tool_results
 from .browser_sessions import CSRF_COOKIE, FORM_SECONDS, SESSION_COOKIE, SESSION_SECONDS, SignIn
 
