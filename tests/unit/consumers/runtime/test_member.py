@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 import consumers.runtime.member as member_module
 from consumers.runtime import GroupMember, ServiceConfig, ServiceState
 from dsh_kafka.config import KafkaConfig
+from tests.waiting import until
 
 TOPIC = "dsh.session-events"
 P0, P1, P2 = (TopicPartition(TOPIC, n) for n in range(3))
@@ -42,7 +43,7 @@ class FakeConsumer:
 
     async def getmany(self, timeout_ms: int, max_records: int) -> dict[TopicPartition, list[Any]]:
         self.polls += 1
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # wait-ok: a poll gives the loop a turn, as the real client's does
         return self.batches.pop(0) if self.batches else {}
 
     def assignment(self) -> set[TopicPartition]:
@@ -106,8 +107,7 @@ def test_the_state_goes_from_unopened_to_stopped_after_a_drain_and_the_metric_fo
     async def scenario() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(member.run(stop))
-        while fake.polls < 2:
-            await asyncio.sleep(0)
+        await until(lambda: fake.polls >= 2, 10, "the member's second poll", poll=0)
         seen.append((member.state, _state_metric("member-drained")))
         stop.set()
         await task
@@ -137,8 +137,7 @@ def test_a_failed_rebalance_step_stops_the_member_before_another_batch(fake: Fak
 
     async def scenario() -> None:
         task = asyncio.create_task(member.run(asyncio.Event()))
-        while fake.listener is None:
-            await asyncio.sleep(0)
+        await until(lambda: fake.listener is not None, 10, "the member to subscribe", poll=0)
         fake.assigned = {P0}
         with pytest.raises(RuntimeError):
             await fake.listener.on_partitions_assigned([P0])
@@ -222,7 +221,7 @@ def test_partitions_being_taken_are_not_silent_but_the_step_s_time_shows(fake: F
 
     async def scenario() -> None:
         step = asyncio.create_task(member._assign({P0}))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # wait-ok: one turn of the loop starts the step, which then waits at the gate
         member._assigning = (frozenset({P0}), time.time() - 70)  # the step began 70 s ago
         member._answered = {P0: time.time() - 70}
         seen.append((member.silences(), member.assigning_for()))
