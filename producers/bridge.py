@@ -32,6 +32,11 @@ from .errors import RuntimeDiedError
 
 __all__ = ["AgentBridge", "RuntimeConfig", "WorkerBridge", "TurnResult", "find_runtime"]
 
+#: How much of a runtime's stderr is kept to say why it died.
+STDERR_TAIL_BYTES = 4096
+#: How long a runtime whose stdout closed is given to exit before saying how it ended.
+EXIT_WAIT_SECONDS = 5.0
+
 BRIDGE_EVENTS = Counter("dsh_bridge_events_total", "Session events received from dsh runtimes and published.")
 BRIDGE_TURNS = Counter("dsh_bridge_turns_total", "Turns run through the bridge, by outcome.", ["outcome"])
 
@@ -118,6 +123,8 @@ class WorkerBridge:
         self._pending: dict[int, asyncio.Future] = {}
         self._sessions: dict[str, _Session] = {}
         self._died: str | None = None
+        self._stderr_tail = bytearray()  # the last STDERR_TAIL_BYTES the runtime wrote, for why it died
+        self._stderr: asyncio.Task | None = None
 
     @property
     def pid(self) -> int | None:
@@ -136,8 +143,9 @@ class WorkerBridge:
             folder.mkdir(parents=True, exist_ok=True)
         self._process = await asyncio.create_subprocess_exec(
             str(self.config.executable), cwd=self.config.workspace, env=self.config.environment(),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             limit=64 * 1024 * 1024)
+        self._stderr = asyncio.create_task(self._keep_stderr_tail())
         self._reader = asyncio.create_task(self._read_loop())
         await self._call("initialize", {"cwd": str(self.config.workspace), "provider": self.config.provider,
                                         "model": self.config.model})
@@ -159,8 +167,9 @@ class WorkerBridge:
         except asyncio.TimeoutError:
             process.kill()
             await process.wait()
-        if self._reader is not None:
-            self._reader.cancel()
+        for task in (self._reader, self._stderr):
+            if task is not None:
+                task.cancel()
 
     # --------------------------------------------------------------- protocol
 
@@ -187,13 +196,37 @@ class WorkerBridge:
                     break
                 self._dispatch(message)
         finally:
-            code = self._process.returncode if self._process is not None else None
-            self._died = f"{reason}; exit code {code}"
+            self._died = f"{reason}; {await self._exit_status()}"
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(RuntimeDiedError(f"dsh runtime died: {self._died}"))
             for session in self._sessions.values():
                 session.queue.put_nowait(None)
+
+    async def _keep_stderr_tail(self) -> None:
+        """Drain the runtime's stderr (so it never blocks on a full pipe),
+        keeping only its last bytes: memory stays bounded however much it says."""
+        assert self._process is not None and self._process.stderr is not None
+        while chunk := await self._process.stderr.read(STDERR_TAIL_BYTES):
+            self._stderr_tail += chunk
+            del self._stderr_tail[:-STDERR_TAIL_BYTES]
+
+    async def _exit_status(self) -> str:
+        """How the runtime ended, once its stdout closed: its exit code (or
+        signal) and the last line of its stderr, waited for briefly."""
+        process = self._process
+        if process is None:
+            return "closed by the bridge"
+        exited = asyncio.ensure_future(process.wait())
+        await asyncio.wait({exited}, timeout=EXIT_WAIT_SECONDS)
+        exited.cancel()
+        if self._stderr is not None:  # its end follows the exit
+            await asyncio.wait({self._stderr}, timeout=EXIT_WAIT_SECONDS)
+        code = process.returncode
+        status = ("still running" if code is None else
+                  f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        said = self._stderr_tail.decode("utf-8", "replace").strip().splitlines()
+        return f"{status}; stderr: {said[-1][:500]!r}" if said else f"{status}; nothing on stderr"
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "id" in message and ("result" in message or "error" in message):

@@ -190,6 +190,7 @@ def test_runtime_killed_mid_turn_is_reported_and_nothing_it_streamed_is_lost(kaf
     with ScriptedModel() as model:
         message = asyncio.run(asyncio.wait_for(run(model.url), 90))
     last_seq = int(message.split("after seq ")[1].split(":")[0])
+    assert "killed by signal 9" in message, message  # how it ended is said, not "exit code None"
     records = asyncio.run(consume_all(kafka, names.events, last_seq + 2, timeout=30))  # the header + seq 0..last
     live = _events_of(records)["real-hang"]
     assert [e["seq"] for e in live] == list(range(last_seq + 1)), "every streamed event was published, in order"
