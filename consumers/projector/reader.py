@@ -13,14 +13,16 @@ cursor is opaque text, given back as ``cursor`` for the next page.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
+
+from .session_costs import ModelPrice
 
 __all__ = ["DeadLetterFilter", "FindingFilter", "SESSION_ORDERS", "SessionFilter", "ViewReader", "STATUSES"]
 
 #: A session's status in its view.
 STATUSES = ("open", "idle", "held", "conflicted", "refused")
-#: What sessions can be listed by, each descending: last activity, creation, tokens.
-SESSION_ORDERS = ("activity", "created", "tokens")
+#: What sessions can be listed by, each descending: last activity, creation, tokens, cost.
+SESSION_ORDERS = ("activity", "created", "tokens", "cost")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,9 +95,13 @@ class ViewReader(Protocol):
     """
 
     def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50,
-                 order: str = "activity") -> dict[str, Any]:
+                 order: str = "activity", prices: Sequence[ModelPrice] | None = None) -> dict[str, Any]:
         """A page of session summaries, by ``order`` (:data:`SESSION_ORDERS`)
-        descending: most recently active first by default."""
+        descending: most recently active first by default. Given ``prices``,
+        each carries ``costUsd`` (:mod:`~consumers.projector.session_costs`:
+        ``None`` for a session using a model without a price), the key
+        ``order="cost"`` (which needs them) lists by. A cursor of another
+        order is a ``ValueError`` naming both."""
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         """One session (``None``: not in the store)."""
