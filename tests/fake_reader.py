@@ -18,6 +18,7 @@ import json
 from typing import Any, Callable, Iterable, Sequence
 
 from consumers.projector.reader import DeadLetterFilter, FindingFilter, SessionFilter
+from consumers.projector.gateway_requests import placed
 from consumers.projector.session_costs import UNPRICED, ModelPrice, cost_usd
 from consumers.projector.session_pages import NAMING_TURNS, page_of, timed_turns, turn_of
 from consumers.projector.store import TOKEN_COLUMNS, message_texts
@@ -33,7 +34,8 @@ _ORDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "tokens": lambda s: s["tokens"]}
 _HOUR_MS = 3_600_000
 #: A session's fields a page holds only a part of.
-_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns", "steps")
+_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns", "steps",
+          "gatewayRequests")
 
 
 class FakeReader:
@@ -80,7 +82,8 @@ class FakeReader:
                        session["turns"], turn_of(before[-1]) if before else None)
         numbers = {turn.get("turn") for turn in page["turns"]}
         steps = [step for step in session["steps"] if step["turn"] in numbers]
-        return page | {"turns": timed_turns(page["turns"], steps), "steps": steps}
+        return page | {"turns": timed_turns(page["turns"], steps),
+                       "steps": placed(steps, session.get("gatewayRequests") or [])}
 
     def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
         session = self._sessions.get(session_id)
