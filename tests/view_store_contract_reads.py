@@ -17,6 +17,7 @@ from consumers.projector.store import TOKEN_COLUMNS, SessionChange, ViewStore
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_backends import Backend
 from consumers.runtime.errors import StateStoreError
+from dsh_kafka.records import SessionRecord, wire_attestation_record
 from dsh_core.jsonvalue import encode_json, thaw
 from dsh_pipeline.prices import Price, PriceTable
 from producers.simulator import SimulatorConfig, simulate_session
@@ -155,6 +156,48 @@ class ReadsContract:
                 reader.sessions(SessionFilter(), nan, order="cost", prices=table.prices)
         finally:
             reader.close()
+
+    def test_a_gateways_requests_show_at_their_steps_and_go_with_their_session(self, store_location):
+        fleet = stored_fleet(store_location)
+        session_id = fleet[0][0].session_id
+        reader = StoreReader(store_location)
+        try:
+            steps = reader.session_page(session_id, None, 200)["steps"]
+        finally:
+            reader.close()
+        assert steps and all(step["gateway"] == [] for step in steps)
+
+        def attested(arrival: int, received: int, **fields) -> SessionRecord:
+            return wire_attestation_record(session_id, arrival, encode_json({
+                "gateway": "gw", "kind": "agent", "status": 200, "outcome": "completed", "receivedAt": received,
+                "upstream": {"firstByteMs": 5 * arrival, "durationMs": 50 * arrival}, **fields}))
+
+        requests = [attested(10 + index, step["startedAt"]) for index, step in enumerate(steps)]
+        requests += [attested(99, steps[0]["startedAt"], kind="title"), requests[0]]  # no step's; a copy
+        project(store_location, requests)
+        reader = StoreReader(store_location)
+        try:
+            shown = reader.session_page(session_id, None, 200)["steps"]
+            assert [[request["arrival"] for request in step["gateway"]] for step in shown] == [
+                [10 + index] for index in range(len(steps))]
+            assert shown[0]["gateway"][0] == {"gateway": "gw", "arrival": 10, "status": 200, "outcome": "completed",
+                                              "receivedAt": steps[0]["startedAt"], "upstreamFirstByteMs": 50,
+                                              "upstreamMs": 500}
+            assert reader.session(session_id)["steps"] == shown
+        finally:
+            reader.close()
+        store = ViewStore(store_location)
+        try:
+            store.delete_session(session_id, 1)
+            assert store.db.execute("SELECT COUNT(*) FROM gateway_requests").fetchone()[0] == 0
+        finally:
+            store.close()
+        project(store_location, [attested(200, 1)])  # a deleted session's attestation: nothing kept
+        store = ViewStore(store_location)
+        try:
+            assert store.db.execute("SELECT COUNT(*) FROM gateway_requests").fetchone()[0] == 0
+        finally:
+            store.close()
 
     def test_a_session_read_page_by_page_is_the_whole_session(self, store_location):
         fleet = stored_fleet(store_location)
