@@ -35,7 +35,7 @@ _ORDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
 _HOUR_MS = 3_600_000
 #: A session's fields a page holds only a part of.
 _PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns", "steps",
-          "gatewayRequests")
+          "gatewayRequests", "modelOrder")
 
 
 class FakeReader:
@@ -79,7 +79,7 @@ class FakeReader:
         page = page_of({**facts, "surfaceCount": len(session["surface"])}, rows, after, limit,
                        session["requestHeaderChanges"],
                        sorted(session["findings"], key=lambda f: f["seq"] if isinstance(f["seq"], int) else -1),
-                       session["turns"], turn_of(before[-1]) if before else None)
+                       session["turns"], turn_of(before[-1]) if before else None, session.get("modelOrder"))
         numbers = {turn.get("turn") for turn in page["turns"]}
         steps = [step for step in session["steps"] if step["turn"] in numbers]
         return page | {"turns": timed_turns(page["turns"], steps),

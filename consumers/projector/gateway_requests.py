@@ -51,7 +51,7 @@ def request_row(arrival: int, value: bytes) -> RequestRow | None:
         return None
     if not isinstance(body, dict) or not isinstance(body.get("gateway"), str):
         return None
-    upstream = body.get("upstream") if isinstance(body.get("upstream"), dict) else {}
+    upstream: dict[str, Any] = body["upstream"] if isinstance(body.get("upstream"), dict) else {}
     return (body["gateway"][:_TEXT], arrival, str(body.get("kind"))[:_TEXT], _number(body.get("status")),
             str(body.get("outcome"))[:_TEXT], _number(body.get("receivedAt")), _number(upstream.get("firstByteMs")),
             _number(upstream.get("durationMs")))

@@ -80,7 +80,10 @@ class ViewReader(Protocol):
     (``{message id: seq}`` of the surface event each message comes from),
     ``findings`` (as in ``findings``), ``audit`` (the auditor's verdict
     counts so far: ``{"attested": {verdict: n}, "wire": {kind: {verdict:
-    n}}}``, ``None`` before it published any).
+    n}}}``, ``None`` before it published any), ``modelOrder`` (``None``
+    when the model sees the surface in seq order, else its runs ``[[first
+    seq, last seq], ...]`` in the model's order:
+    :func:`~consumers.projector.session_pages.model_order`).
 
     finding: ``{"id", "sessionId", "rule", "severity", "seq", "turn",
     "step", "detail", "at"}``.

@@ -57,7 +57,8 @@ def cost_column(prices: Sequence[ModelPrice], among: int | None = None) -> tuple
     ``among`` of them: its ``IN`` list takes their ids as parameters, after
     those of the ``WITH`` clause), the column of a session's cost in US
     dollars (or :data:`UNPRICED`), and the ``WITH`` clause's parameters."""
-    rows = [(None, None, *(0.0 for _ in _RATES))]  # the first row fixes the columns' types; it prices nothing
+    # the first row fixes the columns' types; it prices nothing
+    rows: list[tuple[Any, ...]] = [(None, None, *(0.0 for _ in _RATES))]
     rows += [(price.provider, price.model, *(float(rate) for rate in (
         price.input, price.cache_read, price.cache_write, price.output,
         price.output if price.reasoning is None else price.reasoning))) for price in prices]

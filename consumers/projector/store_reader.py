@@ -144,7 +144,7 @@ class StoreReader:
                 **_ingestion(ingested, last_activity), "tokens": tokens, "steps": steps,
                 "header": header, "nextSeq": view["nextSeq"], "turns": timed_turns(view.get("turns") or [], steps),
                 "requestHeader": view.get("requestHeader"), "replaceGeneration": view.get("replaceGeneration", 0),
-                "requestHeaderChanges": view.get("requestHeaderChanges") or [],
+                "requestHeaderChanges": view.get("requestHeaderChanges") or [], "modelOrder": view.get("modelOrder"),
                 "messages": messages, "messageSeqs": _message_seqs(surface),
                 "surface": [{"seq": seq, "type": kind, "data": data, "time": time} for seq, kind, data, time in timed],
                 "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"],
@@ -182,7 +182,8 @@ class StoreReader:
                             f"({', '.join('?' * len(NAMING_TURNS))}) ORDER BY seq DESC LIMIT 1",
                             (session_id, after, *NAMING_TURNS)) if after is not None else []
         page = page_of(facts, events, after, limit, view.get("requestHeaderChanges") or (), findings,
-                       view.get("turns") or (), turn_of(decode_json(before[0][0])) if before else None)
+                       view.get("turns") or (), turn_of(decode_json(before[0][0])) if before else None,
+                       view.get("modelOrder"))
         numbers = [turn["turn"] for turn in page["turns"] if isinstance(turn.get("turn"), int)]
         steps = [step_of(row) for row in self._rows(
             f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? AND turn >= ? AND turn <= ? "
