@@ -20,15 +20,17 @@ clocks agree. A request no step of the page holds is not shown on it.
 from __future__ import annotations
 
 import bisect
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from dsh_core.errors import DshError
 from dsh_core.jsonvalue import MAX_SAFE_INTEGER, decode_json, thaw
 
-__all__ = ["REQUEST_COLUMNS", "RequestRow", "placed", "request_row"]
+__all__ = ["REQUEST_COLUMNS", "RequestRow", "placed", "request_row", "requests_during"]
 
 #: A stored request's columns after the session id.
 REQUEST_COLUMNS = ("gateway", "arrival", "kind", "status", "outcome", "received_at", "first_byte_ms", "duration_ms")
+#: The gateway requests a page of a session reads at most.
+REQUESTS_PER_PAGE = 2000
 #: The characters of a gateway's name, kind or outcome kept (an attestation is the gateway's, but read as data).
 _TEXT = 200
 
@@ -77,3 +79,17 @@ def placed(steps: list[dict[str, Any]], requests: list[tuple]) -> list[dict[str,
                                         "receivedAt": received, "upstreamFirstByteMs": first_byte,
                                         "upstreamMs": duration})
     return [step | {"gateway": requests_of} for step, requests_of in zip(steps, found)]
+
+
+def requests_during(rows: Callable[[str, Sequence[Any]], list[tuple]], session_id: str,
+                    steps: list[dict[str, Any]]) -> list[tuple]:
+    """The stored requests of a session (``rows``: a store's query) received
+    from the first of these steps' starts to the last of their ends, at most
+    :data:`REQUESTS_PER_PAGE`."""
+    starts = [step["startedAt"] for step in steps if step["startedAt"] is not None]
+    ends = [step["endedAt"] for step in steps if step["endedAt"] is not None]
+    if not starts or not ends:
+        return []
+    return rows(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM gateway_requests WHERE session_id = ? AND received_at >= ? "
+                "AND received_at <= ? ORDER BY received_at LIMIT ?", (session_id, min(starts), max(ends),
+                                                                      REQUESTS_PER_PAGE))

@@ -15,8 +15,8 @@ from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 from dsh_core.jsonvalue import decode_json
 
 from ..runtime.database import Migrations
-from .store_schema import (DELETED, EVENT_TIMES, GATEWAY_REQUESTS, LETTERS_BY_SOURCE, LISTING, OWNERS, SESSION_COLUMNS, SURFACE_TEXT,
-                           TOKEN_COLUMNS, VERDICTS, listing, searchable, store_usage)
+from .store_schema import (DELETED, EVENT_TIMES, GATEWAY_REQUESTS, LETTERS_BY_SOURCE, LISTING, OWNERS, SESSION_COLUMNS,
+                           SURFACE_TEXT, TOKEN_COLUMNS, VERDICTS, listing, searchable, store_usage)
 
 __all__ = ["MIGRATIONS"]
 

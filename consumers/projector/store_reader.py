@@ -23,7 +23,7 @@ from ..runtime.errors import StateStoreError
 from ..runtime.store_backends import backend_of
 from ..runtime.stored_text import stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
-from .gateway_requests import REQUEST_COLUMNS, placed
+from .gateway_requests import placed, requests_during
 from .session_costs import ModelPrice, cost_column, cost_usd
 from .session_pages import NAMING_TURNS, page_of, step_of, timed_turns, turn_of
 from .store import LAYOUT, TOKEN_COLUMNS
@@ -34,8 +34,6 @@ __all__ = ["StoreReader", "LETTER_ID_BASE"]
 #: A dead letter's id: its partition times this, plus its offset.
 LETTER_ID_BASE = 1 << 40
 _HEAD_BYTES = 256
-#: The gateway requests a page of a session reads at most.
-_REQUESTS_PER_PAGE = 2000
 
 
 class StoreReader:
@@ -126,7 +124,7 @@ class StoreReader:
         surface = [(seq, kind, data) for seq, kind, data, _ in timed]
         steps = [step_of(row) for row in self._rows(
             f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? ORDER BY turn, step", (session_id,))]
-        steps = placed(steps, self._requests(session_id, steps))
+        steps = placed(steps, requests_during(self._rows, session_id, steps))
         messages: list[Any] = []
         if snapshot is not None:
             try:
@@ -188,19 +186,8 @@ class StoreReader:
         steps = [step_of(row) for row in self._rows(
             f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? AND turn >= ? AND turn <= ? "
             "ORDER BY turn, step", (session_id, min(numbers), max(numbers)))] if numbers else []
-        return page | {"turns": timed_turns(page["turns"], steps), "steps": placed(steps, self._requests(
-            session_id, steps))}
-
-    def _requests(self, session_id: str, steps: list[dict[str, Any]]) -> list[tuple]:
-        """The gateway requests of a session received while these steps
-        ran (at most :data:`_REQUESTS_PER_PAGE`)."""
-        starts = [step["startedAt"] for step in steps if step["startedAt"] is not None]
-        ends = [step["endedAt"] for step in steps if step["endedAt"] is not None]
-        if not starts or not ends:
-            return []
-        return self._rows(f"SELECT {', '.join(REQUEST_COLUMNS)} FROM gateway_requests WHERE session_id = ? "
-                          "AND received_at >= ? AND received_at <= ? ORDER BY received_at LIMIT ?",
-                          (session_id, min(starts), max(ends), _REQUESTS_PER_PAGE))
+        return page | {"turns": timed_turns(page["turns"], steps),
+                       "steps": placed(steps, requests_during(self._rows, session_id, steps))}
 
     def _session_findings(self, session_id: str, low: int, high: int, with_unnumbered: bool) -> list[dict[str, Any]]:
         """A session's findings of seqs ``low < seq <= high`` (and those of

@@ -12,8 +12,8 @@ from typing import Any, Iterable
 from ..runtime.database import DIGESTS_SCHEMA, HELD_SCHEMA
 from .timings import STEP_COLUMNS, StepRow
 
-__all__ = ["EVENT_TIMES", "GATEWAY_REQUESTS", "KIND", "LAYOUT", "SCHEMA", "SESSION_TABLES", "TOKEN_COLUMNS", "listing", "message_texts",
-           "searchable", "session_tokens", "store_steps", "store_usage"]
+__all__ = ["EVENT_TIMES", "GATEWAY_REQUESTS", "KIND", "LAYOUT", "SCHEMA", "SESSION_TABLES", "TOKEN_COLUMNS", "listing",
+           "message_texts", "searchable", "session_tokens", "store_steps", "store_usage"]
 
 KIND, LAYOUT = "view-store", 9
 #: The sessions deleted (delete-session): their rows are gone and none is written again.
