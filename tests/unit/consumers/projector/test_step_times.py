@@ -127,3 +127,37 @@ def test_the_cost_counter_adds_what_each_priced_message_cost(tmp_path):
     assert inputs > 0
     assert counted("deepseek-chat") - before["deepseek-chat"] == pytest.approx(inputs / 1e6)
     assert counted("deepseek-reasoner") == before["deepseek-reasoner"]  # no price: nothing counted
+
+
+@pytest.mark.parametrize("log_format", [0, 3, 4])
+def test_each_surface_event_has_the_time_of_the_logged_event_of_its_seq(tmp_path, log_format):
+    """A record's surface rows are timed by the fold's count after it; in a
+    v3 log (migrated as it is folded) and v0 and v4 alike, that is the seq
+    the log gave the event."""
+    from producers.simulator import SimulatorConfig, simulate_session
+
+    config = SimulatorConfig(sessions=4, seed=81, formats=(log_format,), max_turns=4)
+    fleet = []
+    for index in range(config.sessions):
+        truth, batches = simulate_session(config, index)
+        fleet.append((truth, [record for batch in batches for record in batch]))
+    reader = _project(tmp_path / "views.sqlite", fleet)
+    try:
+        checked = 0
+        for truth, records in fleet:
+            logged: dict[int, int] = {}
+            for record in records:
+                if record.kind != KIND_RECORD:
+                    continue
+                for line in record.value.splitlines():
+                    event = json.loads(line)
+                    if isinstance(event.get("seq"), int) and isinstance(event.get("time"), int):
+                        logged[event["seq"]] = event["time"]
+            surface = reader.session(truth.session_id)["surface"]
+            assert surface
+            for event in surface:
+                assert event["time"] == logged.get(event["seq"]), (truth.session_id, event["seq"], event["type"])
+                checked += 1
+        assert checked > 20
+    finally:
+        reader.close()
