@@ -26,6 +26,8 @@ heads still noted for its sessions, so a crash between the view commit and
 the heads' acknowledgement loses no head.
 
 Each session's fold, analysis, status and rows: :class:`~consumers.projector.projected_session.ProjectedSession`.
+A gateway's attestations of a session's requests are kept beside its steps
+(:mod:`~consumers.projector.gateway_requests`), written with the batch.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ from prometheus_client import Counter, Gauge
 from dsh_core.errors import ConflictingWriterError, DeletedSessionError, DshError, InternalError, UnstorableError
 from dsh_core.formats import open_fold, opened_header
 from dsh_core.fold_snapshot import restore_fold
-from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KIND_WIRE, KafkaRecord, SessionRecord,
-                               check_format, check_identity, check_same_header, check_writer, where_of)
+from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,
+                               check_identity, check_same_header, check_writer, where_of)
+from dsh_kafka.records import KIND_WIRE
 
 from ..runtime.config import ServiceConfig
 from ..runtime.outputs import ProducerOutputs
