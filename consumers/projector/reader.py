@@ -114,7 +114,9 @@ class ViewReader(Protocol):
         the session's fields, ``surfaceCount``, and at most ``limit`` surface
         events above the seq ``after`` with their derived messages, header
         changes and findings, long texts cut to previews, each event with its
-        ``time``; its turns with their ``startedAt``, ``endedAt``,
+        ``time`` and its ``order`` (sorting the pages' events by ``(order,
+        seq)`` gives the model's order); each step with ``gateway``, the
+        requests a gateway attested while it ran (:mod:`.gateway_requests`); its turns with their ``startedAt``, ``endedAt``,
         ``durationMs`` and ``tokens``, and ``steps``, theirs: ``{"turn",
         "step", "startedAt", "firstOutputAt", "endedAt", "durationMs",
         "timeToFirstOutputMs", "provider", "model", "inputTokens", ...}``;
