@@ -55,6 +55,11 @@ class PriceTable:
         self.taken, self.source = taken, source
         self._prices = {(price.provider, price.model): price for price in prices}
 
+    @property
+    def prices(self) -> tuple[Price, ...]:
+        """Every price of the table."""
+        return tuple(self._prices.values())
+
     def price(self, provider: str | None, model: str | None) -> Price | None:
         """The provider's own price of the model, else the model's price."""
         if model is None:

@@ -265,6 +265,7 @@ class Gateway:
             return
         FIRST_BYTE.observe(time.perf_counter() - started)
         if exchange is not None:
+            exchange.first_byte_ms = (time.perf_counter() - started) * 1000
             exchange.status = response.status
             if response.status in _REFUSED_BY_UPSTREAM:  # the model saw nothing: the auditor ignores it
                 exchange.outcome = "refused"
@@ -274,6 +275,8 @@ class Gateway:
         finally:
             STREAMS.dec()
             response.release()  # back to the pool when read to its end, else closed
+            if exchange is not None:
+                exchange.upstream_ms = (time.perf_counter() - started) * 1000
 
     async def _stream(self, response: aiohttp.ClientResponse, receive: Callable, send: Callable,
                       exchange: Exchange | None) -> None:

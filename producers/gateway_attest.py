@@ -72,10 +72,16 @@ class Exchange:
         self.received = time.time()
         self.body_bytes = 0
         self.raw_digest = ""  # hex SHA-256 of the body as it passed
+        self.first_byte_ms: float | None = None  # from forwarding the request to the upstream's response headers
+        self.upstream_ms: float | None = None  # from forwarding the request to the response's last byte relayed
 
     def value(self, instance: str, read: dict[str, Any]) -> dict[str, Any]:
+        upstream = {"firstByteMs": round(self.first_byte_ms, 1)} if self.first_byte_ms is not None else {}
+        if upstream and self.upstream_ms is not None:
+            upstream["durationMs"] = round(self.upstream_ms, 1)
         return {"gateway": instance, "client": self.client, "arrival": self.arrival, "wire": self.wire,
-                "status": self.status, "outcome": self.outcome, "receivedAt": round(self.received * 1000), **read}
+                "status": self.status, "outcome": self.outcome, "receivedAt": round(self.received * 1000),
+                **({"upstream": upstream} if upstream else {}), **read}
 
 
 def read_request(wire: Wire, body: bytes, compact_header: bool) -> dict[str, Any]:

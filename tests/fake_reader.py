@@ -15,9 +15,11 @@ from __future__ import annotations
 import base64
 import collections
 import json
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from consumers.projector.reader import DeadLetterFilter, FindingFilter, SessionFilter
+from consumers.projector.gateway_requests import placed
+from consumers.projector.session_costs import UNPRICED, ModelPrice, cost_usd
 from consumers.projector.session_pages import NAMING_TURNS, page_of, timed_turns, turn_of
 from consumers.projector.store import TOKEN_COLUMNS, message_texts
 
@@ -32,7 +34,8 @@ _ORDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "tokens": lambda s: s["tokens"]}
 _HOUR_MS = 3_600_000
 #: A session's fields a page holds only a part of.
-_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns", "steps")
+_PAGED = ("messages", "messageSeqs", "surface", "requestHeaderChanges", "findings", "turns", "steps",
+          "gatewayRequests", "modelOrder")
 
 
 class FakeReader:
@@ -53,12 +56,14 @@ class FakeReader:
                                           "findings": [f for f in self._findings if f["sessionId"] == session_id]}
 
     def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50,
-                 order: str = "activity") -> dict[str, Any]:
-        value = _ORDERS[order]
+                 order: str = "activity", prices: Sequence[ModelPrice] | None = None) -> dict[str, Any]:
+        costs = {session_id: _cost_key(session, prices or ()) for session_id, session in self._sessions.items()}
+        value = (lambda s: costs[s["sessionId"]]) if order == "cost" else _ORDERS[order]
         chosen = sorted((s for s in self._sessions.values() if _session_matches(s, where)),
                         key=lambda s: (value(s), s["sessionId"]), reverse=True)
         return _page(f"sessions-{order}", chosen, lambda s: [value(s), s["sessionId"]], cursor, limit,
-                     lambda s: {field: s[field] for field in SUMMARY_FIELDS})
+                     lambda s: {field: s[field] for field in SUMMARY_FIELDS}
+                     | ({"costUsd": cost_usd(costs[s["sessionId"]])} if prices is not None else {}))
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         return self._sessions.get(session_id)
@@ -74,10 +79,11 @@ class FakeReader:
         page = page_of({**facts, "surfaceCount": len(session["surface"])}, rows, after, limit,
                        session["requestHeaderChanges"],
                        sorted(session["findings"], key=lambda f: f["seq"] if isinstance(f["seq"], int) else -1),
-                       session["turns"], turn_of(before[-1]) if before else None)
+                       session["turns"], turn_of(before[-1]) if before else None, session.get("modelOrder"))
         numbers = {turn.get("turn") for turn in page["turns"]}
         steps = [step for step in session["steps"] if step["turn"] in numbers]
-        return page | {"turns": timed_turns(page["turns"], steps), "steps": steps}
+        return page | {"turns": timed_turns(page["turns"], steps),
+                       "steps": placed(steps, session.get("gatewayRequests") or [])}
 
     def surface_event(self, session_id: str, seq: int) -> dict[str, Any] | None:
         session = self._sessions.get(session_id)
@@ -148,6 +154,22 @@ def _equal(item: dict[str, Any], **wanted: Any) -> bool:
     return all(value is None or item[field] == value for field, value in wanted.items())
 
 
+def _cost_key(session: dict[str, Any], prices: Sequence[ModelPrice]) -> float:
+    """A session's cost at ``prices`` as the store's query gives it
+    (:mod:`consumers.projector.session_costs`)."""
+    table = {(price.provider, price.model): price for price in prices}
+    total = 0.0
+    for row in session["models"]:
+        price = table.get((row["provider"], row["model"])) or table.get((None, row["model"]))
+        if price is None:
+            return UNPRICED
+        rates = (price.input, price.cache_read, price.cache_write, price.output,
+                 price.output if price.reasoning is None else price.reasoning)
+        total += sum(max(row.get(column, 0), 0) * rate for column, rate in zip(
+            ("inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens", "reasoningTokens"), rates))
+    return total / 1_000_000
+
+
 def _page(listing: str, chosen: list[dict[str, Any]], key: Callable[[dict[str, Any]], list[Any]],
           cursor: str | None, limit: int, shown: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> dict[str, Any]:
     """``limit`` items of ``chosen`` (sorted by ``key``, descending) after
@@ -166,8 +188,13 @@ def _page(listing: str, chosen: list[dict[str, Any]], key: Callable[[dict[str, A
 def _cursor_key(cursor: str, listing: str) -> list[Any]:
     try:
         key = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        if isinstance(key, list) and len(key) == 3 and key[0] == listing:
-            return key[1:]
     except ValueError:  # not base64, not UTF-8, not JSON
-        pass
+        key = None
+    if isinstance(key, list) and len(key) == 3 and key[0] == listing:
+        return key[1:]
+    if isinstance(key, list) and len(key) == 3 and listing.startswith("sessions-") and \
+            f"{key[0]}".startswith("sessions-"):
+        given, order = key[0].removeprefix("sessions-"), listing.removeprefix("sessions-")
+        raise ValueError(f"cursor {cursor!r} pages the sessions by {given!r}, not by {order!r}: start {order!r} "
+                         "from its first page")
     raise ValueError(f"cursor {cursor!r} is not one this reader gave")

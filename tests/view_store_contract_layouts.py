@@ -31,8 +31,8 @@ _LAYOUT_2 = (
 
 
 def _without_layout_8(db) -> None:
-    """What layout 8 added to a store taken away."""
-    for statement in ("DROP TABLE steps", "DROP INDEX sessions_by_tokens", "DROP INDEX sessions_by_creation",
+    """What layouts 8 and 9 added to a store taken away."""
+    for statement in ("DROP TABLE gateway_requests", "DROP TABLE steps", "DROP INDEX sessions_by_tokens", "DROP INDEX sessions_by_creation",
                       "ALTER TABLE surface DROP COLUMN event_time", "ALTER TABLE sessions DROP COLUMN tokens",
                       "ALTER TABLE sessions DROP COLUMN ingested_at"):
         db.execute(statement)
@@ -131,5 +131,28 @@ class LayoutsContract:
             page = reader.session_page(truth.session_id)
             assert page["steps"] == [] and {event["time"] for event in page["surface"]} == {None}
             assert [row["hour"] for row in reader.summary()["tokensByModelPerHour"]] == [0] * len(item["models"])
+        finally:
+            reader.close()
+
+    def test_a_layout_8_store_gains_an_empty_table_of_gateway_requests(self, store_location):
+        [(truth, records)] = simulated_fleet(1, seed=79)
+        run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store_location)), fetched(records))
+        store = ViewStore(store_location)
+        try:
+            with store.database.transaction() as db:  # the store as layout 8 left it
+                db.execute("DROP TABLE gateway_requests")
+                db.execute("UPDATE dsh_layout SET version = 8")
+        finally:
+            store.close()
+        store = ViewStore(store_location)
+        try:
+            assert store.db.execute("SELECT version FROM dsh_layout").fetchone()[0] == LAYOUT == 9
+            assert store.db.execute("SELECT COUNT(*) FROM gateway_requests").fetchone()[0] == 0
+        finally:
+            store.close()
+        reader = StoreReader(store_location)
+        try:
+            page = reader.session_page(truth.session_id)
+            assert page["steps"] and all(step["gateway"] == [] for step in page["steps"])
         finally:
             reader.close()

@@ -5,6 +5,7 @@ projector stored (a part of :class:`tests.view_store_contract.ViewStoreContract`
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from typing import ClassVar
 
@@ -16,14 +17,11 @@ from consumers.projector.store import TOKEN_COLUMNS, SessionChange, ViewStore
 from consumers.projector.store_reader import StoreReader
 from consumers.runtime.store_backends import Backend
 from consumers.runtime.errors import StateStoreError
+from dsh_kafka.records import SessionRecord, wire_attestation_record
 from dsh_core.jsonvalue import encode_json, thaw
+from dsh_pipeline.prices import Price, PriceTable
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.view_store_helpers import project, stored_fleet
-
-
-def _in_order(messages: list) -> list:
-    """Messages by their JSON (a page gives them in seq order, dsh's history after a compaction not)."""
-    return sorted(messages, key=lambda message: json.dumps(message, sort_keys=True))
 
 
 def _with_text(records, text: str):
@@ -93,11 +91,108 @@ class ReadsContract:
                  for column in TOKEN_COLUMNS}
             with pytest.raises(ValueError, match="cursor 'bogus' is not one this store gave"):
                 reader.sessions(SessionFilter(), "bogus")
-            huge = base64.urlsafe_b64encode(f"{2 ** 70}\x1fsim".encode()).decode()
+            huge = base64.urlsafe_b64encode(f"activity\x1f{2 ** 70}\x1fsim".encode()).decode()
             with pytest.raises(ValueError, match="is not one this store gave"):
                 reader.sessions(SessionFilter(), huge)
         finally:
             reader.close()
+
+    def test_the_list_is_ordered_and_paged_by_the_cost_it_shows(self, store_location):
+        fleet = stored_fleet(store_location)
+        ids = [truth.session_id for truth, _ in fleet]
+        store = ViewStore(store_location)
+        try:  # a second model the prices do not name, in one session: it has no cost
+            with store.database.transaction() as db:
+                db.execute("INSERT INTO usage (session_id, provider, model, inputTokens) VALUES (?, ?, ?, ?)",
+                           (ids[2], "deepseek", "unpriced", 10))
+        finally:
+            store.close()
+        reader = StoreReader(store_location)
+        try:
+            models = sorted({(m["provider"], m["model"]) for item in reader.sessions(SessionFilter(), limit=200)[
+                "items"] for m in item["models"]} - {("deepseek", "unpriced")})
+            prices = [Price(model=model, input=0.5 + index, output=2.0 + index, cache_read=0.1, cache_write=0.3)
+                      for index, (_, model) in enumerate(models)]
+            prices.append(Price(model=models[0][1], provider=models[0][0], input=7.0, output=9.0))  # its own wins
+            table = PriceTable(prices, datetime.date(2026, 12, 1), "a test")
+
+            def expected(item) -> float | None:
+                costs = [table.cost(m["provider"], m["model"], m) for m in item["models"]]
+                return None if None in costs else sum(costs)
+
+            seen, cursor = [], None
+            while True:
+                page = reader.sessions(SessionFilter(), cursor, limit=2, order="cost", prices=table.prices)
+                seen += page["items"]
+                if (cursor := page["next"]) is None:
+                    break
+            assert sorted(item["sessionId"] for item in seen) == sorted(ids)  # each once
+            for item in seen:
+                assert item["costUsd"] == (None if expected(item) is None else pytest.approx(expected(item), abs=2e-6))
+            shown = [(-1 if item["costUsd"] is None else item["costUsd"], item["sessionId"]) for item in seen]
+            assert shown == sorted(shown, reverse=True)  # the cost shown is the order; no price: last
+            assert seen[-1]["sessionId"] == ids[2] and seen[-1]["costUsd"] is None
+            assert len({item["costUsd"] for item in seen}) > 3
+            by_activity = reader.sessions(SessionFilter(), limit=200, prices=table.prices)["items"]
+            assert {i["sessionId"]: i["costUsd"] for i in by_activity} == {i["sessionId"]: i["costUsd"] for i in seen}
+            assert "costUsd" not in reader.sessions(SessionFilter(), limit=1)["items"][0]  # no prices, no cost
+            dearest = reader.sessions(SessionFilter(status=("idle",)), limit=1, order="cost",
+                                       prices=table.prices)  # filters and the cost order together
+            assert dearest["items"][0]["sessionId"] == seen[0]["sessionId"] != ids[-1]
+            tokens = reader.sessions(SessionFilter(), limit=2, order="tokens")["next"]
+            with pytest.raises(ValueError, match=r"pages the sessions by 'tokens', not by 'cost'"):
+                reader.sessions(SessionFilter(), tokens, order="cost", prices=table.prices)
+            with pytest.raises(ValueError, match=r"pages the sessions by 'cost', not by 'activity'"):
+                reader.sessions(SessionFilter(), page_cursor := reader.sessions(
+                    SessionFilter(), limit=2, order="cost", prices=table.prices)["next"])
+            assert page_cursor is not None
+            nan = base64.urlsafe_b64encode("cost\x1fnan\x1fsim".encode()).decode()
+            with pytest.raises(ValueError, match="is not one this store gave"):
+                reader.sessions(SessionFilter(), nan, order="cost", prices=table.prices)
+        finally:
+            reader.close()
+
+    def test_a_gateways_requests_show_at_their_steps_and_go_with_their_session(self, store_location):
+        fleet = stored_fleet(store_location)
+        session_id = fleet[0][0].session_id
+        reader = StoreReader(store_location)
+        try:
+            steps = reader.session_page(session_id, None, 200)["steps"]
+        finally:
+            reader.close()
+        assert steps and all(step["gateway"] == [] for step in steps)
+
+        def attested(arrival: int, received: int, **fields) -> SessionRecord:
+            return wire_attestation_record(session_id, arrival, encode_json({
+                "gateway": "gw", "kind": "agent", "status": 200, "outcome": "completed", "receivedAt": received,
+                "upstream": {"firstByteMs": 5 * arrival, "durationMs": 50 * arrival}, **fields}))
+
+        requests = [attested(10 + index, step["startedAt"]) for index, step in enumerate(steps)]
+        requests += [attested(99, steps[0]["startedAt"], kind="title"), requests[0]]  # no step's; a copy
+        project(store_location, requests)
+        reader = StoreReader(store_location)
+        try:
+            shown = reader.session_page(session_id, None, 200)["steps"]
+            assert [[request["arrival"] for request in step["gateway"]] for step in shown] == [
+                [10 + index] for index in range(len(steps))]
+            assert shown[0]["gateway"][0] == {"gateway": "gw", "arrival": 10, "status": 200, "outcome": "completed",
+                                              "receivedAt": steps[0]["startedAt"], "upstreamFirstByteMs": 50,
+                                              "upstreamMs": 500}
+            assert reader.session(session_id)["steps"] == shown
+        finally:
+            reader.close()
+        store = ViewStore(store_location)
+        try:
+            store.delete_session(session_id, 1)
+            assert store.db.execute("SELECT COUNT(*) FROM gateway_requests").fetchone()[0] == 0
+        finally:
+            store.close()
+        project(store_location, [attested(200, 1)])  # a deleted session's attestation: nothing kept
+        store = ViewStore(store_location)
+        try:
+            assert store.db.execute("SELECT COUNT(*) FROM gateway_requests").fetchone()[0] == 0
+        finally:
+            store.close()
 
     def test_a_session_read_page_by_page_is_the_whole_session(self, store_location):
         fleet = stored_fleet(store_location)
@@ -111,8 +206,12 @@ class ReadsContract:
                         break
                     after = int(after)
                 assert len(pages) == max(1, -(-len(whole["surface"]) // 2))
-                assert [event for page in pages for event in page["surface"]] == whole["surface"]
-                assert _in_order([m for page in pages for m in page["messages"]]) == _in_order(whole["messages"])
+                events = [event for page in pages for event in page["surface"]]
+                assert [{k: v for k, v in event.items() if k != "order"} for event in events] == whole["surface"]
+                place = {event["seq"]: (event["order"], event["seq"]) for event in events}
+                seqs = {k: v for page in pages for k, v in page["messageSeqs"].items()}
+                assert sorted((m for page in pages for m in page["messages"]), key=lambda m: place[seqs[m["id"]]]) \
+                    == whole["messages"]  # in the model's order: dsh's history
                 assert {k: v for page in pages for k, v in page["messageSeqs"].items()} == whole["messageSeqs"]
                 assert [f for page in pages for f in page["findings"]] == whole["findings"]
                 assert [c for page in pages for c in page["requestHeaderChanges"]] == whole["requestHeaderChanges"]

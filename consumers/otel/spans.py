@@ -234,9 +234,9 @@ class SpanMapper:
             attributes["dsh.step"] = step.number
         if self.content:
             attributes["gen_ai.input.messages"] = capped(json.dumps(state.inputs, ensure_ascii=False))
-            output: dict[str, Any] = {"role": "assistant", "parts": message_parts(content_blocks(message))}
-            if finish is not None:
-                output["finish_reason"] = finish
+            # the conventions' output message always names its finish reason: a log that does not say says so
+            output: dict[str, Any] = {"role": "assistant", "parts": message_parts(content_blocks(message)),
+                                      "finish_reason": finish if finish is not None else "unknown"}
             attributes["gen_ai.output.messages"] = capped(json.dumps([output], ensure_ascii=False))
             state.inputs = []
         if state.turn is not None:

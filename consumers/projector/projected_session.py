@@ -22,6 +22,7 @@ from dsh_core.request import MessagesDigest
 
 from ..runtime.metrics import LabelValues
 from ..runtime.sequencing import AppliedDigests, HeldRecords
+from .session_pages import model_order
 from .store import SessionChange
 from .timings import StepClock
 
@@ -160,6 +161,9 @@ class ProjectedSession:
                      "messagesDigest": self.digest.of(messages, surface.replace_generation),
                      "requestHeader": state.header, "requestContext": state.context,
                      "requestHeaderChanges": analysis.header_changes}
+            runs = model_order(surface.nodes)
+            if len(runs) > 1:  # the model's order is not the seqs' (a replace stands where its range was)
+                view["modelOrder"] = runs
         if self.status == "held":
             view["heldFrom"] = next_seq
             view["heldRecords"] = len(self.held)

@@ -13,14 +13,16 @@ cursor is opaque text, given back as ``cursor`` for the next page.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
+
+from .session_costs import ModelPrice
 
 __all__ = ["DeadLetterFilter", "FindingFilter", "SESSION_ORDERS", "SessionFilter", "ViewReader", "STATUSES"]
 
 #: A session's status in its view.
 STATUSES = ("open", "idle", "held", "conflicted", "refused")
-#: What sessions can be listed by, each descending: last activity, creation, tokens.
-SESSION_ORDERS = ("activity", "created", "tokens")
+#: What sessions can be listed by, each descending: last activity, creation, tokens, cost.
+SESSION_ORDERS = ("activity", "created", "tokens", "cost")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +80,10 @@ class ViewReader(Protocol):
     (``{message id: seq}`` of the surface event each message comes from),
     ``findings`` (as in ``findings``), ``audit`` (the auditor's verdict
     counts so far: ``{"attested": {verdict: n}, "wire": {kind: {verdict:
-    n}}}``, ``None`` before it published any).
+    n}}}``, ``None`` before it published any), ``modelOrder`` (``None``
+    when the model sees the surface in seq order, else its runs ``[[first
+    seq, last seq], ...]`` in the model's order:
+    :func:`~consumers.projector.session_pages.model_order`).
 
     finding: ``{"id", "sessionId", "rule", "severity", "seq", "turn",
     "step", "detail", "at"}``.
@@ -93,9 +98,13 @@ class ViewReader(Protocol):
     """
 
     def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50,
-                 order: str = "activity") -> dict[str, Any]:
+                 order: str = "activity", prices: Sequence[ModelPrice] | None = None) -> dict[str, Any]:
         """A page of session summaries, by ``order`` (:data:`SESSION_ORDERS`)
-        descending: most recently active first by default."""
+        descending: most recently active first by default. Given ``prices``,
+        each carries ``costUsd`` (:mod:`~consumers.projector.session_costs`:
+        ``None`` for a session using a model without a price), the key
+        ``order="cost"`` (which needs them) lists by. A cursor of another
+        order is a ``ValueError`` naming both."""
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         """One session (``None``: not in the store)."""
@@ -105,7 +114,9 @@ class ViewReader(Protocol):
         the session's fields, ``surfaceCount``, and at most ``limit`` surface
         events above the seq ``after`` with their derived messages, header
         changes and findings, long texts cut to previews, each event with its
-        ``time``; its turns with their ``startedAt``, ``endedAt``,
+        ``time`` and its ``order`` (sorting the pages' events by ``(order,
+        seq)`` gives the model's order); each step with ``gateway``, the
+        requests a gateway attested while it ran (:mod:`.gateway_requests`); its turns with their ``startedAt``, ``endedAt``,
         ``durationMs`` and ``tokens``, and ``steps``, theirs: ``{"turn",
         "step", "startedAt", "firstOutputAt", "endedAt", "durationMs",
         "timeToFirstOutputMs", "provider", "model", "inputTokens", ...}``;

@@ -26,6 +26,8 @@ heads still noted for its sessions, so a crash between the view commit and
 the heads' acknowledgement loses no head.
 
 Each session's fold, analysis, status and rows: :class:`~consumers.projector.projected_session.ProjectedSession`.
+A gateway's attestations of a session's requests are kept beside its steps
+(:mod:`~consumers.projector.gateway_requests`), written with the batch.
 """
 
 from __future__ import annotations
@@ -43,12 +45,14 @@ from dsh_core.formats import open_fold, opened_header
 from dsh_core.fold_snapshot import restore_fold
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,
                                check_identity, check_same_header, check_writer, where_of)
+from dsh_kafka.records import KIND_WIRE
 
 from ..runtime.config import ServiceConfig
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
+from .gateway_requests import RequestRow, request_row
 from .projected_session import PriceFunction, ProjectedSession
 from .store import SessionChange, ViewStore, view_head
 
@@ -85,6 +89,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
         self._epochs: dict[int, int] = {}  # the owner epoch of each assigned partition (ViewStore.claim)
         self._deleted: set[str] = set()  # the batch's sessions that were deleted (prepare, and its deletions)
         self._deletions: dict[str, tuple[int, int]] = {}  # deleted by this batch: partition, when (ms)
+        self._requests: list[tuple[str, int, RequestRow]] = []  # the batch's gateway requests
 
     def open_store(self) -> ViewStore:
         return ViewStore(self.config.store)
@@ -133,6 +138,11 @@ class Projection(Policy[ProjectedSession, ViewStore]):
             return
         if decoded.session_id in self._deleted and decoded.kind in (KIND_HEADER, KIND_RECORD):
             raise DeletedSessionError(decoded.session_id, decoded.seq, where_of(record))
+        if decoded.kind == KIND_WIRE and decoded.session_id not in self._deleted:
+            row = request_row(decoded.seq, decoded.value)
+            if row is not None:  # shown beside the steps (the auditor checks it)
+                self._requests.append((decoded.session_id, record.partition, row))
+                return
         if decoded.kind not in (KIND_HEADER, KIND_RECORD):
             SKIPPED.labels("attestation").inc()
             return
@@ -224,13 +234,14 @@ class Projection(Policy[ProjectedSession, ViewStore]):
 
     def persist(self) -> None:
         handled, self._handled = self._handled, {}
-        if not self._changed and not self._deletions:
+        requests, self._requests = self._requests, []
+        if not self._changed and not self._deletions and not requests:
             return
         changes = [session.change() for session in self._changed.values()]
         try:
-            gone = self.store.write(changes, self._epochs, self._deletions)
+            gone = self.store.write(changes, self._epochs, self._deletions, requests)
         except UnstorableError:  # one session's rows: each is written alone, and those refused refuse their session
-            gone = self.store.write([], self._epochs, self._deletions)
+            gone = self.store.write([], self._epochs, self._deletions, requests)
             written = (self._write_alone(change, handled.get(change.session_id, [])) for change in changes)
             changes = [change for change in written if change is not None]
         changes = [change for change in changes if change.session_id not in gone]

@@ -23,20 +23,25 @@ Each event carries its ``time`` (the log's, ms; ``None`` for a row a store
 of an older layout kept without it). The page's turns carry their
 timings, and ``steps`` each step of those turns (:func:`timed_turns`).
 
-Messages come in seq order: after a compaction, the messages it kept
-come before its summary (dsh's history puts the summary first); an image
-offload's projection is not applied (the message is shown as logged).
+Messages come in seq order; each event's ``order`` says where the
+model sees it: the model's view is the events of order 0 in seq order,
+then those of order 1, and so on (a compaction's summary stands where the
+range it replaced was, before the messages it kept, which come at lower
+seqs and may be on an earlier page). Sorting the concatenated pages' events
+by ``(order, seq)`` gives dsh's history. An image offload's projection is
+not applied (the message is shown as logged).
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Iterable
 
 from dsh_core.jsonvalue import encode_json
 from dsh_core.formats.v4.session import derive_message
 
-__all__ = ["NAMING_TURNS", "PAGE_BYTES", "PREVIEW_CHARS", "page_of", "preview", "step_of", "timed_turns", "turn_of",
-           "within"]
+__all__ = ["NAMING_TURNS", "PAGE_BYTES", "PREVIEW_CHARS", "model_order", "page_of", "preview", "step_of", "timed_turns",
+           "turn_of", "within"]
 
 #: The surface events whose data names their turn.
 NAMING_TURNS = ("assistant/message", "tool/result")
@@ -66,6 +71,22 @@ def preview(data: Any) -> tuple[Any, bool]:
         items = [preview(value) for value in data]
         return [value for value, _ in items], any(shortened for _, shortened in items)
     return data, False
+
+
+def model_order(nodes: list[int]) -> list[list[int]]:
+    """A fold's surface nodes (seqs, in the model's order) as runs
+    ``[first, last]`` in that order, each the current seqs from ``first``
+    to ``last`` in seq order: one run while the model's order is the
+    seqs', at most three more for each replace standing out of it (a
+    break before it, after it, and between its neighbours in seq order)."""
+    rank = {seq: index for index, seq in enumerate(sorted(nodes))}
+    runs: list[list[int]] = []
+    for seq in nodes:
+        if runs and rank[seq] == rank[runs[-1][1]] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    return runs
 
 
 def turn_of(data: Any) -> int | None:
@@ -110,18 +131,23 @@ def timed_turns(turns: list[dict[str, Any]], steps: list[dict[str, Any]]) -> lis
 
 def page_of(facts: dict[str, Any], rows: list[tuple[int, str, Any, int | None]], after: int | None, limit: int,
             header_changes: Iterable[dict[str, Any]], findings: Iterable[dict[str, Any]],
-            turns: Iterable[dict[str, Any]], turn_before: int | None) -> dict[str, Any]:
+            turns: Iterable[dict[str, Any]], turn_before: int | None,
+            runs: list[list[int]] | None = None) -> dict[str, Any]:
     """The page after ``after`` of a session: ``facts`` (its fields but the
     paged ones), ``rows`` its surface events ``(seq, type, data)`` above
     ``after`` in seq order with their event time (at least ``limit + 1`` of them when there are
     that many), ``header_changes`` and ``findings`` at least those of the
     page's seqs, ``turns`` its turns and ``turn_before`` the :func:`turn_of`
-    the last event at or before ``after`` that names one."""
+    the last event at or before ``after`` that names one, and ``runs`` the
+    view's :func:`model_order` (``None``: the seqs' order is the model's)."""
+    firsts = sorted((first, last, place) for place, (first, last) in enumerate(runs or [[0, 2 ** 63]]))
     surface, messages, seqs, size = [], [], {}, 0
     for seq, kind, data, time in rows[:limit]:
         if size >= PAGE_BYTES:
             break
-        event: dict[str, Any] = {"seq": seq, "type": kind, "time": time}
+        at = bisect.bisect_right(firsts, (seq, 2 ** 64)) - 1
+        order = firsts[at][2] if at >= 0 and firsts[at][1] >= seq else None
+        event: dict[str, Any] = {"seq": seq, "type": kind, "time": time, "order": order}
         event["data"], cut = preview(data)
         if cut:
             event["preview"] = {"size": len(encode_json(data))}

@@ -12,7 +12,8 @@ activity, turn and message counts, tokens); creation and last activity are
 the log's own event times (:mod:`dsh_core.event_time`), and
 ``ingested_at`` when the last record applied was written to the topic;
 ``usage`` its token totals by provider and model; ``steps`` each step's
-event times and tokens (:mod:`.timings`); ``surface`` its current surface
+event times and tokens (:mod:`.timings`); ``gateway_requests`` the
+requests gateways attested (:mod:`.gateway_requests`); ``surface`` its current surface
 events with their event times (changed by difference, never rewritten);
 ``held`` the records it holds at a gap;
 ``applied`` the digest of every record applied (a copy is checked
@@ -42,6 +43,7 @@ from dsh_kafka.errors import FencedError
 from ..runtime.database import applied_digest, first_line, load_held, store_digests, store_held
 from ..runtime.sequencing import AppliedDigest, HeldChanges
 from ..runtime.store_backends import backend_of
+from .gateway_requests import REQUEST_COLUMNS, RequestRow
 from .store_migrations import MIGRATIONS
 from .store_schema import KIND, LAYOUT, SCHEMA, SESSION_TABLES, TOKEN_COLUMNS, listing, message_texts, searchable, \
     session_tokens, store_steps, store_usage
@@ -139,7 +141,8 @@ class ViewStore:
                                    f"({', '.join('?' * len(numbers))})", numbers).fetchall())
 
     def write(self, changes: Iterable["SessionChange"], epochs: dict[int, int],
-              deletions: dict[str, tuple[int, int]] | None = None) -> set[str]:
+              deletions: dict[str, tuple[int, int]] | None = None,
+              requests: Iterable[tuple[str, int, RequestRow]] = ()) -> set[str]:
         """Store changed sessions in one transaction, each noted as having an
         unacknowledged head, and delete the sessions of ``deletions`` (id:
         its partition and when, ms); a session deleted meanwhile
@@ -151,9 +154,13 @@ class ViewStore:
         one. The check locks the partitions' rows until the commit, so a
         claim cannot come between it and the writes. Rows the store refuses
         for what they hold (a number beyond a 64-bit column, a constraint)
-        raise :class:`UnstorableError`, nothing written."""
-        changes, deletions = list(changes), deletions or {}
-        numbers = sorted({change.partition for change in changes} | {partition for partition, _ in deletions.values()})
+        raise :class:`UnstorableError`, nothing written. ``requests``
+        (session id, partition, row: :mod:`.gateway_requests`) are the
+        gateway requests of the batch, written with them (one already
+        there stays as it is)."""
+        changes, deletions, requests = list(changes), deletions or {}, list(requests)
+        numbers = sorted({change.partition for change in changes} | {partition for partition, _ in deletions.values()}
+                         | {partition for _, partition, _ in requests})
         if not numbers:
             return set()
         try:
@@ -170,6 +177,10 @@ class ViewStore:
                     _delete_session(db, session_id, at)
                 gone = _among(db, "deleted_sessions", [change.session_id for change in changes])
                 _write_changes(db, [change for change in changes if change.session_id not in gone])
+                kept = _among(db, "deleted_sessions", [session_id for session_id, _, _ in requests])
+                db.executemany(f"INSERT INTO gateway_requests (session_id, {', '.join(REQUEST_COLUMNS)}) VALUES "
+                               f"(?, {', '.join('?' * len(REQUEST_COLUMNS))}) ON CONFLICT DO NOTHING",
+                               [(session_id, *row) for session_id, _, row in requests if session_id not in kept])
         except self.backend.rows_refused as error:
             named = ", ".join(repr(change.session_id) for change in changes[:3]) + (", ..." if changes[3:] else "")
             raise UnstorableError(f"{self.database.where}: the view store refused the rows of session(s) {named} "

@@ -15,8 +15,8 @@ from dsh_core.fold_snapshot import is_pickled, restore_fold, snapshot_fold
 from dsh_core.jsonvalue import decode_json
 
 from ..runtime.database import Migrations
-from .store_schema import (DELETED, EVENT_TIMES, LETTERS_BY_SOURCE, LISTING, OWNERS, SESSION_COLUMNS, SURFACE_TEXT,
-                           TOKEN_COLUMNS, VERDICTS, listing, searchable, store_usage)
+from .store_schema import (DELETED, EVENT_TIMES, GATEWAY_REQUESTS, LETTERS_BY_SOURCE, LISTING, OWNERS, SESSION_COLUMNS,
+                           SURFACE_TEXT, TOKEN_COLUMNS, VERDICTS, listing, searchable, store_usage)
 
 __all__ = ["MIGRATIONS"]
 
@@ -92,6 +92,13 @@ def _layout_7_to_8(db: Any) -> None:
                + ") FROM usage u WHERE u.session_id = sessions.session_id), 0)")
 
 
+def _layout_8_to_9(db: Any) -> None:
+    """Layout 8 kept no gateway requests: the attestations read before come
+    with a rebuild (a new projector group)."""
+    for statement in GATEWAY_REQUESTS:
+        db.execute(statement)
+
+
 #: Each step by the layout it starts from.
 MIGRATIONS: Migrations = {2: _layout_2_to_3, 3: _layout_3_to_4, 4: _layout_4_to_5, 5: _layout_5_to_6,
-                          6: _layout_6_to_7, 7: _layout_7_to_8}
+                          6: _layout_6_to_7, 7: _layout_7_to_8, 8: _layout_8_to_9}

@@ -11,6 +11,7 @@ page costs the same at any depth.
 from __future__ import annotations
 
 import base64
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,6 +23,8 @@ from ..runtime.errors import StateStoreError
 from ..runtime.store_backends import backend_of
 from ..runtime.stored_text import stored_text
 from .reader import DeadLetterFilter, FindingFilter, SessionFilter
+from .gateway_requests import placed, requests_during
+from .session_costs import ModelPrice, cost_column, cost_usd
 from .session_pages import NAMING_TURNS, page_of, step_of, timed_turns, turn_of
 from .store import LAYOUT, TOKEN_COLUMNS
 from .timings import STEP_COLUMNS
@@ -60,27 +63,43 @@ class StoreReader:
     # ------------------------------------------------------------ sessions
 
     def sessions(self, where: SessionFilter, cursor: str | None = None, limit: int = 50,
-                 order: str = "activity") -> dict[str, Any]:
+                 order: str = "activity", prices: Sequence[ModelPrice] | None = None) -> dict[str, Any]:
         conditions, parameters = _session_conditions(where)
-        key = _SESSION_ORDERS[order]
+        if order == "cost" and prices is None:
+            raise TypeError("listing sessions by cost needs the prices to cost them at")
+        with_, join, cost, priced = cost_column(prices or ()) if order == "cost" else ("", "", "", [])
+        key = cost if order == "cost" else _SESSION_ORDERS[order]
+        listed = (f"{with_}SELECT * FROM (SELECT s.session_id, s.status, s.cwd, s.created_at, s.last_activity, "
+                  f"s.turn_count, s.message_count, {_FINDING_COUNT} AS findings, s.error, s.ingested_at, s.tokens, "
+                  f"{key} AS sort_key FROM sessions s {join}"
+                  + (" WHERE " + " AND ".join(conditions) if conditions else "") + ") AS listed")
         if cursor is not None:
-            value, session_id = _cursor(cursor, numbers=1, texts=1)
-            conditions.append(f"({key} < ? OR ({key} = ? AND s.session_id < ?))")
+            value, session_id = _session_cursor(cursor, order)
+            listed += " WHERE (sort_key < ? OR (sort_key = ? AND session_id < ?))"
             parameters += [value, value, session_id]
-        rows = self._rows(
-            "SELECT s.session_id, s.status, s.cwd, s.created_at, s.last_activity, s.turn_count, s.message_count, "
-            f"{_FINDING_COUNT}, s.error, s.ingested_at, s.tokens, {key} FROM sessions s"
-            + (" WHERE " + " AND ".join(conditions) if conditions else "")
-            + f" ORDER BY {key} DESC, s.session_id DESC LIMIT ?", [*parameters, limit + 1])
+        rows = self._rows(listed + " ORDER BY sort_key DESC, session_id DESC LIMIT ?",
+                          [*priced, *parameters, limit + 1])
         page = rows[:limit]
         models = self._models([row[0] for row in page])
+        costs = {row[0]: row[-1] for row in page} if order == "cost" else \
+            self._costs([row[0] for row in page], prices) if prices is not None else {}
         items = [{"sessionId": session_id, "status": status, "cwd": cwd, "createdAt": created, "lastActivity": active,
                   "turnCount": turns, "messageCount": messages, "findingCount": findings, "error": error,
-                  "models": models.get(session_id, []), **_ingestion(ingested, active), "tokens": tokens}
+                  "models": models.get(session_id, []), **_ingestion(ingested, active), "tokens": tokens,
+                  **({"costUsd": cost_usd(costs[session_id])} if prices is not None else {})}
                  for session_id, status, cwd, created, active, turns, messages, findings, error, ingested, tokens, _
                  in page]
         last = page[-1] if len(rows) > limit else None
-        return {"items": items, "next": _make_cursor(last[-1], last[0]) if last else None}
+        return {"items": items, "next": _make_cursor(order, last[-1], last[0]) if last else None}
+
+    def _costs(self, session_ids: list[str], prices: Sequence[ModelPrice]) -> dict[str, float | int]:
+        """The cost keys (:mod:`.session_costs`) of these sessions."""
+        if not session_ids:
+            return {}
+        with_, join, cost, priced = cost_column(prices, among=len(session_ids))
+        marks = ", ".join("?" * len(session_ids))
+        return dict(self._rows(f"{with_}SELECT s.session_id, {cost} FROM sessions s {join} WHERE s.session_id IN "
+                               f"({marks})", [*priced, *session_ids, *session_ids]))
 
     def _models(self, session_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         if not session_ids:
@@ -105,6 +124,7 @@ class StoreReader:
         surface = [(seq, kind, data) for seq, kind, data, _ in timed]
         steps = [step_of(row) for row in self._rows(
             f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? ORDER BY turn, step", (session_id,))]
+        steps = placed(steps, requests_during(self._rows, session_id, steps))
         messages: list[Any] = []
         if snapshot is not None:
             try:
@@ -122,7 +142,7 @@ class StoreReader:
                 **_ingestion(ingested, last_activity), "tokens": tokens, "steps": steps,
                 "header": header, "nextSeq": view["nextSeq"], "turns": timed_turns(view.get("turns") or [], steps),
                 "requestHeader": view.get("requestHeader"), "replaceGeneration": view.get("replaceGeneration", 0),
-                "requestHeaderChanges": view.get("requestHeaderChanges") or [],
+                "requestHeaderChanges": view.get("requestHeaderChanges") or [], "modelOrder": view.get("modelOrder"),
                 "messages": messages, "messageSeqs": _message_seqs(surface),
                 "surface": [{"seq": seq, "type": kind, "data": data, "time": time} for seq, kind, data, time in timed],
                 "findings": self.findings(FindingFilter(session_id=session_id), limit=10_000)["items"],
@@ -160,12 +180,14 @@ class StoreReader:
                             f"({', '.join('?' * len(NAMING_TURNS))}) ORDER BY seq DESC LIMIT 1",
                             (session_id, after, *NAMING_TURNS)) if after is not None else []
         page = page_of(facts, events, after, limit, view.get("requestHeaderChanges") or (), findings,
-                       view.get("turns") or (), turn_of(decode_json(before[0][0])) if before else None)
+                       view.get("turns") or (), turn_of(decode_json(before[0][0])) if before else None,
+                       view.get("modelOrder"))
         numbers = [turn["turn"] for turn in page["turns"] if isinstance(turn.get("turn"), int)]
         steps = [step_of(row) for row in self._rows(
             f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE session_id = ? AND turn >= ? AND turn <= ? "
             "ORDER BY turn, step", (session_id, min(numbers), max(numbers)))] if numbers else []
-        return page | {"turns": timed_turns(page["turns"], steps), "steps": steps}
+        return page | {"turns": timed_turns(page["turns"], steps),
+                       "steps": placed(steps, requests_during(self._rows, session_id, steps))}
 
     def _session_findings(self, session_id: str, low: int, high: int, with_unnumbered: bool) -> list[dict[str, Any]]:
         """A session's findings of seqs ``low < seq <= high`` (and those of
@@ -344,6 +366,22 @@ def _page(items: list[dict[str, Any]], rows: list[tuple], limit: int) -> dict[st
 
 def _make_cursor(*key: Any) -> str:
     return base64.urlsafe_b64encode("\x1f".join(str(part) for part in key).encode()).decode()
+
+
+def _session_cursor(text: str, order: str) -> tuple[float | int, str]:
+    """A session list's cursor: its order's key and the session's id; a
+    cursor of another order is a ``ValueError`` naming both."""
+    given, value, session_id = _cursor(text, numbers=0, texts=3)
+    if given != order:
+        raise ValueError(f"cursor {text!r} pages the sessions by {given!r}, not by {order!r}: start {order!r} "
+                         "from its first page")
+    try:
+        key = float(value) if order == "cost" else int(value)
+    except ValueError:
+        raise ValueError(f"cursor {text!r} is not one this store gave") from None
+    if not math.isfinite(key) or abs(key) > MAX_SAFE_INTEGER:
+        raise ValueError(f"cursor {text!r} is not one this store gave")
+    return key, session_id
 
 
 def _cursor(text: str, numbers: int, texts: int = 0) -> list[Any]:

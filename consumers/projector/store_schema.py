@@ -1,4 +1,4 @@
-"""The view store's tables (layout 8, documented in
+"""The view store's tables (layout 9, documented in
 docs/reference/view-store.md) and what their derived columns hold: a
 surface row's searchable text (:func:`message_texts`), a session's listing
 columns and usage rows. :mod:`.store` writes the rows, :mod:`.store_migrations`
@@ -12,10 +12,10 @@ from typing import Any, Iterable
 from ..runtime.database import DIGESTS_SCHEMA, HELD_SCHEMA
 from .timings import STEP_COLUMNS, StepRow
 
-__all__ = ["EVENT_TIMES", "KIND", "LAYOUT", "SCHEMA", "SESSION_TABLES", "TOKEN_COLUMNS", "listing", "message_texts",
-           "searchable", "session_tokens", "store_steps", "store_usage"]
+__all__ = ["EVENT_TIMES", "GATEWAY_REQUESTS", "KIND", "LAYOUT", "SCHEMA", "SESSION_TABLES", "TOKEN_COLUMNS", "listing",
+           "message_texts", "searchable", "session_tokens", "store_steps", "store_usage"]
 
-KIND, LAYOUT = "view-store", 8
+KIND, LAYOUT = "view-store", 9
 #: The sessions deleted (delete-session): their rows are gone and none is written again.
 DELETED = "CREATE TABLE deleted_sessions (session_id TEXT PRIMARY KEY, at INTEGER NOT NULL)"
 #: A record's dead letters, one per service (and consumer group) that refused it: readers show one per reason.
@@ -55,7 +55,7 @@ OWNERS = "CREATE TABLE partition_owners (partition INTEGER PRIMARY KEY, epoch IN
 SURFACE_TEXT = "text TEXT NOT NULL DEFAULT ''"
 #: The tables holding rows of a session (what deleting a session removes).
 SESSION_TABLES = ("sessions", "usage", "surface", "held", "applied", "unacknowledged_heads", "findings", "dead_letters",
-                  "audit_verdicts", "steps")
+                  "audit_verdicts", "steps", "gateway_requests")
 #: Layout 8: event times, ingestion time, steps and tokens (:mod:`.store_migrations`).
 EVENT_TIMES = (
     "ALTER TABLE surface ADD COLUMN event_time INTEGER",
@@ -68,12 +68,20 @@ EVENT_TIMES = (
     + ", ".join(f"{column} INTEGER NOT NULL DEFAULT 0" for column in STEP_COLUMNS[7:])
     + ", PRIMARY KEY (session_id, turn, step))",
 )
+#: Layout 9: the requests gateways attested, by session (:mod:`.gateway_requests`).
+GATEWAY_REQUESTS = (
+    "CREATE TABLE gateway_requests (session_id TEXT NOT NULL, gateway TEXT NOT NULL, arrival INTEGER NOT NULL, "
+    "kind TEXT NOT NULL, status INTEGER, outcome TEXT NOT NULL, received_at INTEGER, first_byte_ms INTEGER, "
+    "duration_ms INTEGER, PRIMARY KEY (session_id, gateway, arrival))",
+    "CREATE INDEX gateway_requests_by_time ON gateway_requests (session_id, received_at)",
+)
 SCHEMA = (
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY, status TEXT NOT NULL, next_seq INTEGER NOT NULL, "
     "view TEXT NOT NULL, snapshot BLOB, error TEXT, " + ", ".join(SESSION_COLUMNS) + ")",
     "CREATE TABLE surface (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL, "
     f"{SURFACE_TEXT}, PRIMARY KEY (session_id, seq))",
     *EVENT_TIMES,
+    *GATEWAY_REQUESTS,
     HELD_SCHEMA,
     DIGESTS_SCHEMA,
     "CREATE TABLE unacknowledged_heads (session_id TEXT PRIMARY KEY, partition INTEGER NOT NULL)",

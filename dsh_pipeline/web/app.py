@@ -84,6 +84,8 @@ class _Guarded:
         self.reader, self.prices, self.lock = reader, prices, threading.Lock()
 
     def __call__(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method == "sessions":  # the store costs the sessions it lists, so it can order them by cost
+            kwargs["prices"] = self.prices.prices
         with self.lock:
             try:
                 answer = getattr(self.reader, method)(*args, **kwargs)
@@ -109,8 +111,9 @@ class _Guarded:
             models = priced(item.get("models") or [])
             return item | {"models": models, **total(models)}
 
-        if method == "sessions":
-            return answer | {"items": [session(item) for item in answer["items"]]}
+        if method == "sessions":  # each session's cost as the store ordered them by
+            return answer | {"items": [item | {"models": priced(item.get("models") or [])}
+                                       for item in answer["items"]]}
         if method == "session_page" and answer is not None:
             steps = priced(answer.get("steps") or [])
             turns = [turn | total([step for step in steps if step["turn"] == turn.get("turn")])
@@ -175,7 +178,7 @@ def read_api(reader: ViewReader, tokens: frozenset[str], *, cors_origins: tuple[
         return {"status": "ok"}
 
     @app.get("/api/v1/sessions", dependencies=guard,
-             summary="sessions, most recently active first (or by creation, or by tokens: `order`)")
+             summary="sessions, most recently active first (or by creation, tokens or cost: `order`)")
     def sessions(status: list[Status] | None = Query(None), provider: str | None = Query(None, max_length=_TEXT),
                  model: str | None = Query(None, max_length=_TEXT), cwd: str | None = Query(None, max_length=_TEXT),
                  created_from: int | None = _ms(), created_to: int | None = _ms(),

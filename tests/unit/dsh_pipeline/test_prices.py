@@ -136,3 +136,27 @@ def test_each_step_and_turn_has_its_cost_and_timings_in_the_api_and_the_viewer(c
     html = browser.get("/sessions/s-timed").text
     assert '<tr data-step="1.1">' in html and '<td class="first-output">1.5 s</td>' in html
     assert '<td class="duration">14.0 s</td><td>1,100,000</td><td class="cost">$3.00</td>' in html
+
+
+def test_the_list_sorts_by_the_cost_it_shows_and_refuses_a_cursor_of_another_order(client_of, tmp_path):
+    sessions = [_session(n) | {"sessionId": f"s-{n}", "models": [{"provider": "deepseek", "model": "m-1",
+                                                                    "inputTokens": 1000 * n, "outputTokens": 10}]}
+                for n in (1, 2, 3)]
+    sessions.append(_session(4) | {"sessionId": "s-unpriced", "models": [
+        {"provider": "deepseek", "model": "m-1", **USAGE}, {"provider": "deepseek", "model": "m-9", "inputTokens": 5}]})
+    app = read_api(FakeReader(sessions), frozenset({TOKEN}), prices=_table(tmp_path))
+    api = client_of(app=app)
+    first = api.get("/api/v1/sessions", params={"order": "cost", "limit": 2}).json()
+    rest = api.get("/api/v1/sessions", params={"order": "cost", "cursor": first["next"]}).json()
+    listed = [(item["sessionId"], item["costUsd"]) for item in first["items"] + rest["items"]]
+    # 1000 n tokens x $2/M + 10 x $10/M; the session with a model of no price comes last, not as free
+    assert listed == [("s-3", pytest.approx(0.0061)), ("s-2", pytest.approx(0.0041)),
+                      ("s-1", pytest.approx(0.0021)), ("s-unpriced", None)]
+    by_tokens = api.get("/api/v1/sessions", params={"order": "tokens", "limit": 1}).json()["next"]
+    refused = api.get("/api/v1/sessions", params={"order": "cost", "cursor": by_tokens})
+    assert refused.status_code == 422 and "pages the sessions by 'tokens', not by 'cost'" in refused.json()["error"]
+    browser = signed_in(client_of, app=app)
+    page = browser.get("/", params={"order": "cost"}).text
+    assert '<option value="cost" selected>cost</option>' in page
+    assert [page.index(f'data-session="{name}"') for name in ("s-3", "s-2", "s-1", "s-unpriced")] == sorted(
+        page.index(f'data-session="{name}"') for name in ("s-3", "s-2", "s-1", "s-unpriced"))

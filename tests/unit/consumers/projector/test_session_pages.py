@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import tracemalloc
 
-from consumers.projector.session_pages import PAGE_BYTES, PREVIEW_CHARS, page_of, preview
+from consumers.projector.session_pages import PAGE_BYTES, PREVIEW_CHARS, model_order, page_of, preview
 from consumers.projector.store_reader import StoreReader
 from dsh_core.jsonvalue import encode_json
 from tests.view_store_helpers import stored_fleet
@@ -64,3 +64,17 @@ def test_a_page_ends_past_its_bytes_and_the_pages_still_hold_every_event():
     assert len(pages) == 4 and all(size < PAGE_BYTES + 4 * PREVIEW_CHARS for size in sizes), sizes
     assert [event["seq"] for page in pages for event in page["surface"]] == list(range(300))
     assert [m["id"] for page in pages for m in page["messages"]] == [f"m-{seq}" for seq in range(300)]
+
+
+def test_the_model_order_is_runs_of_seqs_and_each_event_of_a_page_names_its_run():
+    # [0..4]; a compaction replaces 1..2 with 5; 6 appended; a tool result's rewrite replaces 3 with 7
+    nodes = [0, 5, 7, 4, 6]
+    runs = model_order(nodes)
+    assert runs == [[0, 0], [5, 5], [7, 7], [4, 4], [6, 6]]  # 4 and 6 are not neighbours in seq order: 5 is
+    assert model_order([0, 1, 2, 9]) == [[0, 9]]  # the seqs' order is the model's: one run
+    rows = [(seq, "user/message", {"message": {"id": f"m{seq}", "role": "user", "content": []}}, None)
+            for seq in sorted(nodes)]
+    page = page_of({}, rows, None, 10, (), (), (), None, runs)
+    placed = sorted(page["surface"], key=lambda event: (event["order"], event["seq"]))
+    assert [event["seq"] for event in placed] == nodes
+    assert {event["order"] for event in page_of({}, rows, None, 10, (), (), (), None)["surface"]} == {0}

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
+import zstandard
 
 from consumers.projector import Projection, ProjectorConfig
 from consumers.projector.store import TOKEN_COLUMNS
 from consumers.projector.store_reader import StoreReader
 from dsh_core.event_time import line_time
-from dsh_kafka.records import KIND_RECORD
+from dsh_core.formats.registry import read_header
+from dsh_kafka.records import KIND_RECORD, header_record, record_from_line, writer_of
+from producers.simulator import SimulatorConfig, simulate_session
+from tests.conftest import ROOT
 from tests.policy_driver import KAFKA, Fetched, run_batch
 from tests.view_store_helpers import simulated_fleet
 
@@ -127,3 +132,51 @@ def test_the_cost_counter_adds_what_each_priced_message_cost(tmp_path):
     assert inputs > 0
     assert counted("deepseek-chat") - before["deepseek-chat"] == pytest.approx(inputs / 1e6)
     assert counted("deepseek-reasoner") == before["deepseek-reasoner"]  # no price: nothing counted
+
+
+def _fixture_sessions() -> list:
+    """dsh 0.1.5's own v3 logs (compactions among them), as the shipper sends them."""
+    fleet = []
+    for path in sorted((ROOT / "tests" / "fixtures" / "dsh-0.1.5").glob("*.v3.jsonl.zstd")):
+        with path.open("rb") as file:
+            lines = zstandard.ZstdDecompressor().stream_reader(file, read_across_frames=True).read().splitlines()
+        parsed = json.loads(lines[0])  # read where dsh keeps it: v3 readers check the folder is the session's id
+        header = read_header(lines[0], f"/sessions/p/{parsed['id']}/session.v3.jsonl")
+        fleet.append((SimpleNamespace(session_id=header.id), [header_record(header)] + [
+            record_from_line(header.id, line, header.version, writer_of(header)) for line in lines[1:]]))
+    return fleet
+
+
+@pytest.mark.parametrize("log_format", [0, 3, 4, "dsh-0.1.5"])
+def test_each_surface_event_has_the_time_of_the_logged_event_of_its_seq(tmp_path, log_format):
+    """A record's surface rows are timed by the fold's count after it; in a
+    v3 log (migrated as it is folded: the simulator's and dsh 0.1.5's own)
+    and v0 and v4 alike, that is the seq the log gave the event."""
+    if log_format == "dsh-0.1.5":
+        fleet = _fixture_sessions()
+    else:
+        config = SimulatorConfig(sessions=4, seed=81, formats=(log_format,), max_turns=4)
+        fleet = []
+        for index in range(config.sessions):
+            truth, batches = simulate_session(config, index)
+            fleet.append((truth, [record for batch in batches for record in batch]))
+    reader = _project(tmp_path / "views.sqlite", fleet)
+    try:
+        checked = 0
+        for truth, records in fleet:
+            logged: dict[int, int] = {}
+            for record in records:
+                if record.kind != KIND_RECORD:
+                    continue
+                for line in record.value.splitlines():
+                    event = json.loads(line)
+                    if isinstance(event.get("seq"), int) and isinstance(event.get("time"), int):
+                        logged[event["seq"]] = event["time"]
+            surface = reader.session(truth.session_id)["surface"]
+            assert surface
+            for event in surface:
+                assert event["time"] == logged.get(event["seq"]), (truth.session_id, event["seq"], event["type"])
+                checked += 1
+        assert checked > 20
+    finally:
+        reader.close()

@@ -370,7 +370,7 @@ def test_the_openapi_document_describes_every_route_and_its_parameters(client_of
     assert set(listing) == {"status", "provider", "model", "cwd", "created_from", "created_to", "active_from",
                             "active_to", "has_findings", "q", "cursor", "limit", "order"}
     assert listing["limit"]["schema"]["maximum"] == MAX_PAGE
-    assert listing["order"]["schema"]["enum"] == ["activity", "created", "tokens"]
+    assert listing["order"]["schema"]["enum"] == ["activity", "created", "tokens", "cost"]
 
 
 def test_an_unknown_api_route_answers_in_the_error_shape(client_of):

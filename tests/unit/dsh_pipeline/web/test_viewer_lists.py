@@ -106,6 +106,8 @@ def test_the_timeline_puts_each_tool_call_with_its_result_and_how_long_it_took(c
                "turns": [{"turn": 1, "reason": {"kind": "completed"}, "steps": 1}], "requestHeader": None,
                "requestHeaderChanges": [], "audit": None, "replaceGeneration": 0, "messages": [call, result],
                "messageSeqs": {"a-1": 3, "t-1": 6}, "steps": steps,
+               # the gateway forwarded the step's request: its upstream answered after 0.4 s, done at 6.1 s
+               "gatewayRequests": [("gw-1", 41, "agent", 200, "completed", 1_020, 400, 6_100)],
                "surface": [{"seq": 3, "type": "assistant/message", "time": 2_000,
                             "data": {"turn": 1, "step": 1, "message": call}},
                            {"seq": 6, "type": "tool/result", "time": 4_500, "data": {"turn": 1, "step": 1,
@@ -120,3 +122,10 @@ def test_the_timeline_puts_each_tool_call_with_its_result_and_how_long_it_took(c
     assert '<li class="call" data-call="call-1">' in step and 'answered after <span class="duration">2.5 s</span>' in step
     assert '<pre>{\n  &#34;cmd&#34;: [\n    &#34;ls&#34;\n  ]\n}</pre>' in step and "<pre>a b</pre>" in step
     assert 'data-rule="request-mismatch"' in step  # the finding at the step it names
+    assert ('<li class="gateway-request" data-arrival="41">through gateway gw-1 (request 41, HTTP 200, completed)'
+            in step)
+    assert 'upstream first byte after <span class="upstream-first-byte">0.4 s</span>' in step
+    assert 'upstream took <span class="upstream-duration">6.1 s</span>' in step
+    [api_step] = client_of(app=app).get("/api/v1/sessions/s-tl").json()["steps"]
+    assert api_step["gateway"] == [{"gateway": "gw-1", "arrival": 41, "status": 200, "outcome": "completed",
+                                    "receivedAt": 1_020, "upstreamFirstByteMs": 400, "upstreamMs": 6_100}]

@@ -195,7 +195,7 @@ def test_a_session_is_paged_by_seq_and_the_pages_hold_it_all(client_of):
     pages = _api_pages(client, "s-long")
     assert [len(page["messages"]) for page in pages] == [20, 20, 10]
     assert [m for page in pages for m in page["messages"]] == session["messages"]
-    assert [e for page in pages for e in page["surface"]] == [{"time": None, **e} for e in session["surface"]]
+    assert [e for page in pages for e in page["surface"]] == [{"time": None, "order": 0, **e} for e in session["surface"]]
     assert [page["next"] for page in pages] == ["39", "79", None]
     assert all(set(page["messageSeqs"]) == {m["id"] for m in page["messages"]} for page in pages)
     assert [len(page["messages"]) for page in _api_pages(client, "s-long", limit=7)][:2] == [7, 7]
@@ -210,7 +210,7 @@ def test_a_compacted_session_is_paged_in_seq_order_each_event_on_one_page(client
     client = client_of(app=read_api(FakeReader([session]), frozenset({TOKEN}), max_page=4))
     pages = _api_pages(client, "s-long")
     assert [page["next"] for page in pages] == ["7", "15", None]
-    assert [e for page in pages for e in page["surface"]] == [{"time": None, **e} for e in session["surface"]]
+    assert [e for page in pages for e in page["surface"]] == [{"time": None, "order": 0, **e} for e in session["surface"]]
     assert sorted(m["id"] for page in pages for m in page["messages"]) == sorted(m["id"] for m in session["messages"])
 
 
