@@ -5,8 +5,8 @@ staged fold, v4's, v3 migrated to v4 as dsh does), ordered by the runtime's
 sequencing: duplicates (the bytes applied before at their seq) are counted
 and skipped, other bytes at an applied seq are a conflicting writer's and
 dead-lettered, and so is every record of another writer than the session's
-header's (``dsh-writer``): the session is then ``conflicted`` (its first
-writer's records are still applied). A record above the next seq holds the
+header's (:mod:`consumers.runtime.writers`): the session is then
+``conflicted`` (its first writer's records are still applied). A record above the next seq holds the
 session (status ``held``; its later records are kept) until the missing one
 arrives and the session heals. A record the fold refuses marks the session refused and
 is dead-lettered with its category.
@@ -42,13 +42,14 @@ from dsh_core.errors import ConflictingWriterError, DeletedSessionError, DshErro
 from dsh_core.formats import open_fold, opened_header
 from dsh_core.fold_snapshot import restore_fold
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,
-                               check_identity, check_same_header, check_writer, where_of)
+                               check_identity, check_same_header, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
+from ..runtime.writers import check_session_writer
 from .projected_session import PriceFunction, ProjectedSession
 from .store import SessionChange, ViewStore, view_head
 
@@ -138,7 +139,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
             return
         session = self._session(decoded.session_id, record.partition)
         try:
-            check_writer(decoded, session.fold.header if session.fold is not None else None)
+            check_session_writer(decoded, session.fold.header if session.fold is not None else None, session.digests)
             if session.status == "refused":
                 if decoded.kind == KIND_RECORD:
                     self._copy_of_refused(session, decoded)
@@ -195,6 +196,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
             raise
         check_identity(decoded, opened_header(fold))
         session.fold = fold
+        session.digests.note_header(decoded.writer)
         session.timed(decoded.value, -1)
         drain(session)
         self._heal(session)
