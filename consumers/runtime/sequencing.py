@@ -20,8 +20,8 @@ from typing import Callable, Iterable, Protocol
 
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["AppliedDigest", "AppliedDigests", "HEADER_SEQ", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldChanges",
-           "HeldRecords", "HeldRow", "Placement", "Sequenced", "check_copy", "deliver", "drain"]
+__all__ = ["AppliedDigest", "AppliedDigests", "HEADER_SEQ", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES",
+           "HeldChanges", "HeldRecords", "HeldRow", "Placement", "Sequenced", "check_copy", "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
