@@ -184,7 +184,6 @@ class Audit(Policy[AuditedSession, AuditStore]):
             if session.fold is not None:
                 check_same_header(decoded, opened_header(session.fold))
             elif session.start(decoded):
-                session.digests.note_header(decoded.writer)
                 drain(session)
                 self._gap_closed(session)
             return

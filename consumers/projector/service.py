@@ -49,7 +49,7 @@ from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
-from ..runtime.writers import check_session_writer
+from ..runtime.writers import check_session_writer, take_header
 from .projected_session import PriceFunction, ProjectedSession
 from .store import SessionChange, ViewStore, view_head
 
@@ -195,8 +195,8 @@ class Projection(Policy[ProjectedSession, ViewStore]):
             session.refuse(error)
             raise
         check_identity(decoded, opened_header(fold))
+        take_header(decoded, opened_header(fold), session.digests)
         session.fold = fold
-        session.digests.note_header(decoded.writer)
         session.timed(decoded.value, -1)
         drain(session)
         self._heal(session)

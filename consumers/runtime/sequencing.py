@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Protocol
 
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["AppliedDigest", "AppliedDigests", "HEADER_SEQ", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES",
+__all__ = ["AppliedDigest", "AppliedDigests", "WRITER_SEQ", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES",
            "HeldChanges", "HeldRecords", "HeldRow", "Placement", "Sequenced", "check_copy", "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
@@ -130,9 +130,10 @@ def _other_bytes(first: bytes, then: bytes) -> str:
 
 #: ``(count, sha256)`` of the record a session applied at a seq.
 AppliedDigest = tuple[int, bytes]
-#: Where a session's digests note its header record: ``(0, its dsh-writer)``,
-#: empty where the header record carried none (:mod:`.writers`).
-HEADER_SEQ = -1
+#: Where a session's digests note the writer its records named first:
+#: ``(0, that dsh-writer)``, empty for a header record that named none
+#: (:mod:`.writers`).
+WRITER_SEQ = -1
 
 
 class AppliedDigests:
@@ -143,32 +144,33 @@ class AppliedDigests:
     its store): such a copy counts as a duplicate, unproven. So does a copy
     framed otherwise (another count from the same seq: a live writer sends
     stream deltas one by one where the session file packs them). The
-    writer tag of the header record the session took is noted with them,
-    under :data:`HEADER_SEQ` (:meth:`note_header`)."""
+    writer the session's records named first is noted with them, under
+    :data:`WRITER_SEQ` (:meth:`note_writer`)."""
 
-    __slots__ = ("session_id", "stored", "new", "_header_writer")
+    __slots__ = ("session_id", "stored", "new", "_writer")
 
     def __init__(self, session_id: str, stored: Callable[[int], AppliedDigest | None] = lambda seq: None) -> None:
         self.session_id = session_id
         self.stored = stored
         self.new: dict[int, AppliedDigest] = {}
-        self._header_writer: str | None = None
+        self._writer: str | None = None
 
-    def note_header(self, writer: str) -> None:
-        """Note the ``dsh-writer`` of the header record the session took
-        (``""``: it carried none)."""
-        self._header_writer = writer
-        self.new[HEADER_SEQ] = (0, writer.encode())
+    def note_writer(self, writer: str) -> None:
+        """Note the ``dsh-writer`` the session's records named first
+        (``""``: its header record named none)."""
+        self._writer = writer
+        self.new[WRITER_SEQ] = (0, writer.encode())
 
-    def header_writer(self) -> str | None:
-        """The ``dsh-writer`` its header record carried (``""``: none);
-        ``None`` where none was noted (a session whose header was taken
-        before header records were noted)."""
-        if self._header_writer is None:
-            noted = self.stored(HEADER_SEQ)
+    def writer(self) -> str | None:
+        """The ``dsh-writer`` the session's records named first (``""``:
+        its header record named none); ``None`` where none was noted (no
+        record named one yet, or the session took its header before
+        writers were noted)."""
+        if self._writer is None:
+            noted = self.stored(WRITER_SEQ)
             if noted is not None:
-                self._header_writer = bytes(noted[1]).decode("utf-8", "replace")
-        return self._header_writer
+                self._writer = bytes(noted[1]).decode("utf-8", "replace")
+        return self._writer
 
     @property
     def dirty(self) -> bool:

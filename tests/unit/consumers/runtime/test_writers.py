@@ -1,8 +1,10 @@
-"""The writer rules of every service (consumers/runtime/writers.py): an
-event record without ``dsh-writer`` in a session whose header record
-carried one is a conflicting writer's, in the projector, the auditor and
-the archiver alike, and still after a restart; sessions whose header
-record was untagged (older producers) take untagged records as before."""
+"""The writer rules of every service (consumers/runtime/writers.py): the
+writer a session's records name first is its writer; an event record
+without ``dsh-writer`` in a session whose records named one, and a record
+of another writer, are a conflicting writer's, in the projector, the
+auditor and the archiver alike, and still after a restart; sessions whose
+header record was untagged (older producers) take untagged records as
+before."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig
-from consumers.runtime.sequencing import HEADER_SEQ, AppliedDigests
+from consumers.runtime.sequencing import WRITER_SEQ, AppliedDigests
 from consumers.runtime.writers import accept_header, check_session_writer
 from dsh_core.errors import ConflictingWriterError
 from dsh_core.formats import read_header
@@ -46,18 +48,19 @@ def test_an_untagged_event_record_is_refused_only_where_the_header_record_carrie
     header_record, event, *_ = _sessions((4,), seed=3)[0]
     header = read_header(header_record.value, "test")
     tagged, old, unknown = (AppliedDigests(header.id) for _ in range(3))
-    tagged.note_header(header_record.writer)
-    old.note_header("")
-    with pytest.raises(ConflictingWriterError, match=r"an event record without dsh-writer, where the session's "
-                                                     r"header record carried writer '[0-9a-f]{32}'"):
+    tagged.note_writer(header_record.writer)
+    old.note_writer("")
+    with pytest.raises(ConflictingWriterError, match=r"an event record naming no writer \(dsh-writer\), where the "
+                                                     r"session's records named writer '[0-9a-f]{32}'"):
         check_session_writer(_untagged(event), header, tagged)
     check_session_writer(event, header, tagged)  # its own writer's
     check_session_writer(_untagged(header_record), header, tagged)  # a copy of the header says nothing new
     check_session_writer(_untagged(event), header, old)  # an older producer's session: seq digests only
-    check_session_writer(_untagged(event), header, unknown)  # taken before header records were noted
-    check_session_writer(_untagged(event), None, tagged)  # before the header: held, judged by its digests
-    assert tagged.changes()[HEADER_SEQ] == (0, header_record.writer.encode())
-    assert AppliedDigests(header.id, {HEADER_SEQ: (0, header_record.writer.encode())}.get).header_writer() == \
+    check_session_writer(_untagged(event), header, unknown)  # its header taken before writers were noted
+    check_session_writer(event, header, unknown)
+    assert unknown.writer() is None  # (a tagged record after the header notes nothing)
+    assert tagged.changes()[WRITER_SEQ] == (0, header_record.writer.encode())
+    assert AppliedDigests(header.id, {WRITER_SEQ: (0, header_record.writer.encode())}.get).writer() == \
         header_record.writer  # as a restarted service reads it from its store
 
 
@@ -65,7 +68,7 @@ def test_a_header_record_is_taken_once_and_a_differing_one_is_a_conflicting_writ
     (first, *_), (other, *_) = _sessions((4, 4), seed=4)
     digests = AppliedDigests(first.session_id)
     header = accept_header(first, None, digests)
-    assert header is not None and header.id == first.session_id and digests.header_writer() == first.writer
+    assert header is not None and header.id == first.session_id and digests.writer() == first.writer
     assert accept_header(first, header, digests) is None  # a copy
     renamed = SessionRecord(first.session_id, first.kind, 0, 0,
                             other.value.replace(other.session_id.encode(), first.session_id.encode()), 4)
@@ -111,3 +114,22 @@ def test_a_session_whose_producers_never_tagged_is_taken_as_before(tmp_path):
     session = [_untagged(record) for record in _sessions((4,), seed=6)[0]]
     for policy in _policies(tmp_path):
         assert run_batch(policy, fetched(session)).on(NAMES.dead_letter) == [], policy.name
+
+
+def test_the_first_record_naming_a_writer_names_the_sessions_even_before_its_header():
+    (first_header, first_event, *_), (other_header, *_) = _sessions((4, 4), seed=7)
+    digests = AppliedDigests(first_header.session_id)
+    check_session_writer(first_event, None, digests)  # held before any header: it names the writer
+    assert digests.writer() == first_event.writer
+    renamed = SessionRecord(first_header.session_id, other_header.kind, 0, 0,
+                            other_header.value.replace(other_header.session_id.encode(),
+                                                       first_header.session_id.encode()), 4)
+    with pytest.raises(ConflictingWriterError, match="a header of writer '[0-9a-f]{32}' naming none, where the "
+                                                     "session's records named writer"):
+        accept_header(renamed, None, digests)  # untagged, another header
+    tagged = msgspec.structs.replace(renamed, writer="f" * 32)
+    with pytest.raises(ConflictingWriterError, match="a header of writer 'f{32}', where the session's records "
+                                                     "named writer"):
+        accept_header(tagged, None, digests)
+    assert accept_header(first_header, None, digests) is not None  # its own header
+    assert accept_header(_untagged(first_header), None, AppliedDigests("x", {}.get)) is not None
