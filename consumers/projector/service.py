@@ -105,12 +105,13 @@ class Projection(Policy[ProjectedSession, ViewStore]):
         session = self.sessions.get(session_id)
         if session is not None:
             return session
-        saved = None if session_id in self._unstored else self.store.load(session_id)
+        unstored = session_id in self._unstored
+        saved = None if unstored else self.store.load(session_id)
         self._unstored.discard(session_id)
         held = saved[3] if saved is not None else ()
         session = ProjectedSession(session_id, partition, HeldRecords(session_id, held),
-                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)),
-                                   price=self.config.price)
+                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id),
+                                                  unstored), price=self.config.price)
         if saved is not None:
             session.status, blob, session.error = saved[0], saved[1], saved[2]
             if session.status == "conflicted":  # the view's status: the session's own is held or open

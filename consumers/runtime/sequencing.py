@@ -147,18 +147,22 @@ class AppliedDigests:
     writer the session's records named first is noted with them, under
     :data:`WRITER_SEQ` (:meth:`note_writer`)."""
 
-    __slots__ = ("session_id", "stored", "new", "_writer")
+    __slots__ = ("session_id", "stored", "new", "_writer", "_asked")
 
-    def __init__(self, session_id: str, stored: Callable[[int], AppliedDigest | None] = lambda seq: None) -> None:
+    def __init__(self, session_id: str, stored: Callable[[int], AppliedDigest | None] = lambda seq: None,
+                 unstored: bool = False) -> None:
+        """``unstored``: ``stored`` holds nothing of the session yet (it is
+        not asked for its writer)."""
         self.session_id = session_id
         self.stored = stored
         self.new: dict[int, AppliedDigest] = {}
         self._writer: str | None = None
+        self._asked = unstored  # whether ``stored`` was asked for the writer (once is enough)
 
     def note_writer(self, writer: str) -> None:
         """Note the ``dsh-writer`` the session's records named first
         (``""``: its header record named none)."""
-        self._writer = writer
+        self._writer, self._asked = writer, True
         self.new[WRITER_SEQ] = (0, writer.encode())
 
     def writer(self) -> str | None:
@@ -166,7 +170,8 @@ class AppliedDigests:
         its header record named none); ``None`` where none was noted (no
         record named one yet, or the session took its header before
         writers were noted)."""
-        if self._writer is None:
+        if not self._asked:
+            self._asked = True
             noted = self.stored(WRITER_SEQ)
             if noted is not None:
                 self._writer = bytes(noted[1]).decode("utf-8", "replace")

@@ -64,13 +64,15 @@ def check_session_writer(record: SessionRecord, header: SessionHeader | None, di
     :class:`ConflictingWriterError`; the first record naming a writer
     before any header names the session's."""
     check_writer(record, header)
+    if record.writer and header is not None:
+        return  # its header's writer (check_writer), which is the one named first
     named = digests.writer()
     if record.writer:
         if named and record.writer != named:
             raise ConflictingWriterError(record.session_id, record.seq, f"a {record.kind} of writer "
                                          f"{record.writer[:64]!r}, where the session's records named writer "
                                          f"{named!r} first")
-        if named is None and header is None:
+        if named is None:
             digests.note_writer(record.writer)
     elif named and record.kind == KIND_RECORD:
         raise ConflictingWriterError(record.session_id, record.seq, "an event record naming no writer "
