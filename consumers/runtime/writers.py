@@ -88,7 +88,7 @@ def take_header(record: SessionRecord, header: SessionHeader, digests: AppliedDi
     named = digests.writer()
     if named and writer_of(header) != named:
         raise ConflictingWriterError(record.session_id, record.seq, f"a header of writer {writer_of(header)!r} "
-                                     f"naming none, where the session's records named writer {named!r} first")
+                                     f"(its digest), where the session's records named writer {named!r} first")
     if named is None:
         digests.note_writer(record.writer)
 

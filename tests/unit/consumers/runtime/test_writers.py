@@ -124,7 +124,7 @@ def test_the_first_record_naming_a_writer_names_the_sessions_even_before_its_hea
     renamed = SessionRecord(first_header.session_id, other_header.kind, 0, 0,
                             other_header.value.replace(other_header.session_id.encode(),
                                                        first_header.session_id.encode()), 4)
-    with pytest.raises(ConflictingWriterError, match="a header of writer '[0-9a-f]{32}' naming none, where the "
+    with pytest.raises(ConflictingWriterError, match=r"a header of writer '[0-9a-f]{32}' \(its digest\), where the "
                                                      "session's records named writer"):
         accept_header(renamed, None, digests)  # untagged, another header
     tagged = msgspec.structs.replace(renamed, writer="f" * 32)
