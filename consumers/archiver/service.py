@@ -12,8 +12,9 @@ kept durably in the root's ``.dsh-archiver-held.sqlite`` (written before
 the commit, so a restart finds them; the shipper's discovery ignores it),
 and so is the digest of every record archived, written before the file so
 a copy with other bytes (a second writer) is never taken for a duplicate.
-A record of another writer (``dsh-writer``) than the archived header's is
-refused (``conflicting-writer``): the file holds its first writer's log.
+A record of another writer than the archived header's is refused
+(``conflicting-writer``, :mod:`..runtime.writers`): the file holds its
+first writer's log.
 Offsets are committed after fsync.
 
 With ``v4_copies`` each v0 and v3 session also gets the v4 log dsh 0.2.1
@@ -41,7 +42,7 @@ from dsh_core.storage.layout import Compression, generation_of
 from dsh_core.storage.reader import header_line_of
 from dsh_core.storage.writer import SessionFileWriter
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope,
-                               check_format, check_identity, check_same_header, check_writer, where_of)
+                               check_format, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.database import (DIGESTS_SCHEMA, HELD_SCHEMA, Database, applied_digest, load_held, store_digests,
@@ -50,6 +51,7 @@ from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
+from ..runtime.writers import accept_header, check_session_writer
 from .files import archived_files, existing_file, new_file, remove_session, resume, write_v4_copy
 
 __all__ = ["Archive", "ArchiverConfig", "HELD_FILE", "archiver_service"]
@@ -179,13 +181,9 @@ class Archive(Policy[ArchivedSession, Database]):
         session = self._session(session_id, record.partition)
         if session.deleted:
             raise DeletedSessionError(session_id, decoded.seq, where_of(record))
-        check_writer(decoded, session.header)
         if decoded.kind == KIND_HEADER:
-            if session.header is not None:
-                check_same_header(decoded, session.header)
-            else:
-                header = read_header(decoded.value, f"session {session_id!r} header")
-                check_identity(decoded, header)
+            header = accept_header(decoded, session.header, session.digests)
+            if header is not None:
                 path = new_file(self.config.root, header, self.config.compression)
                 if path.exists():
                     self._resume(session_id, session, path)
@@ -196,6 +194,7 @@ class Archive(Policy[ArchivedSession, Database]):
                 drain(session)
                 self._changed[session_id] = session
             return
+        check_session_writer(decoded, session.header, session.digests)
         check_format(decoded, session.header)
         check_envelope(decoded)  # the file takes the value as it is: its seq and count must be what it says
         if deliver(session, decoded.seq, decoded.value, decoded.count) is Placement.DUPLICATE:

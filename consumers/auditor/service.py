@@ -14,7 +14,7 @@ Per session it runs dsh_core's staged fold with the auditor's checks
   header (the session is held until the missing record arrives);
 * ``lossless`` — a record whose JSON would not survive a round trip;
 * ``conflicting-writer`` — a second writer of the session: a record of
-  another writer (``dsh-writer``) than the session's header, a second
+  another writer than the session's header (:mod:`consumers.runtime.writers`), a second
   header differing from the first, or other bytes at a seq applied or held
   before. Reported once per session; every such record is dead-lettered
   and none is audited (the first writer's records still are);
@@ -51,13 +51,14 @@ from prometheus_client import Counter, Gauge
 from dsh_core.errors import ConflictingWriterError, DecodeError, DeletedSessionError, DshError, InternalError
 from dsh_core.formats import opened_header
 from dsh_kafka.records import (KIND_ATTESTATION, KIND_DELETION, KIND_HEADER, KIND_RECORD, KIND_WIRE, KafkaRecord,
-                               SessionRecord, check_format, check_same_header, check_writer, decode_kafka_record,
+                               SessionRecord, check_format, check_same_header, decode_kafka_record,
                                where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import AppliedDigest, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
+from ..runtime.writers import check_session_writer
 from .findings import Finding, lossless_problem
 from .replay import replay
 from .session import AuditedSession, SavedSession
@@ -161,7 +162,7 @@ class Audit(Policy[AuditedSession, AuditStore]):
     def _audit_taken(self, session: AuditedSession, record: KafkaRecord, decoded: SessionRecord) -> None:
         """A record of a session that takes records (not deleted)."""
         if decoded.kind in (KIND_HEADER, KIND_RECORD):
-            check_writer(decoded, session.fold.header if session.fold is not None else None)
+            check_session_writer(decoded, session.fold.header if session.fold is not None else None, session.digests)
         if session.refused:
             if decoded.kind == KIND_RECORD:  # a second writer still shows, and is named (refuse())
                 check_copy(session, decoded.seq, decoded.value, decoded.count)

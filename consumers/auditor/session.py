@@ -15,6 +15,7 @@ from dsh_core.request import Boundary, BoundaryTracker, MessagesDigest, request_
 from dsh_kafka.records import SessionRecord, check_identity
 
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords
+from ..runtime.writers import take_header
 from .checks import BoundaryAudit
 from .findings import Report
 from .wire import WireMatcher, logged_request
@@ -98,7 +99,9 @@ class AuditedSession:
 
     def start(self, header: SessionRecord) -> bool:
         """Take the session header; ``False`` if it is refused. Raises
-        :class:`IdentityError` for a header of another session."""
+        :class:`IdentityError` for a header of another session, and
+        :class:`ConflictingWriterError` for one of another writer than its
+        records named first."""
         try:
             fold = open_fold(header.value, f"session {self.session_id!r}",
                              BoundaryAudit(self.report, self.attested, on_request=self._request))
@@ -106,6 +109,7 @@ class AuditedSession:
             self.refuse(error, 0)
             return False
         check_identity(header, opened_header(fold))
+        take_header(header, opened_header(fold), self.digests)
         self.fold = fold
         return True
 

@@ -30,7 +30,7 @@ from dsh_core.errors import DeletedSessionError, PipelineError
 from dsh_core.formats import read_header
 from dsh_kafka.config import KafkaConfig
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_envelope,
-                               check_identity, check_same_header, check_writer, where_of)
+                               where_of)
 from dsh_kafka.topics import TopicNames
 from dsh_core.session_header import SessionHeader
 
@@ -41,6 +41,7 @@ from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import Policy
 from ..runtime.sequencing import AppliedDigests, HeldRecords, Placement, deliver, drain
 from ..runtime.service import ConsumerService
+from ..runtime.writers import accept_header, check_session_writer
 from .config import OtelExportConfig, OtlpSettings
 from .spans import GenAISpan, SpanMapper
 
@@ -138,17 +139,14 @@ class OtelExport(Policy[ExportedSession, Database]):
         session = self._session(session_id, record.partition)
         if session.deleted or session_id in self._deletions:
             raise DeletedSessionError(session_id, decoded.seq, where_of(record))
-        check_writer(decoded, session.header)
         if decoded.kind == KIND_HEADER:
-            if session.header is not None:
-                check_same_header(decoded, session.header)
-            else:
-                header = read_header(decoded.value, f"session {session_id!r} header")
-                check_identity(decoded, header)
+            header = accept_header(decoded, session.header, session.digests)
+            if header is not None:
                 session.header, session.header_line, session.changed = header, decoded.value, True
                 drain(session)
                 self._changed[session_id] = session
             return
+        check_session_writer(decoded, session.header, session.digests)
         check_envelope(decoded)
         if deliver(session, decoded.seq, decoded.value, decoded.count) is Placement.DUPLICATE:
             SKIPPED.labels("duplicate").inc()

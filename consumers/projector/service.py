@@ -5,8 +5,8 @@ staged fold, v4's, v3 migrated to v4 as dsh does), ordered by the runtime's
 sequencing: duplicates (the bytes applied before at their seq) are counted
 and skipped, other bytes at an applied seq are a conflicting writer's and
 dead-lettered, and so is every record of another writer than the session's
-header's (``dsh-writer``): the session is then ``conflicted`` (its first
-writer's records are still applied). A record above the next seq holds the
+header's (:mod:`consumers.runtime.writers`): the session is then
+``conflicted`` (its first writer's records are still applied). A record above the next seq holds the
 session (status ``held``; its later records are kept) until the missing one
 arrives and the session heals. A record the fold refuses marks the session refused and
 is dead-lettered with its category.
@@ -44,14 +44,14 @@ from dsh_core.errors import ConflictingWriterError, DeletedSessionError, DshErro
 from dsh_core.formats import open_fold, opened_header
 from dsh_core.fold_snapshot import restore_fold
 from dsh_kafka.records import (KIND_DELETION, KIND_HEADER, KIND_RECORD, KafkaRecord, SessionRecord, check_format,
-                               check_identity, check_same_header, check_writer, where_of)
-from dsh_kafka.records import KIND_WIRE
+                               KIND_WIRE, check_identity, check_same_header, where_of)
 
 from ..runtime.config import ServiceConfig
 from ..runtime.outputs import ProducerOutputs
 from ..runtime.policy import CommittedOffset, Policy
 from ..runtime.sequencing import AppliedDigest, AppliedDigests, HeldRecords, Placement, check_copy, deliver, drain
 from ..runtime.service import ConsumerService
+from ..runtime.writers import check_session_writer, take_header
 from .gateway_requests import RequestRow, request_row
 from .projected_session import PriceFunction, ProjectedSession
 from .store import SessionChange, ViewStore, view_head
@@ -109,12 +109,13 @@ class Projection(Policy[ProjectedSession, ViewStore]):
         session = self.sessions.get(session_id)
         if session is not None:
             return session
-        saved = None if session_id in self._unstored else self.store.load(session_id)
+        unstored = session_id in self._unstored
+        saved = None if unstored else self.store.load(session_id)
         self._unstored.discard(session_id)
         held = saved[3] if saved is not None else ()
         session = ProjectedSession(session_id, partition, HeldRecords(session_id, held),
-                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id)),
-                                   price=self.config.price)
+                                   AppliedDigests(session_id, functools.partial(self._stored_digest, session_id),
+                                                  unstored), price=self.config.price)
         if saved is not None:
             session.status, blob, session.error = saved[0], saved[1], saved[2]
             if session.status == "conflicted":  # the view's status: the session's own is held or open
@@ -148,7 +149,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
             return
         session = self._session(decoded.session_id, record.partition)
         try:
-            check_writer(decoded, session.fold.header if session.fold is not None else None)
+            check_session_writer(decoded, session.fold.header if session.fold is not None else None, session.digests)
             if session.status == "refused":
                 if decoded.kind == KIND_RECORD:
                     self._copy_of_refused(session, decoded)
@@ -204,6 +205,7 @@ class Projection(Policy[ProjectedSession, ViewStore]):
             session.refuse(error)
             raise
         check_identity(decoded, opened_header(fold))
+        take_header(decoded, opened_header(fold), session.digests)
         session.fold = fold
         session.timed(decoded.value, -1)
         drain(session)

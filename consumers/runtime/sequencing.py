@@ -20,8 +20,8 @@ from typing import Callable, Iterable, Protocol
 
 from dsh_core.errors import ConflictingWriterError, HeldLimitError
 
-__all__ = ["AppliedDigest", "AppliedDigests", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES", "HeldChanges",
-           "HeldRecords", "HeldRow", "Placement", "Sequenced", "check_copy", "deliver", "drain"]
+__all__ = ["AppliedDigest", "AppliedDigests", "WRITER_SEQ", "HELD_BYTES", "HELD_LIMIT", "HELD_MEMORY_BYTES",
+           "HeldChanges", "HeldRecords", "HeldRow", "Placement", "Sequenced", "check_copy", "deliver", "drain"]
 
 #: Records a service keeps per session while it waits for a missing seq ...
 HELD_LIMIT = 10_000
@@ -130,6 +130,10 @@ def _other_bytes(first: bytes, then: bytes) -> str:
 
 #: ``(count, sha256)`` of the record a session applied at a seq.
 AppliedDigest = tuple[int, bytes]
+#: Where a session's digests note the writer its records named first:
+#: ``(0, that dsh-writer)``, empty for a header record that named none
+#: (:mod:`.writers`).
+WRITER_SEQ = -1
 
 
 class AppliedDigests:
@@ -139,14 +143,39 @@ class AppliedDigests:
     ``None`` where it keeps none (a service's crash between its output and
     its store): such a copy counts as a duplicate, unproven. So does a copy
     framed otherwise (another count from the same seq: a live writer sends
-    stream deltas one by one where the session file packs them)."""
+    stream deltas one by one where the session file packs them). The
+    writer the session's records named first is noted with them, under
+    :data:`WRITER_SEQ` (:meth:`note_writer`)."""
 
-    __slots__ = ("session_id", "stored", "new")
+    __slots__ = ("session_id", "stored", "new", "_writer", "_asked")
 
-    def __init__(self, session_id: str, stored: Callable[[int], AppliedDigest | None] = lambda seq: None) -> None:
+    def __init__(self, session_id: str, stored: Callable[[int], AppliedDigest | None] = lambda seq: None,
+                 unstored: bool = False) -> None:
+        """``unstored``: ``stored`` holds nothing of the session yet (it is
+        not asked for its writer)."""
         self.session_id = session_id
         self.stored = stored
         self.new: dict[int, AppliedDigest] = {}
+        self._writer: str | None = None
+        self._asked = unstored  # whether ``stored`` was asked for the writer (once is enough)
+
+    def note_writer(self, writer: str) -> None:
+        """Note the ``dsh-writer`` the session's records named first
+        (``""``: its header record named none)."""
+        self._writer, self._asked = writer, True
+        self.new[WRITER_SEQ] = (0, writer.encode())
+
+    def writer(self) -> str | None:
+        """The ``dsh-writer`` the session's records named first (``""``:
+        its header record named none); ``None`` where none was noted (no
+        record named one yet, or the session took its header before
+        writers were noted)."""
+        if not self._asked:
+            self._asked = True
+            noted = self.stored(WRITER_SEQ)
+            if noted is not None:
+                self._writer = bytes(noted[1]).decode("utf-8", "replace")
+        return self._writer
 
     @property
     def dirty(self) -> bool:

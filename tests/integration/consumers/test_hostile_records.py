@@ -89,10 +89,12 @@ def test_hostile_records_are_contained(kafka, topics, group_id, tmp_path, caplog
            {name: {"invalid-log"} for name in ("projector", "auditor", "archiver")})
           for key, cwd in ((b"hostile-cwd-number", 10**30), (b"hostile-cwd-list", ["/"]))),
         (overflow[0], {"projector": {"unstorable"}}),  # its token counts: the projector's store takes no such number
-        # a second writer of a session: other bytes at a seq it wrote
-        ((shared.encode(), seq_two.value.replace(b"{", b"{ ", 1), _headers("record", 2, 1)),
+        # a second writer of a session naming its writer: other bytes at a seq it wrote
+        ((shared.encode(), seq_two.value.replace(b"{", b"{ ", 1),
+          _headers("record", 2, 1) + [("dsh-writer", seq_two.writer.encode())]),
          {name: {"conflicting-writer"} for name in ("projector", "auditor", "archiver")}),
-        ((liar.encode(), seq_zero.value, _headers("record", 0, 10**9)), {"archiver": {"corrupt-storage"}}),
+        ((liar.encode(), seq_zero.value, _headers("record", 0, 10**9) + [("dsh-writer", seq_zero.writer.encode())]),
+         {"archiver": {"corrupt-storage"}}),
     ]
     # the liar's record right after its header, the second writer's at the end, the rest before the honest sessions
     stream = [raw for raw, _ in hostile[:-2]] + overflow[1:] + unusual

@@ -135,3 +135,36 @@ def test_the_same_log_from_a_bridge_and_the_shipper_is_one_writer(kafka, topics,
     assert list(writers) == [first[0].writer.encode()] and writers.total() > len(first), writers  # both, one writer
     assert (dead, found) == ([], [])
     assert _view(tmp_path, truth.session_id) == ("idle", truth.next_seq, truth.messages_digest)
+
+
+def test_a_second_writers_records_before_any_header_are_never_merged_with_the_header_that_comes_next(
+        kafka, topics, group_id, tmp_path):
+    """Records naming writer B reach the topic before any header, then a
+    whole log of writer A, then B's header and the rest of B's log. B's
+    records named the session's writer first: every record of A is a
+    ``conflicting-writer`` letter in each service, one finding, and the
+    view and the archive file are B's log alone, never a mix."""
+    names = topics(partitions=1)
+    _, first = _simulated(seed=74)
+    truth, other = _simulated(seed=75)
+    second = second_writer(first, other)
+    early = second[1:5]  # before their own header
+    stream = early + first + second[:1] + second[5:]
+
+    async def scenario() -> tuple[list, list]:
+        async with Publisher(kafka, names) as publisher:
+            await publisher.send_many(stream)
+            await publisher.flush()
+        return await _consume(kafka, names, group_id, tmp_path)
+
+    dead, found = asyncio.run(scenario())
+    session_id = first[0].session_id
+    letters = collections.Counter((dict(r.headers)["dsh-dlq-service"], dict(r.headers)["dsh-dlq-reason"],
+                                   int(dict(r.headers)["dsh-dlq-offset"])) for r in dead)
+    assert letters == {(service, b"conflicting-writer", offset): 1 for service in (b"projector", b"auditor", b"archiver")
+                       for offset in range(len(early), len(early) + len(first))}, letters
+    rules = [json.loads(r.value)["rule"] for r in found if json.loads(r.value)["session"] == session_id]
+    assert rules.count("conflicting-writer") == 1 and set(rules) <= {"conflicting-writer", "sequence-gap"}, rules
+    assert _view(tmp_path, session_id)[1:] == (truth.next_seq, truth.messages_digest)
+    archived = existing_file(tmp_path / "archive", session_id, "none")
+    assert archived.read_bytes() == _log([r for r in second if r.kind in (KIND_HEADER, KIND_RECORD)])

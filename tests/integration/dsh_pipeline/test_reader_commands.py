@@ -172,8 +172,9 @@ def _hostile_store(tmp_path) -> tuple[str, str]:
     log.append("user/message", user("m0", f"hello\n{_HOSTILE}"), surface_op="append")
     header = SessionHeader(id=session_id, createdAt=5, delegationDepth=0, cwd=f"/work/{_HOSTILE}")
     store = tmp_path / "views.sqlite"
+    headed = header_record(header)
     run_batch(Projection(ProjectorConfig(kafka=KAFKA, store=store)),
-              fetched([header_record(header), *records_for_batch(session_id, log.events)]))
+              fetched([headed, *records_for_batch(session_id, log.events, writer=headed.writer)]))
     views = ViewStore(store)
     try:
         with views.database.transaction() as db:

@@ -115,8 +115,9 @@ def test_letters_of_one_record_are_one_and_a_redrive_run_again_adds_none(kafka, 
     names = topics(partitions=2)
     prefix = names.events[:-len(TopicNames().events)]
     header = SessionHeader(id="s-bad", createdAt=5, delegationDepth=0)
-    asyncio.run(publish_records(kafka, names, [header_record(header),
-                                               SessionRecord("s-bad", KIND_RECORD, 0, 1, b'{"seq": 0, "type": ')]))
+    headed = header_record(header)  # and the bad record names its writer, as its producer would
+    asyncio.run(publish_records(kafka, names, [headed, SessionRecord("s-bad", KIND_RECORD, 0, 1, b'{"seq": 0, "type": ',
+                                                                     writer=headed.writer)]))
     db, group = tmp_path / "views.sqlite", group_id("projector")
 
     async def run_services() -> None:  # until each read the events topic to its end, then drain

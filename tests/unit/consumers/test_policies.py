@@ -47,7 +47,8 @@ def test_the_projection_folds_records_in_seq_order_and_queues_heads(tmp_path):
 
 def test_a_refused_record_is_dead_lettered_with_its_reason_and_place(tmp_path):
     truth, records = _session(seed=42)
-    broken = SessionRecord(truth.session_id, KIND_RECORD, records[3].seq, 1, b'{"seq": "not an event"')
+    broken = SessionRecord(truth.session_id, KIND_RECORD, records[3].seq, 1, b'{"seq": "not an event"',
+                           writer=records[0].writer)
     config = ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")
     outputs = run_batch(Projection(config), fetched(records[:3] + [broken]))
     [(key, value, headers)] = outputs.on(NAMES.dead_letter)
@@ -197,9 +198,10 @@ def test_label_values_from_log_content_are_bounded():
 def test_the_archive_takes_only_values_that_are_what_their_envelope_says(tmp_path):
     truth, records = _session(seed=49)
     event = next(r for r in records if r.kind == KIND_RECORD and r.count == 1 and r.seq > 3)
-    liars = [SessionRecord(truth.session_id, KIND_RECORD, event.seq, 10**9, event.value),  # claims 10^9 events
-             SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, b"not json"),
-             SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, event.value + b"\n" + event.value)]
+    liars = [SessionRecord(truth.session_id, KIND_RECORD, event.seq, 10**9, event.value, writer=event.writer),
+             SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, b"not json", writer=event.writer),
+             SessionRecord(truth.session_id, KIND_RECORD, event.seq, 1, event.value + b"\n" + event.value,
+                           writer=event.writer)]  # the first claims 10^9 events
     position = records.index(event)
     config = ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive")
     outputs = run_batch(Archive(config), fetched(records[:position] + liars + records[position:]))
@@ -237,7 +239,8 @@ def test_a_negative_token_count_is_the_log_s_to_keep_not_a_counter_s(tmp_path):
     index, message = next((i, json.loads(r.value)) for i, r in enumerate(records)
                           if r.kind == KIND_RECORD and b'"assistant/message"' in r.value and b'"usage"' in r.value)
     message["data"]["usage"]["inputTokens"] = -5
-    records[index] = SessionRecord(truth.session_id, KIND_RECORD, records[index].seq, 1, json.dumps(message).encode())
+    records[index] = SessionRecord(truth.session_id, KIND_RECORD, records[index].seq, 1, json.dumps(message).encode(),
+                                   writer=records[index].writer)
     config = ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")
     outputs = run_batch(Projection(config), fetched(records))
     assert outputs.on(NAMES.dead_letter) == []
@@ -267,7 +270,8 @@ def test_other_bytes_at_an_applied_seq_are_a_conflicting_writer_not_a_duplicate(
     truth, records = _session(seed=53)
     records = [r for r in records if r.kind != KIND_ATTESTATION]
     original = next(r for r in records if r.kind == KIND_RECORD and r.seq == 3)
-    forged = SessionRecord(truth.session_id, KIND_RECORD, 3, original.count, original.value.replace(b"{", b"{ ", 1))
+    forged = SessionRecord(truth.session_id, KIND_RECORD, 3, original.count, original.value.replace(b"{", b"{ ", 1),
+                           writer=original.writer)
     policies = [Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
                 Audit(AuditorConfig(kafka=KAFKA, state=tmp_path / "auditor.sqlite", checkpoint_seconds=0)),
                 Archive(ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive"))]
@@ -291,8 +295,9 @@ def test_a_record_claiming_another_format_than_its_session_is_refused_by_every_s
     truth, records = _session(seed=47)
     header = next(r for r in records if r.kind == KIND_HEADER)
     claims_v4 = next(r for r in records if r.kind == KIND_RECORD and r.seq > 3)
-    claims_v4 = SessionRecord(claims_v4.session_id, KIND_RECORD, claims_v4.seq, claims_v4.count, claims_v4.value, 4)
-    header_v3 = SessionRecord(header.session_id, KIND_HEADER, 0, 0, header.value, 3)
+    claims_v4 = SessionRecord(claims_v4.session_id, KIND_RECORD, claims_v4.seq, claims_v4.count, claims_v4.value, 4,
+                              claims_v4.writer)
+    header_v3 = SessionRecord(header.session_id, KIND_HEADER, 0, 0, header.value, 3, header.writer)
     policies = [Projection(ProjectorConfig(kafka=KAFKA, store=tmp_path / "views.sqlite")),
                 Audit(AuditorConfig(kafka=KAFKA)), Archive(ArchiverConfig(kafka=KAFKA, root=tmp_path / "archive"))]
     for policy in policies:
