@@ -128,7 +128,8 @@ def gateway(args: argparse.Namespace) -> int:
         _open_files_up_to_the_hard_limit()  # --max-connections counts against a quarter of the soft limit
         async with Publisher(kafka, names) as publisher, \
                 AsgiServer(Gateway(config, publisher.send), "the gateway", host, port,
-                           dataclasses.replace(LISTENER_LIMITS, max_connections=args.max_connections)) as server:
+                           dataclasses.replace(LISTENER_LIMITS, max_connections=args.max_connections),
+                           forwarded_headers=False) as server:  # it reads no client address or scheme
             print(f"dsh-pipeline gateway: {server.url} forwards to {config.upstream}; point DEEPSEEK_BASE_URL at it",
                   file=sys.stderr, flush=True)
             serving = True

@@ -301,10 +301,11 @@ class Gateway:
             await send({"type": "http.response.start", "status": response.status,
                         "headers": [(k, v) for k, v in response.raw_headers
                                     if k.decode("latin-1").lower() not in _RESPONSE_NOT_FORWARDED]})
-            async for chunk in response.content.iter_any():
+            read, now = response.content.readany, silence.loop.time
+            while chunk := await read():  # (b"" at the end; iter_any() is the same with a frame more per chunk)
                 silence.since = None  # the client is slow, not the upstream, while this waits
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                silence.since = silence.loop.time()
+                silence.since = now()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not (client_gone or silence.expired):
