@@ -105,6 +105,20 @@ def _cpu_ms(pid: int) -> float:
     return total
 
 
+def _quiet(pid: int, timeout: float = 60) -> None:
+    """Wait until process ``pid`` and those under it use under a tenth of a
+    core (the attestations of a run's large requests are still being read
+    after it): a run's CPU is its own."""
+    deadline, last = time.monotonic() + timeout, _cpu_ms(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)  # wait-ok: sampling CPU time, with a deadline
+        now = _cpu_ms(pid)
+        if now - last < 50:
+            return
+        last = now
+    raise SystemExit(f"process {pid} still busy {timeout} s after a run")
+
+
 def _measure(loadgen: Path, direct: str, gateway: tuple[str, int], bare: tuple[str, int], rounds: int,
              large_mb: int) -> dict[int, dict[str, dict]]:
     """Each target's figures at each concurrency, the mean of two runs; for a
@@ -122,6 +136,8 @@ def _measure(loadgen: Path, direct: str, gateway: tuple[str, int], bare: tuple[s
         for order in (tuple(targets), tuple(reversed(targets))):  # alternate, so none always goes first
             for name in order:
                 url, pid, mode = targets[name]
+                if pid is not None:
+                    _quiet(pid)
                 before = _cpu_ms(pid) if pid is not None else 0.0
                 runs[name].append(_load(loadgen, url, concurrency, count, mode))
                 if pid is not None:
