@@ -11,9 +11,11 @@ own process), publishing its attestations to Kafka (the local broker unless
 each run first opens its connections with one request each, not measured),
 to the upstream directly (the baseline) and through the gateway,
 alternating, in the same run; it measures time to first byte and to last
-byte per request and the requests completed per second. A third target is
-the same gateway sent the requests without their session header, which it
-forwards without attesting: what forwarding and relaying cost without
+byte per request, the requests completed per second and the CPU time the
+gateway (and the bare relay) spent per 1000 requests, its attesting
+workers included (at one stream mostly its once-a-second idle work). A
+third target is the same gateway sent the requests without their session
+header, which it forwards without attesting: what forwarding and relaying cost without
 the attestation's work. A fourth is the floor of the gateway's HTTP stack:
 a pass-through proxy on the same server, client and event loop that does
 nothing else (``benchmarks/bare_relay.py``). At 50 streams a fifth target
@@ -23,8 +25,9 @@ beside the streams: what one client's large request costs the others'
 time to first byte. Upstream and
 load generator are one small Go program (``benchmarks/loadgen``, built
 once into the cache) so that on a 2-core machine their own CPU leaves the
-gateway room. Printed: p50 and p99 of each, their added milliseconds and
-the throughput ratios; the last line is one JSON object.
+gateway room. Printed: p50 and p99 of each, their added milliseconds, the
+throughput ratios and the CPU per 1000 requests; the last line is one JSON
+object.
 """
 
 from __future__ import annotations
@@ -86,20 +89,59 @@ def _load(loadgen: Path, url: str, concurrency: int, count: int, mode: str) -> d
     return json.loads(done.stdout)
 
 
-def _measure(loadgen: Path, direct: str, gateway: str, bare: str, rounds: int, large_mb: int
-             ) -> dict[int, dict[str, dict]]:
+def _cpu_ms(pid: int) -> float:
+    """CPU time (user and system, ms) of process ``pid`` and of every process
+    under it (the gateway's attesting workers)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        process = todo.pop()
+        with contextlib.suppress(OSError):  # a process gone since it was listed
+            with open(f"/proc/{process}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+            for task in os.listdir(f"/proc/{process}/task"):
+                with open(f"/proc/{process}/task/{task}/children") as children:
+                    todo.extend(int(child) for child in children.read().split())
+    return total
+
+
+def _quiet(pid: int, timeout: float = 60) -> None:
+    """Wait until process ``pid`` and those under it use under a tenth of a
+    core (the attestations of a run's large requests are still being read
+    after it): a run's CPU is its own."""
+    deadline, last = time.monotonic() + timeout, _cpu_ms(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)  # wait-ok: sampling CPU time, with a deadline
+        now = _cpu_ms(pid)
+        if now - last < 50:
+            return
+        last = now
+    raise SystemExit(f"process {pid} still busy {timeout} s after a run")
+
+
+def _measure(loadgen: Path, direct: str, gateway: tuple[str, int], bare: tuple[str, int], rounds: int,
+             large_mb: int) -> dict[int, dict[str, dict]]:
+    """Each target's figures at each concurrency, the mean of two runs; for a
+    target served by a process of ours, ``cpu_per_1000``: that process's CPU
+    milliseconds per 1000 requests (those that opened the connections too)."""
     results = {}
     for concurrency in CONCURRENCY:
-        targets = {"direct": (direct, ""), "gateway": (gateway, ""), "unattested": (gateway, "anonymous"),
-                   "bare relay": (bare, "")}
+        targets: dict[str, tuple[str, int | None, str]] = {
+            "direct": (direct, None, ""), "gateway": (*gateway, ""), "unattested": (*gateway, "anonymous"),
+            "bare relay": (*bare, "")}
         if concurrency == LARGE_BESIDE:
-            targets["with large"] = (gateway, f"large={large_mb}")
+            targets["with large"] = (*gateway, f"large={large_mb}")
         count = max(100, concurrency * rounds) // 2
         runs: dict[str, list[dict]] = {name: [] for name in targets}
         for order in (tuple(targets), tuple(reversed(targets))):  # alternate, so none always goes first
             for name in order:
-                url, mode = targets[name]
+                url, pid, mode = targets[name]
+                if pid is not None:
+                    _quiet(pid)
+                before = _cpu_ms(pid) if pid is not None else 0.0
                 runs[name].append(_load(loadgen, url, concurrency, count, mode))
+                if pid is not None:
+                    runs[name][-1]["cpu_per_1000"] = (_cpu_ms(pid) - before) * 1000 / (count + concurrency)
         results[concurrency] = {name: {key: sum(r[key] for r in measured) / len(measured) for key in measured[0]}
                                 for name, measured in runs.items()}
     return results
@@ -135,8 +177,8 @@ def main() -> None:
         _wait_listening(upstream_port, upstream)
         _wait_listening(gateway_port, gateway)
         _wait_listening(bare_port, bare)
-        results = _measure(loadgen, f"http://127.0.0.1:{upstream_port}", f"http://127.0.0.1:{gateway_port}",
-                           f"http://127.0.0.1:{bare_port}", args.rounds, args.large_mb)
+        results = _measure(loadgen, f"http://127.0.0.1:{upstream_port}", (f"http://127.0.0.1:{gateway_port}",
+                           gateway.pid), (f"http://127.0.0.1:{bare_port}", bare.pid), args.rounds, args.large_mb)
     summary = {}
     for concurrency, measured in results.items():
         direct = measured["direct"]
@@ -153,11 +195,13 @@ def main() -> None:
             print(f"       {name:<10} {through['rps']:7.0f} req/s ({ratio:.2f}x), ttfb p50/p99 "
                   f"{through['ttfb_p50']:.2f}/{through['ttfb_p99']:.2f} ms ({added['ttfb_p50']:+.2f}/"
                   f"{added['ttfb_p99']:+.2f}), last byte {through['last_p50']:.2f}/{through['last_p99']:.2f} ms "
-                  f"({added['last_p50']:+.2f}/{added['last_p99']:+.2f})")
+                  f"({added['last_p50']:+.2f}/{added['last_p99']:+.2f}), {through['cpu_per_1000']:,.0f} ms CPU per "
+                  f"1000 requests")
             summary[f"ttfb_p50_added_ms_c{concurrency}{suffix}"] = added["ttfb_p50"]
             summary[f"ttfb_p99_added_ms_c{concurrency}{suffix}"] = added["ttfb_p99"]
             summary[f"last_byte_p99_added_ms_c{concurrency}{suffix}"] = added["last_p99"]
             summary[f"throughput_ratio_c{concurrency}{suffix}"] = round(ratio, 3)
+            summary[f"cpu_ms_per_1000_c{concurrency}{suffix}"] = round(through["cpu_per_1000"])
     without, beside = summary[f"ttfb_p99_added_ms_c{LARGE_BESIDE}"], summary[f"ttfb_p99_added_ms_c{LARGE_BESIDE}_large"]
     print(f"{LARGE_BESIDE} streams' p99 added time to first byte: {without:+.2f} ms alone, {beside:+.2f} ms beside a "
           f"{args.large_mb} MiB request")

@@ -281,7 +281,8 @@ class Gateway:
     async def _stream(self, response: aiohttp.ClientResponse, receive: Callable, send: Callable,
                       exchange: Exchange | None) -> None:
         """Relay the response in this task (no hand-over before the first
-        byte); a watcher cancels it when the client goes away."""
+        byte); a watcher cancels it when the client goes away, a
+        :class:`_Silence` when the upstream stalls."""
         relaying = asyncio.current_task()
         assert relaying is not None
         client_gone = False
@@ -294,23 +295,62 @@ class Gateway:
             relaying.cancel()
 
         watcher = asyncio.create_task(watch())
+        protocol = response.connection.protocol if response.connection is not None else None
+        if protocol is not None:  # the head is in: the body's silences are timed by one timer, not one per chunk
+            protocol.read_timeout = None
+            protocol.start_timeout()  # (with none, this drops the timer armed at the head's read)
+        silence = _Silence(relaying, self.config.read_timeout)
         try:
             await send({"type": "http.response.start", "status": response.status,
                         "headers": [(k, v) for k, v in response.raw_headers
                                     if k.decode("latin-1").lower() not in _RESPONSE_NOT_FORWARDED]})
-            async for chunk in response.content.iter_any():
+            read, now = response.content.readany, silence.loop.time
+            while chunk := await read():  # (b"" at the end; iter_any() is the same with a frame more per chunk)
+                silence.since = None  # the client is slow, not the upstream, while this waits
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                silence.since = now()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
-            if not client_gone:
+            if not (client_gone or silence.expired):
                 raise
             relaying.uncancel()
-            _outcome(exchange, "client-disconnected", None)
+            if client_gone:
+                _outcome(exchange, "client-disconnected", None)
+            else:
+                stalled = TimeoutError(f"the model endpoint was silent for {self.config.read_timeout:g} s")
+                _outcome(exchange, "upstream-stalled", stalled)
+                raise stalled from None  # the server drops the connection, as below
         except Exception as error:
             _outcome(exchange, "upstream-stalled" if isinstance(error, TimeoutError) else "upstream-reset", error)
             raise  # the server drops the connection: the client sees the stream break off, as it did
         finally:
             watcher.cancel()  # a response complete reads as a disconnect: the watcher must not see it
+            silence.cancel()
+
+
+class _Silence:
+    """Cancels ``task`` once the upstream it waits on has been silent for
+    ``seconds`` (:attr:`expired` says so). One timer per stream, moved on
+    only when it fires: aiohttp's own read timeout cancels and makes a timer
+    at every chunk it reads (about 3% of the gateway's CPU at 50 streams)."""
+
+    def __init__(self, task: asyncio.Task, seconds: float) -> None:
+        self.task, self.seconds = task, seconds
+        self.loop = asyncio.get_running_loop()
+        self.since: float | None = self.loop.time()  # waiting on the upstream since (None: not waiting on it)
+        self.expired = False
+        self._timer = self.loop.call_later(seconds, self._check)
+
+    def _check(self) -> None:
+        waited = 0.0 if self.since is None else self.loop.time() - self.since
+        if waited < self.seconds:
+            self._timer = self.loop.call_later(self.seconds - waited, self._check)
+        elif not self.task.cancelling():  # (a task being stopped already is left to that)
+            self.expired = True
+            self.task.cancel()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 def _raw_header(scope: dict[str, Any], name: str) -> bytes:

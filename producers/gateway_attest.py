@@ -22,6 +22,7 @@ The bodies waiting here are counted in the gateway's body memory
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import multiprocessing
@@ -35,7 +36,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 from prometheus_client import Counter
 
-from dsh_core.jsonvalue import encode_json
+from dsh_core.jsonvalue import dump_json, encode_json
 from dsh_core.wire_request import ALGORITHM, RAW_ALGORITHM, Wire, classify, normalize, request_parts, wire_digest
 from dsh_kafka.records import SessionRecord, wire_attestation_record
 
@@ -55,6 +56,8 @@ REQUESTS = Counter("dsh_gateway_requests_total", "Requests through the gateway, 
 ATTESTED = Counter("dsh_gateway_attestations_total", "Wire attestations handed to the publisher, by result.",
                    ["result"])
 _SENT, _FAILED = ATTESTED.labels("sent"), ATTESTED.labels("failed")
+#: A child of :data:`REQUESTS` by its labels (a few dozen at most), found once rather than per exchange.
+_requests = functools.cache(REQUESTS.labels)
 UNREAD = Counter("dsh_gateway_unread_requests_total", "Requests attested by their bytes' digest, unread, by why.",
                  ["why"])
 
@@ -100,8 +103,9 @@ def read_request(wire: Wire, body: bytes, compact_header: bool) -> dict[str, Any
     except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as error:  # the upstream judged it
         return unread | {"problem": f"the request body is not a {wire} request ({type(error).__name__}: {error})"}
     parts = request_parts(normalized)
+    # measured in msgspec's bytes, within a few of the attestation's: a bound, not a digest
     return {"kind": classify(normalized, compact_header), "algorithm": ALGORITHM, "digest": wire_digest(normalized),
-            "parts": parts if len(encode_json(parts)) <= _PARTS_LIMIT else None}
+            "parts": parts if len(dump_json(parts)) <= _PARTS_LIMIT else None}
 
 
 def _read_batch(read: Callable[[Wire, bytes, bool], dict[str, Any]], batch: Sequence[tuple[Wire, bytes, bool]]
@@ -163,37 +167,51 @@ class Attesting:
         self._pool = _pool(workers)
         self._pool.submit(int).result()  # the workers are up before the first exchange needs one
         self._queued = 0  # bytes of bodies waiting for a worker or being read by one
-        self._small: asyncio.Queue[tuple[Exchange, bytes, bool, asyncio.Future]] = asyncio.Queue()
+        # small bodies to read on the loop: with the future of the reading, or (True) of the attestation,
+        # when the reader hands it over too
+        self._small: asyncio.Queue[tuple[Exchange, bytes, bool, asyncio.Future[Any], bool]] = asyncio.Queue()
         self._reader: asyncio.Task | None = None  # reads the small bodies, made at the first
         self._waiting: list[tuple[Exchange, bytes, bool, asyncio.Future]] = []  # for the next free worker
         self._batches = 0  # batches being read by a worker
         self._pending = asyncio.Semaphore(_PENDING)
-        self._latest: dict[str, asyncio.Task] = {}  # each session's last attestation not yet handed over
-        self._attesting: set[asyncio.Task] = set()
+        # each session's last attestation not yet handed over (a task, or the reader's future of it)
+        self._latest: dict[str, asyncio.Future[Any]] = {}
+        self._attesting: set[asyncio.Future[Any]] = set()
 
     async def finished(self, exchange: Exchange, body: bytes, compact_header: bool) -> None:
         """Attest an exchange that is over: its body is read now or handed to
         the pool; its attestation is handed over after its session's earlier ones."""
         await self._pending.acquire()  # many attestations not handed over yet (a slow Kafka): wait for room
-        reading = self._reading(exchange, body, compact_header)
-        task = asyncio.create_task(self._attest(exchange, reading, self._latest.get(exchange.session_id)))
-        self._latest[exchange.session_id] = task
-        self._attesting.add(task)
-        task.add_done_callback(lambda _: self._over(exchange.session_id, task))
+        earlier = self._latest.get(exchange.session_id)
+        attested: asyncio.Future[Any]
+        if earlier is None and exchange.body_bytes <= self.inline_limit:
+            # the common case: the small reader reads it and hands it over in turn, no task of its own
+            attested = asyncio.get_running_loop().create_future()
+            self._read_on_loop(exchange, body, compact_header, attested, True)
+        else:
+            reading = self._reading(exchange, body, compact_header)
+            attested = asyncio.create_task(self._attest_later(exchange, reading, earlier))
+        self._latest[exchange.session_id] = attested
+        self._attesting.add(attested)
+        attested.add_done_callback(lambda _: self._over(exchange.session_id, attested))
 
-    def _over(self, session_id: str, task: asyncio.Task) -> None:
-        self._attesting.discard(task)
-        if self._latest.get(session_id) is task:
+    def _over(self, session_id: str, attested: asyncio.Future[Any]) -> None:
+        self._attesting.discard(attested)
+        if self._latest.get(session_id) is attested:
             del self._latest[session_id]
         self._pending.release()
+
+    def _read_on_loop(self, exchange: Exchange, body: bytes, compact_header: bool, future: asyncio.Future[Any],
+                      attest: bool) -> None:
+        if self._reader is None:
+            self._reader = asyncio.create_task(self._read_small())
+        self._small.put_nowait((exchange, body, compact_header, future, attest))
 
     def _reading(self, exchange: Exchange, body: bytes, compact_header: bool) -> asyncio.Future:
         reading = asyncio.get_running_loop().create_future()
         size = exchange.body_bytes
         if size <= self.inline_limit:  # about what a hand-off to the pool costs; never waits for a worker,
-            if self._reader is None:  # so other clients' large bodies filling the backlog leave it read
-                self._reader = asyncio.create_task(self._read_small())
-            self._small.put_nowait((exchange, body, compact_header, reading))
+            self._read_on_loop(exchange, body, compact_header, reading, False)  # so a full backlog leaves it read
         elif size > self.parse_limit or self._queued + size > self.queue_bytes:
             why = "over the parse limit" if size > self.parse_limit else "the attesting backlog was full"
             UNREAD.labels(why).inc()
@@ -210,14 +228,24 @@ class Attesting:
         """Read the small bodies on the loop, one at a time, letting it
         forward and relay between two: when many streams end together (and
         their clients' next requests arrive), those requests' first bytes do
-        not wait for every reading of the round."""
+        not wait for every reading of the round. An exchange no earlier
+        attestation of its session waits for is attested here too, in turn
+        (a task per exchange cost more than its reading)."""
         while True:
-            exchange, body, compact_header, reading = await self._small.get()
+            exchange, body, compact_header, future, attest = await self._small.get()
+            read: dict[str, Any] | Exception
             try:
-                reading.set_result(read_request(exchange.wire, body, compact_header))
+                read = read_request(exchange.wire, body, compact_header)
             except Exception as error:  # noqa: BLE001 - reported by _attest, as a worker's fault would be
-                reading.set_exception(error)
+                read = error
             self.release(exchange.client, exchange.body_bytes)
+            if attest:  # no earlier attestation of its session waits: handed over now, in turn
+                await self._attest(exchange, read)
+                future.set_result(None)
+            elif isinstance(read, Exception):
+                future.set_exception(read)
+            else:
+                future.set_result(read)
             await asyncio.sleep(0)
 
     def _hand_over(self) -> None:
@@ -253,12 +281,23 @@ class Attesting:
         if self._waiting and self._batches < self.workers:
             self._hand_over()
 
-    async def _attest(self, exchange: Exchange, reading: asyncio.Future, earlier: asyncio.Task | None) -> None:
-        if earlier is not None:
+    async def _attest_later(self, exchange: Exchange, reading: asyncio.Future, earlier: asyncio.Future[Any] | None
+                            ) -> None:
+        """Attest an exchange once it is read and its session's earlier attestation is handed over."""
+        if earlier is not None and not earlier.done():
             await asyncio.wait([earlier])  # the session's earlier attestation first, whatever became of it
+        read: dict[str, Any] | Exception
         try:
             read = await reading
-            REQUESTS.labels(exchange.wire, read["kind"], exchange.outcome).inc()
+        except Exception as error:  # noqa: BLE001 - reported by _attest for this exchange alone
+            read = error
+        await self._attest(exchange, read)
+
+    async def _attest(self, exchange: Exchange, read: dict[str, Any] | Exception) -> None:
+        try:
+            if isinstance(read, Exception):
+                raise read
+            _requests(exchange.wire, read["kind"], exchange.outcome).inc()
             await self._publish(exchange, exchange.value(self.instance, read))
         except Exception:  # noqa: BLE001 - a fault of ours in one exchange must not stop the others' attestations
             _FAILED.inc()
