@@ -251,6 +251,10 @@ def build_parser() -> _Cli:
                        help="its bearer tokens, one per line (also $DSH_API_TOKENS, comma-separated)")
     serve.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                        help="a web origin allowed to call the API from a browser (repeatable; default: none)")
+    serve.add_argument("--trusted-proxy", action="append", metavar="ADDRESS",
+                       help="a reverse proxy's address whose X-Forwarded-For and X-Forwarded-Proto are believed "
+                            "(the client's address for sign-in throttling, https for the cookie's Secure flag; "
+                            "repeatable; default: none, every peer is taken as the client)")
     serve.add_argument("--prices", metavar="FILE",
                        help="the price table (TOML, US dollars per million tokens by model) usage is priced with "
                             "(default: the packaged DeepSeek prices; the summary names when they were taken)")

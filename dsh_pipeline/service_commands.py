@@ -128,8 +128,7 @@ def gateway(args: argparse.Namespace) -> int:
         _open_files_up_to_the_hard_limit()  # --max-connections counts against a quarter of the soft limit
         async with Publisher(kafka, names) as publisher, \
                 AsgiServer(Gateway(config, publisher.send), "the gateway", host, port,
-                           dataclasses.replace(LISTENER_LIMITS, max_connections=args.max_connections),
-                           forwarded_headers=False) as server:  # it reads no client address or scheme
+                           dataclasses.replace(LISTENER_LIMITS, max_connections=args.max_connections)) as server:
             print(f"dsh-pipeline gateway: {server.url} forwards to {config.upstream}; point DEEPSEEK_BASE_URL at it",
                   file=sys.stderr, flush=True)
             serving = True
@@ -200,7 +199,8 @@ def serve(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> int:
         nonlocal serving
         app = read_api(reader, tokens, cors_origins=tuple(args.cors_origin or ()), prices=prices)
-        async with AsgiServer(app, "the read API", host, port, API_LIMITS) as server:
+        async with AsgiServer(app, "the read API", host, port, API_LIMITS,
+                              trusted_proxies=tuple(args.trusted_proxy or ())) as server:
             print(f"dsh-pipeline serve: {server.url} (API under /api/v1, viewer at /) reads {reader.where}",
                   file=sys.stderr, flush=True)
             serving = True

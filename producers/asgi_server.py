@@ -24,16 +24,16 @@ class AsgiServer:
     listening on entry, so clients may connect at once; a port that cannot
     be bound is a :class:`PipelineError` naming ``name`` and the port. On
     exit the app's ``aclose()``, if it has one, is awaited. Its connections
-    are held to ``limits`` (:mod:`producers.http_limits`). With
-    ``forwarded_headers`` (uvicorn's default) a client on this host is
-    taken at its word in ``X-Forwarded-For`` and ``X-Forwarded-Proto``
-    about its address and scheme; an app that never reads them is spared
-    the look at every request's headers."""
+    are held to ``limits`` (:mod:`producers.http_limits`). A client's
+    ``X-Forwarded-For`` and ``X-Forwarded-Proto`` are believed only from
+    the addresses in ``trusted_proxies`` (default none, unlike uvicorn,
+    which believes any client on this host: another local user could
+    then name any address, and slip past a per-address limit)."""
 
     def __init__(self, app: Any, name: str, host: str = "127.0.0.1", port: int = 0,
-                 limits: ListenerLimits = ListenerLimits(), *, forwarded_headers: bool = True) -> None:
+                 limits: ListenerLimits = ListenerLimits(), *, trusted_proxies: tuple[str, ...] = ()) -> None:
         self.app, self.name, self.host, self.port, self.limits = app, name, host, port, limits
-        self.forwarded_headers = forwarded_headers
+        self.trusted_proxies = trusted_proxies
         self.url = ""
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task | None = None
@@ -55,7 +55,8 @@ class AsgiServer:
         port = self.bound_port = sock.getsockname()[1]
         self.url = f"http://{'[' + self.host + ']' if family == socket.AF_INET6 else self.host}:{port}"
         config = uvicorn.Config(self.app, lifespan="off", log_config=None, access_log=False,
-                                proxy_headers=self.forwarded_headers,
+                                proxy_headers=bool(self.trusted_proxies),
+                                forwarded_allow_ips=list(self.trusted_proxies),
                                 # no WebSocket upgrade: a connection handed over would leave the limits
                                 http=limited_protocol(self.limits), ws="none",
                                 timeout_keep_alive=self.limits.idle_seconds, timeout_graceful_shutdown=5, backlog=1024)
