@@ -14,8 +14,9 @@ to everyone (``/healthz`` included) once enough of them are open.
   :attr:`ListenerLimits.head_seconds` and the whole request, head and body,
   within :attr:`ListenerLimits.request_seconds`, or the connection is
   closed; a slow head, a slow body and a silent client are all cut off
-  (idle keep-alive connections close after uvicorn's ``timeout_keep_alive``,
-  :attr:`ListenerLimits.idle_seconds`);
+  (an idle keep-alive connection waits :attr:`ListenerLimits.idle_seconds`
+  for its next request to begin, uvicorn's ``timeout_keep_alive`` too; the
+  head deadline runs from that request's first byte);
 * **a head bound**: a request head over :attr:`ListenerLimits.max_head_bytes`
   is answered 431 and the connection closed (llhttp has no limit of its own;
   the bound is checked after each read, so at most one read more is parsed);
@@ -77,6 +78,7 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
         _head_bytes = 0  # of the request head being read
         _reading_head = True  # the next bytes are a request head's
         _mid_request = False  # a request began and is not all read
+        _idle = False  # every request answered: waiting (idle_seconds) for the next to begin
         _extend = False  # its head is read: the rest of it gets what is left of its deadline, unless read at once
         _requests = _responses = 0  # requests whose head was read; responses sent
 
@@ -112,6 +114,9 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
 
         def on_message_begin(self) -> None:
             self._mid_request = True
+            if self._idle:  # a kept-alive connection's next request began: its head deadline runs from now
+                self._idle = False
+                self._arm()
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
@@ -127,8 +132,11 @@ def limited_protocol(limits: ListenerLimits) -> type[HttpToolsProtocol]:
 
         def on_response_complete(self) -> None:
             self._responses += 1
-            if self._requests == self._responses or self._mid_request:  # waiting for a request, or the rest of one
+            if self._mid_request:  # the rest of a request already begun
                 self._arm()
+            elif self._requests == self._responses:  # idle, kept alive until its next request begins
+                self._idle = True
+                self._arm(max(limits.idle_seconds, head_seconds))
             super().on_response_complete()
 
         def _arm(self, seconds: float | None = None) -> None:

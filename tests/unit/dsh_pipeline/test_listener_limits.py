@@ -97,6 +97,31 @@ def test_an_idle_keep_alive_connection_is_closed(server):
         _closed_within(kept, QUICK.idle_seconds + SLACK)
 
 
+def _whole_response(connection: socket.socket) -> bytes:
+    """One chunked response read to its last chunk (``/healthz`` answers so)."""
+    answer = b""
+    while not answer.endswith(b"\r\n0\r\n\r\n"):
+        chunk = connection.recv(4096)
+        assert chunk, f"closed before the response ended: {answer!r}"
+        answer += chunk
+    return answer
+
+
+def test_an_idle_keep_alive_connection_waits_its_idle_time_and_its_next_head_is_still_timed():
+    limits = ListenerLimits(request_seconds=1.0, idle_seconds=6, max_connections=64, max_head_bytes=4096)
+    request = b"GET /healthz HTTP/1.1\r\nHost: ops\r\n\r\n"
+    with _ops(limits) as served, socket.create_connection((HOST, served.port)) as kept:
+        kept.sendall(request)
+        assert _whole_response(kept).startswith(b"HTTP/1.1 200 ")
+        kept.settimeout(limits.request_seconds + 1.0)
+        with pytest.raises(TimeoutError):  # wait-ok: open past the head deadline, idle within its idle time
+            kept.recv(1)
+        kept.sendall(request)
+        assert _whole_response(kept).startswith(b"HTTP/1.1 200 "), "the kept-alive connection served its next request"
+        kept.sendall(request[:20])  # the next head begins and stalls: cut off by its own deadline, not the idle time
+        assert _closed_within(kept, limits.request_seconds + SLACK) < limits.request_seconds + SLACK
+
+
 @pytest.mark.parametrize("server", sorted(SERVERS))
 def test_an_oversized_head_is_refused(server):
     with SERVERS[server](QUICK) as served, socket.create_connection((HOST, served.port), timeout=10) as large:
