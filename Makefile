@@ -18,9 +18,22 @@ export DSH_JAEGER
 demo: setup kafka-jars
 	$(VENV)/bin/dsh-pipeline demo
 
+# The integration tier waits on brokers, servers and browsers most of the
+# time; the offline tiers (everything else: no servers) are CPU work that
+# already runs spread over the cores in `make check`. So they run beside it,
+# one step down in priority (their report follows the integration tier's,
+# with its own pytest cache), and the run takes about as long as the
+# integration tier alone.
 test: setup reference kafka-jars prometheus postgres chromium docs
 	$(VENV)/bin/mypy
-	$(VPY) -m pytest
+	@offline=$$(mktemp) && trap 'rm -f "$$offline"' EXIT && \
+	echo "offline tiers beside the integration tier: nice -n 5 $(VPY) -m pytest --ignore=tests/integration" && \
+	{ nice -n 5 $(VPY) -m pytest --ignore=tests/integration -o cache_dir=.pytest_cache/offline >"$$offline" 2>&1 & } && \
+	pid=$$! && echo "$(VPY) -m pytest tests/integration" && \
+	{ $(VPY) -m pytest tests/integration; integration=$$?; } ; \
+	wait $$pid; offline_status=$$?; cat "$$offline"; \
+	echo "integration tier: exit $$integration; offline tiers: exit $$offline_status"; \
+	[ $$integration -eq 0 ] && [ $$offline_status -eq 0 ]
 
 # The unit tier alone: no broker, no servers; the contributor's fast loop,
 # spread over the machine's cores (pytest-xdist: one worker per core). The
