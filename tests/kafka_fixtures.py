@@ -42,6 +42,11 @@ def kafka_bootstrap() -> Iterator[str]:
     from dsh_pipeline.local_kafka import LocalKafka
     with LocalKafka(heap="768m") as broker:
         yield broker.bootstrap
+        # Its folder goes with it: a controlled shutdown would only close the thousands of partitions the
+        # session's topics made (30 s and more, then a SIGKILL anyway), so it ends at once.
+        if broker.process is not None:
+            broker.process.kill()
+            broker.process.wait()
 
 
 @pytest.fixture(scope="session")

@@ -113,11 +113,13 @@ _NOT_FOR_V3 = {"header_version_0", "header_version_3", "header_version_5", "head
 def test_v3_logs_and_their_mutations_read_as_dsh_migrates_them(oracle, tmp_path):
     names = sorted(name for name in MUTATIONS if name not in _NOT_FOR_V3)
     rng = random.Random(15)  # half the mutations per log: dsh reads a v3 log's whole folder to migrate it
-    for log in V3_LOGS:
-        write_mutations(read_log(log), tmp_path, ["control", *rng.sample(names, len(names) // 2)],
+    theirs: dict[str, dict] = {}
+    for log in V3_LOGS:  # each log's project folder in a sessions root of its own: dsh's reading of a root
+        root = tmp_path / log.name.removesuffix(".v3.jsonl.zstd")  # costs more with each folder beside
+        write_mutations(read_log(log), root, ["control", *rng.sample(names, len(names) // 2)],
                         file_name="session.v3.jsonl.zstd")
-    theirs = run_oracle(tmp_path)
-    paths = sorted(tmp_path.glob("*/*/session.v3.jsonl.zstd"))
+        theirs |= run_oracle(root)
+    paths = sorted(tmp_path.glob("*/*/*/session.v3.jsonl.zstd"))
     assert len(V3_LOGS) >= 8 and len(paths) >= len(V3_LOGS) * (len(names) // 2 - 5)
     disagreements = []
     for path in paths:
