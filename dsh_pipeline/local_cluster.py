@@ -50,6 +50,14 @@ def cluster_nodes(data_dir: Path) -> list[Path] | None:
         return None
 
 
+def _cluster_id() -> str:
+    """A new cluster id as Kafka makes one (``Uuid.randomUuid``): never one
+    starting with "-", which its storage tool would read as an option."""
+    while (found := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return found
+
+
 class LocalCluster:
     """``size`` broker-and-controller nodes; use as a context manager, or
     start/stop by hand. ``data_dir`` None means a temporary folder removed at
@@ -104,7 +112,7 @@ class LocalCluster:
         self.data_dir.chmod(0o700)
         ports = self._ports()
         voters = ",".join(f"{node}@127.0.0.1:{controller}" for node, (_, controller) in enumerate(ports, 1))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         replicas = min(3, self.size)
         for node, (port, controller) in enumerate(ports, 1):
             broker = LocalKafka(self.data_dir / f"node-{node}", attached=self.attached, heap=self.heap,
