@@ -58,6 +58,8 @@ logger.r.name=kafka.server.KafkaRaftServer
 logger.r.level=INFO
 logger.q.name=org.apache.kafka.raft.QuorumState
 logger.q.level=INFO
+logger.b.name=kafka.server.BrokerLifecycleManager
+logger.b.level=INFO
 """
 
 
