@@ -2,7 +2,9 @@
 --min-insync-replicas 2``) while the projector, auditor and archiver run and
 a second fleet is published: the active controller killed, the auditor's
 transaction coordinator killed, two brokers down then back, the auditor
-killed (``kill -9``) during a failover, and a rolling restart of every node
+killed (``kill -9``) during a failover, the connections under the auditor's
+transactions closed (its coordinator paused, then killed: the auditor goes
+on, it does not exit), and a rolling restart of every node
 (with the longest time each service went without a commit). Each is
 counted against the simulator's ground truth: 0 lost, 0 doubled, 0 false
 findings in views, archive and findings, and says how long the services
@@ -271,6 +273,18 @@ def test_the_auditor_killed_during_a_failover(kafka_cluster, group_id, tmp_path)
         run.auditor.kill_and_restart()  # kill -9 while the cluster elects a new controller and leaders
     scenario(kafka_cluster, group_id, tmp_path, kill_both, "the auditor killed (-9) as the controller is killed",
              auditor_process=True, seed=5)
+
+
+def test_the_auditors_connections_cut_under_its_transactions(kafka_cluster, group_id, tmp_path):
+    def cut(run: Run) -> None:
+        transactional_id = f"{run.auditor_group}.{run.names.events}.0"  # the auditor's, of partition 0
+        node = asyncio.run(_coordinator(run.kafka, transactional_id))
+        run.cluster.pause(node)  # its requests to the node hang, mid-transaction...
+        threading.Event().wait(5)  # wait-ok: the pause's length is the scenario
+        run.cluster.kill(node)  # ...then their connections close under them
+        run.cluster.start_node(node)
+    scenario(kafka_cluster, group_id, tmp_path, cut, "the auditor's transaction coordinator paused 5 s, then killed",
+             auditor_process=True, seed=7)
 
 
 def test_a_rolling_restart(kafka_cluster, group_id, tmp_path):
