@@ -8,8 +8,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorizationFailedError,
-                             TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
+from aiokafka.errors import (ClusterAuthorizationFailedError, GroupAuthorizationFailedError, KafkaConnectionError,
+                             NodeNotReadyError, TopicAuthorizationFailedError, TransactionalIdAuthorizationFailed)
 from aiokafka.helpers import create_ssl_context
 
 
@@ -57,11 +57,33 @@ def client_options(kafka: KafkaConfig) -> dict[str, Any]:
 def make_producer(kafka: KafkaConfig, settings: ProducerSettings = ProducerSettings(), *,
                   transactional_id: str | None = None) -> AIOKafkaProducer:
     """An idempotent ``acks=all`` producer (transactional with an id)."""
-    return AIOKafkaProducer(**client_options(kafka), enable_idempotence=True, acks="all",
-                            linger_ms=settings.linger_ms, compression_type=settings.compression,
-                            max_batch_size=settings.max_batch_bytes,
-                            max_request_size=settings.max_record_bytes + BATCH_OVERHEAD_BYTES,
-                            request_timeout_ms=settings.request_timeout_ms, transactional_id=transactional_id)
+    producer = AIOKafkaProducer(**client_options(kafka), enable_idempotence=True, acks="all",
+                                linger_ms=settings.linger_ms, compression_type=settings.compression,
+                                max_batch_size=settings.max_batch_bytes,
+                                max_request_size=settings.max_record_bytes + BATCH_OVERHEAD_BYTES,
+                                request_timeout_ms=settings.request_timeout_ms, transactional_id=transactional_id)
+    if transactional_id is not None:
+        _retry_lost_lookups(producer.client)
+    return producer
+
+
+def _retry_lost_lookups(client: Any) -> None:
+    """A coordinator lookup whose connection closes under it (its broker
+    going down) raises ``KafkaConnectionError``, which aiokafka's
+    transactional sender does not retry: the sender dies and the producer
+    can commit nothing more (an auditor exited so in a two-broker outage).
+    It is raised as ``NodeNotReadyError`` instead, which the sender retries
+    after a metadata refresh, as it does a broker that is not up yet.
+    (aiokafka internals: the version is pinned.)"""
+    lookup = client.coordinator_lookup
+
+    async def retried(coordinator_type: Any, coordinator_key: str) -> int:
+        try:
+            return await lookup(coordinator_type, coordinator_key)
+        except KafkaConnectionError as error:
+            raise NodeNotReadyError(f"the coordinator lookup's connection closed: {error}") from error
+
+    client.coordinator_lookup = retried
 
 
 def make_consumer(kafka: KafkaConfig, settings: ConsumerSettings, *topics: str) -> AIOKafkaConsumer:

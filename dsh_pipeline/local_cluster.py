@@ -8,13 +8,14 @@ topics and of topics created without a replication factor, and all but one
 copy must acknowledge a write, so it serves through the loss of any one node.
 
 Tests stop, kill, pause and resume single nodes (:meth:`LocalCluster.kill`,
-:meth:`~LocalCluster.start_node`, :meth:`~LocalCluster.pause`,
+:meth:`~LocalCluster.start_node`, :meth:`~LocalCluster.restart_node`, :meth:`~LocalCluster.pause`,
 :meth:`~LocalCluster.resume`); ``dsh-pipeline kafka start --nodes N`` runs one
 detached, recording every node's state beside its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -24,11 +25,15 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any, Coroutine
 
 from dsh_core.errors import PipelineError
+from dsh_kafka.clients import make_admin
+from dsh_kafka.config import KafkaConfig
 from dsh_pipeline.kafka_jars import ensure_kafka_jars
 from dsh_pipeline.local_kafka import (BrokerState, ClusterNode, LocalKafka, read_state, stop_detached,
                                       sweep_abandoned_data_dirs)
@@ -48,6 +53,14 @@ def cluster_nodes(data_dir: Path) -> list[Path] | None:
         return [Path(folder) for folder in json.loads((data_dir / _CLUSTER_FILE).read_text())["nodes"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _cluster_id() -> str:
+    """A new cluster id as Kafka makes one (``Uuid.randomUuid``): never one
+    starting with "-", which its storage tool would read as an option."""
+    while (found := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return found
 
 
 class LocalCluster:
@@ -104,7 +117,7 @@ class LocalCluster:
         self.data_dir.chmod(0o700)
         ports = self._ports()
         voters = ",".join(f"{node}@127.0.0.1:{controller}" for node, (_, controller) in enumerate(ports, 1))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         replicas = min(3, self.size)
         for node, (port, controller) in enumerate(ports, 1):
             broker = LocalKafka(self.data_dir / f"node-{node}", attached=self.attached, heap=self.heap,
@@ -157,6 +170,26 @@ class LocalCluster:
         if outcome is not None:
             raise PipelineError(f"Kafka node {node} did not start again: {outcome}")
 
+    def restart_node(self, node: int, timeout: float = 180.0) -> None:
+        """A rolling restart's step: stop ``node`` (controlled shutdown),
+        start it, and return once it serves and its copy of every partition
+        it holds is in sync again. Serving is not enough: a node back but
+        still catching up leaves a partition with one copy in sync when the
+        next node stops, and writes to it wait until one catches up."""
+        deadline = time.monotonic() + timeout
+        self.stop_node(node)
+        self.start_node(node, deadline - time.monotonic())
+        self.wait_in_sync(node, deadline)
+
+    def wait_in_sync(self, node: int, deadline: float) -> None:
+        """Wait until ``node`` is in the in-sync replicas of every partition
+        it holds a copy of (``deadline``: :func:`time.monotonic`)."""
+        while (behind := _apart(_behind(self.bootstrap, node))) != []:
+            if time.monotonic() > deadline:
+                raise PipelineError(f"Kafka node {node}'s copies of {', '.join(behind or ['(no answer)'])} were not "
+                                    "in sync by the deadline")
+            time.sleep(0.2)  # wait-ok: polling the cluster's metadata with a deadline
+
     def controller(self) -> int:
         """The active controller: the node that became the quorum's leader
         at the highest epoch (each node logs its own transitions)."""
@@ -194,6 +227,33 @@ class LocalCluster:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+async def _behind(bootstrap: str, node: int) -> list[str]:
+    """The partitions of which ``node`` holds a copy not in sync."""
+    admin = make_admin(KafkaConfig(bootstrap), request_timeout_ms=5000)
+    await admin.start()
+    try:
+        topics = await admin.describe_topics()
+    finally:
+        await admin.close()
+    return [f"{topic['topic']}[{partition['partition']}]" for topic in topics for partition in topic["partitions"]
+            if node in partition["replicas"] and node not in partition["isr"]]
+
+
+def _apart(work: Coroutine[Any, Any, list[str]]) -> list[str] | None:
+    """``work``'s answer, run on its own loop and thread (the caller may
+    be inside one); ``None`` if it failed or took over 15 s."""
+    answer: list[list[str]] = []
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # any failure means "no answer yet"
+            answer.append(asyncio.run(asyncio.wait_for(work, 15)))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(20)
+    return answer[0] if answer else None
 
 
 def stop_detached_cluster(data_dir: Path) -> bool:

@@ -28,6 +28,8 @@ import signal
 import subprocess
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Mapping
 import time
 from dataclasses import dataclass, replace
@@ -56,6 +58,8 @@ logger.r.name=kafka.server.KafkaRaftServer
 logger.r.level=INFO
 logger.q.name=org.apache.kafka.raft.QuorumState
 logger.q.level=INFO
+logger.b.name=kafka.server.BrokerLifecycleManager
+logger.b.level=INFO
 """
 
 
@@ -65,6 +69,13 @@ def _die_with_parent() -> None:  # runs in the child before exec (Linux)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+#: Attached brokers are started from this one thread, which lasts as long as
+#: the process: Linux sends the parent-death signal when the *thread* that
+#: started a child ends, so a broker started from a short-lived thread (a
+#: node restarted from ``asyncio.to_thread``) was stopped as that thread ended.
+_LAUNCHER = ThreadPoolExecutor(1, thread_name_prefix="dsh-kafka-launcher")
 
 
 async def _metadata(kafka: KafkaConfig) -> None:
@@ -306,10 +317,10 @@ class LocalKafka:
         self._format(lib, properties)
         with os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             self._log_start = log.tell()  # a restart appends: only this run's lines say it started
-            self.process = subprocess.Popen(
-                self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if self.attached else None, start_new_session=not self.attached,
-                umask=0o077)
+            popen = partial(subprocess.Popen, self._command(lib, properties), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent if self.attached else None,
+                            start_new_session=not self.attached, umask=0o077)
+            self.process = _LAUNCHER.submit(popen).result() if self.attached else popen()
         bootstrap = f"127.0.0.1:{port}"
         secured = bootstrap if self.security.admin is not None else f"127.0.0.1:{secured_port}" if secured_port else None
         return BrokerState(self.process.pid, bootstrap, str(self.data_dir), str(self.log_path), secured,

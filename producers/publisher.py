@@ -129,6 +129,7 @@ class Publisher:
         self._writers: dict[str, str] = {}  # session id -> the writer of the header published for it
         self._state = _State.NEW
         self._gave_up: DeliveryTimeoutError | None = None
+        self._abandoning: asyncio.Future[None] | None = None  # the client giving up what it holds, once
 
     async def __aenter__(self) -> "Publisher":
         await self.start()
@@ -155,6 +156,8 @@ class Publisher:
         producer is stopped even when the flush fails)."""
         state, self._state = self._state, _State.CLOSED
         if state is _State.GAVE_UP:  # what the client held has failed: stopping does not wait for the cluster
+            if self._abandoning is not None:
+                await asyncio.shield(self._abandoning)
             await self._producer.stop()
         elif state is _State.RUNNING:
             try:
@@ -218,27 +221,33 @@ class Publisher:
             try:
                 return await self._producer.send(self.topics.events, key=record.key, value=record.value,
                                                  headers=record.headers)
-            except KafkaTimeoutError as error:
-                if loop.time() - started >= self.settings.delivery_timeout_s:
+            except KafkaTimeoutError as error:  # past the deadline, or failed by the publisher giving up
+                if self._gave_up is not None or loop.time() - started >= self.settings.delivery_timeout_s:
                     raise await self._give_up(f"session {record.session_id!r} seq {record.seq}: {record.kind} "
                                               f"could not be sent to {self.topics.events}", error) from error
 
     async def _give_up(self, what: str, error: BaseException | None) -> DeliveryTimeoutError:
         """The publisher stops: what it still holds fails (the client's
-        queue included, so closing does not wait for the cluster)."""
-        ERRORS.labels("DeliveryTimeoutError").inc()
-        self._state = _State.GAVE_UP
-        await _abandon(self._producer, KafkaTimeoutError(
-            f"abandoned after the {self.settings.delivery_timeout_s:g} s delivery deadline"))
+        queue included, so closing does not wait for the cluster). Callers
+        at the same time (concurrent sends, a flush) share one give-up and
+        its error: the client is abandoned once (a second stop of its
+        sender would orphan its requests in flight)."""
+        if self._gave_up is None:
+            ERRORS.labels("DeliveryTimeoutError").inc()
+            self._state = _State.GAVE_UP
+            cause = f" ({type(error).__name__}: {error})" if error is not None and str(error) else ""
+            self._gave_up = DeliveryTimeoutError(
+                f"{what} within the {self.settings.delivery_timeout_s:g} s delivery deadline (--delivery-timeout)"
+                f"{cause}: too few of the cluster's brokers are up for the topic's min.insync.replicas, or its "
+                "partitions have no leader; what was acknowledged before is kept")
+            self._abandoning = asyncio.ensure_future(_abandon(self._producer, KafkaTimeoutError(
+                f"abandoned after the {self.settings.delivery_timeout_s:g} s delivery deadline")))
+        assert self._abandoning is not None
+        await asyncio.shield(self._abandoning)
         for delivery, _ in self._pending + self._unsettled:
             if delivery.done() and not delivery.cancelled():
                 delivery.exception()  # retrieved: failed as a whole by the error raised
         self._pending, self._unsettled, self._unsettled_bytes, self._failures = [], [], 0, []
-        cause = f" ({type(error).__name__}: {error})" if error is not None and str(error) else ""
-        self._gave_up = DeliveryTimeoutError(
-            f"{what} within the {self.settings.delivery_timeout_s:g} s delivery deadline (--delivery-timeout)"
-            f"{cause}: too few of the cluster's brokers are up for the topic's min.insync.replicas, or its "
-            "partitions have no leader; what was acknowledged before is kept")
         return self._gave_up
 
     def _settle(self) -> None:

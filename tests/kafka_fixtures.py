@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from typing import Any, Iterator
 
@@ -59,13 +60,15 @@ def _local_cluster() -> Iterator[Any]:
 @pytest.fixture
 def kafka_cluster(_local_cluster: Any) -> Iterator[Any]:
     """The session's three-node cluster (:class:`~dsh_pipeline.local_cluster.LocalCluster`):
-    a test may kill, stop or pause its nodes; each serves again after the test."""
+    a test may kill, stop or pause its nodes; after the test each serves again, its copies in sync."""
     yield _local_cluster
     for node in _local_cluster.nodes:
         if _local_cluster.running(node):
             _local_cluster.resume(node)
         else:
             _local_cluster.start_node(node)
+    for node in _local_cluster.nodes:  # serving is not enough: the next test's fault would meet one copy in sync
+        _local_cluster.wait_in_sync(node, time.monotonic() + 120)
 
 
 @pytest.fixture

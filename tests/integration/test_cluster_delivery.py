@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import json
 import subprocess
 import sys
@@ -21,13 +22,15 @@ import pytest
 
 from dsh_kafka.admin import end_offsets, prepare_topics
 from dsh_kafka.config import KafkaConfig, ProducerSettings
+from dsh_kafka.errors import DeliveryTimeoutError
 from dsh_kafka.records import decode_kafka_record
 from dsh_kafka.topics import TopicLayout, TopicNames
+from producers.fleet import fleet
 from producers.publisher import Publisher
 from producers.simulator import SimulatorConfig, simulate_session
 from tests.kafka_fixtures import consume_all
 from tests.layout_helpers import place
-from tests.waiting import wait_for
+from tests.waiting import until, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.soak]
 
@@ -35,6 +38,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.soak]
 DOWN = (2, 3)
 #: How long a publisher is watched waiting while two brokers are down.
 OBSERVED = 5.0
+#: The delivery deadline of the concurrent senders' publisher, in seconds.
+DEADLINE = 5.0
 
 
 def _names() -> TopicNames:
@@ -204,3 +209,41 @@ def test_simulate_stops_at_its_delivery_deadline_with_the_manifest_of_what_was_a
     print(f"\ncluster: two brokers down, simulate stopped {stopped:.1f} s after (deadline 8 s); its manifest holds "
           f"{written['sessions']} sessions acknowledged whole, {len(written['unfinished'])} cut short")
     assert short == [] and max(seen.values()) == 1, (short[:5], max(seen.values()))
+
+
+def test_concurrent_senders_past_the_deadline_share_one_give_up_and_leave_nothing_behind(kafka_cluster):
+    """64 senders at once, as a fleet run has, while two brokers are down:
+    each stops with the one DeliveryTimeoutError soon after the deadline,
+    and the client leaves no task running and no exception unretrieved.
+    (Several senders gave up at once: each stopped the client's sender
+    again, a produce request in flight was orphaned and raised KeyError
+    later, printed as a traceback; a send meanwhile met "publisher is
+    stopped" instead of the deadline's error.)"""
+    kafka, names = KafkaConfig(kafka_cluster.bootstrap), _names()
+    unhandled: list[dict] = []
+
+    async def run() -> tuple[object, float]:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: unhandled.append(context))
+        await prepare_topics(kafka, names, 3, layout=TopicLayout(3, 2))
+        settings = ProducerSettings(delivery_timeout_s=DEADLINE, max_batch_bytes=16 * 1024)
+        async with Publisher(kafka, names, settings) as publisher:
+            await publisher.send_many(_records(5, 51))
+            await publisher.flush()
+            down = await asyncio.to_thread(_take_down, kafka_cluster)
+            ran = await fleet(SimulatorConfig(sessions=400, seed=52, max_turns=3), publisher.send)
+            with pytest.raises(DeliveryTimeoutError) as raised:
+                await publisher.flush()
+            stopped = time.monotonic() - down
+        gc.collect()  # an orphaned task's unretrieved exception is reported when it is collected
+        await until(lambda: not asyncio.all_tasks() - {asyncio.current_task()}, 60, "the client's tasks to end")
+        assert ran.failure is None or ran.failure is raised.value
+        return raised.value, stopped
+
+    try:
+        failure, stopped = asyncio.run(run())
+    finally:
+        _bring_back(kafka_cluster)
+    print(f"\ncluster: two brokers down, 64 senders stopped {stopped:.1f} s after (deadline {DEADLINE:g} s)")
+    assert "delivery deadline" in str(failure)
+    assert unhandled == [], [(context.get("message"), context.get("exception")) for context in unhandled]

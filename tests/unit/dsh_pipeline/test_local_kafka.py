@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,22 @@ def test_commands_find_the_broker_kafka_start_data_dir_started_while_the_default
     assert runtime.resolve_kafka(None, "c").bootstrap == "127.0.0.1:9002"
     answering.add("127.0.0.1:9001")  # the default folder's broker comes first
     assert runtime.resolve_kafka(None, "c").bootstrap == "127.0.0.1:9001"
+
+
+def test_an_attached_broker_outlives_the_thread_that_started_it(tmp_path, monkeypatch):
+    # Linux sends the parent-death signal when the thread that started a child ends: a node restarted from a
+    # worker thread (asyncio.to_thread) was stopped as soon as that thread ended.
+    monkeypatch.setattr(LocalKafka, "_format", lambda self, lib, properties: None)
+    monkeypatch.setattr(LocalKafka, "_command", lambda self, lib, properties: [
+        sys.executable, "-c", "import signal; signal.pause()"])  # a stand-in broker: runs until a signal
+    broker = LocalKafka(tmp_path)
+    starting = threading.Thread(target=broker.launch, args=(Path("/opt/kafka/libs"), 9092, 9093))
+    starting.start()
+    starting.join()
+    assert broker.process is not None
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):  # a SIGTERM would end it at once
+            broker.process.wait(1.0)
+    finally:
+        broker.process.kill()
+        broker.process.wait()
