@@ -10,13 +10,19 @@ conformance JSON of ``inspect``, analysis included) and the records a
 shipper would publish of it, fed to an auditor, an archiver (with v4
 copies) and a projector per view-store backend asked for (each writing its
 own store; the findings and dead letters go through the outcome index into
-each store) as one batch, as the runtime does, without a broker.
+each store), as the runtime does, without a broker. Services stay open
+over a chunk of inputs, and the records of several inputs (each its own
+session) share a poll batch, as a busy partition's do: one checkpoint, one
+store transaction per batch.
 
 The only outcomes allowed: a log accepted or refused with a
 :class:`~dsh_core.errors.DshError`; records applied, held, duplicates or
 dead-lettered with a named reason (never ``internal``). Anything else is a
-:class:`Crash`, which names the seed and the input's index, so
-``python -m tests.fuzzing SEED INDEX OUT`` writes that input to a file.
+:class:`Crash`; a batch that crashes is fed again one input at a time to
+fresh services, and the crash names the seed and the input that does it,
+which is kept in the found inputs (:data:`CORPUS`, run by the test tiers
+as regression cases). ``python -m tests.fuzzing SEED INDEX OUT`` writes an
+input to a file.
 """
 
 from __future__ import annotations
@@ -58,9 +64,11 @@ from tests.conftest import corpus_logs, expected_of
 from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs
 from tests.store_locations import discard_location, new_location
 
-__all__ = ["Crash", "Fuzzer", "check_log", "open_services"]
+__all__ = ["CORPUS", "Crash", "Fuzzer", "check_log", "found_inputs", "open_services"]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: The inputs the fuzzer found (kept as regression cases; a crash adds its input).
+CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 NAMED = frozenset(typing.get_args(Category)) - {"internal"}
 #: The view-store backends by name (a name crosses to the worker processes).
 _BACKENDS = {backend.name: backend for backend in BACKENDS}
@@ -72,6 +80,22 @@ _ODD = [None, True, False, 0, -1, 1.5, 2**53, 2**64, -(10**400), "", "\ud800", "
 
 class Crash(AssertionError):
     """An input that made a reader or a service fail other than by name."""
+
+
+def found_inputs() -> list[Path]:
+    """The inputs kept in :data:`CORPUS`, by name."""
+    return sorted(CORPUS.glob("*.jsonl"))
+
+
+@contextlib.contextmanager
+def _quiet() -> typing.Iterator[None]:
+    """The services log a line per refusal and batch: thousands here."""
+    logger = logging.getLogger("dsh")
+    level, logger.level = logger.level, logging.CRITICAL
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @dataclass(frozen=True)
@@ -267,8 +291,8 @@ def check_reader(data: bytes, source: str) -> None:
 
 class Services:
     """An auditor, an archiver with v4 copies (in ``root``) and a projector
-    per view store of ``stores`` (its outcome index too), fed one batch per
-    input as the runtime feeds them (records, checkpoint, commit); the
+    per view store of ``stores`` (its outcome index too), fed batches of
+    records as the runtime feeds them (records, checkpoint, commit); the
     findings and dead letters of each batch go through each projector's
     outcome index into its store, as the one index of a deployment reads
     them from the topics."""
@@ -357,11 +381,11 @@ def open_services(backends: typing.Sequence[str], postgres_dsn: str | None) -> t
 
 def check_log(data: bytes, backends: typing.Sequence[str] = ("sqlite",), postgres_dsn: str | None = None) -> None:
     """Both checks over one log file's bytes (read where dsh's layout puts
-    its header's id), its records fed to fresh services."""
+    its header's id), its records fed to fresh services as one batch."""
     lines = data.split(b"\n")
     lines = lines[:-1] if not lines[-1] else lines
     check_reader(data, _source(lines))
-    with open_services(backends, postgres_dsn) as services:
+    with _quiet(), open_services(backends, postgres_dsn) as services:
         services.feed(_records(lines))
 
 
@@ -369,19 +393,24 @@ class Fuzzer:
     """Inputs ``0..n-1`` of one seed: input ``i`` is always the same log.
     Every input goes to the reader, every ``services_every``-th to the
     services too, which stay open over ``chunk`` inputs (each its own
-    session), with a projector on a store of each of ``backends``
-    (PostgreSQL's made on the server ``postgres_dsn`` names)."""
+    session) fed ``batch`` inputs to a poll batch, with a projector on a
+    store of each of ``backends`` (PostgreSQL's made on the server
+    ``postgres_dsn`` names). An input that crashes is written to ``found``
+    (``None``: kept nowhere)."""
 
-    def __init__(self, seed: int, services_every: int = 1, chunk: int = 500, backends: typing.Sequence[str] = ("sqlite",),
-                 postgres_dsn: str | None = None) -> None:
+    def __init__(self, seed: int, services_every: int = 1, chunk: int = 1000, batch: int = 25,
+                 backends: typing.Sequence[str] = ("sqlite",), postgres_dsn: str | None = None,
+                 found: Path | None = CORPUS) -> None:
         unknown = set(backends) - set(_BACKENDS)
         if unknown:
             raise ValueError(f"no view-store backend {sorted(unknown)}: the registry has {sorted(_BACKENDS)}")
         self.seed = seed
         self.services_every = services_every
         self.chunk = chunk
+        self.batch = batch
         self.backends = tuple(backends)
         self.postgres_dsn = postgres_dsn
+        self.found = found
 
     def input(self, index: int) -> tuple[str, bytes]:
         source, lines = mutated(random.Random(f"{self.seed}:{index}"))
@@ -391,7 +420,8 @@ class Fuzzer:
             progress: typing.Callable[[int], None] | None = None) -> None:
         """Check inputs ``start..stop-1``, in chunks spread over ``workers``
         processes; ``progress`` gets the number checked after each chunk.
-        A :class:`Crash` names an input that failed."""
+        A :class:`Crash` names an input that failed (the first chunk's to
+        fail; the chunks not started yet are not)."""
         chunks = [(first, min(first + self.chunk, stop)) for first in range(start, stop, self.chunk)]
         done = 0
         if workers <= 1:
@@ -400,29 +430,63 @@ class Fuzzer:
                 if progress:
                     progress(done)
             return
-        with ProcessPoolExecutor(workers) as pool:
+        pool = ProcessPoolExecutor(workers)
+        try:
             for checked in pool.map(self._run_chunk, chunks):
                 done += checked
                 if progress:
                     progress(done)
+        finally:
+            pool.shutdown(cancel_futures=True)
 
     def _run_chunk(self, chunk: tuple[int, int]) -> int:
         """Check inputs ``chunk[0]..chunk[1]-1`` over one set of services."""
-        logging.getLogger("dsh").setLevel(logging.CRITICAL)  # a line per refusal: millions here
-        with open_services(self.backends, self.postgres_dsn) as services:
-            for index in range(*chunk):
-                self._check(services, index)
+        with _quiet(), open_services(self.backends, self.postgres_dsn) as services:
+            for first in range(chunk[0], chunk[1], self.batch):
+                self._check_batch(services, range(first, min(first + self.batch, chunk[1])))
         return chunk[1] - chunk[0]
 
-    def _check(self, services: Services, index: int) -> None:
-        source, data = self.input(index)
-        try:
-            check_reader(data, source)
+    def _check_batch(self, services: Services, indexes: range) -> None:
+        """Read each input, then feed the records of those for the services
+        as one batch; a batch that crashes is fed again one input at a time."""
+        records: list[SessionRecord] = []
+        for index in indexes:
+            source, data = self.input(index)
+            try:
+                check_reader(data, source)
+            except Crash as crash:
+                raise self._crashed(index, source, data, crash) from crash.__cause__
             if index % self.services_every == 0:
-                services.feed(_records(data.split(b"\n")[:-1], f"~{index}"))
+                records += _records(data.split(b"\n")[:-1], f"~{index}")
+        if not records:
+            return
+        try:
+            services.feed(records)
         except Crash as crash:
-            raise Crash(f"fuzz seed {self.seed} input {index} ({source}): {crash}; write it with "
-                        f"`python -m tests.fuzzing {self.seed} {index} FILE`") from crash.__cause__
+            self._one_by_one([index for index in indexes if index % self.services_every == 0])
+            raise Crash(f"fuzz seed {self.seed} inputs {indexes.start}..{indexes.stop - 1} crash as one batch "
+                        f"but none alone: {crash}") from crash.__cause__
+
+    def _one_by_one(self, indexes: list[int]) -> None:
+        """Feed each input to fresh services as a batch of its own; raises
+        :class:`Crash` naming the first that crashes."""
+        with open_services(self.backends, self.postgres_dsn) as services:
+            for index in indexes:
+                source, data = self.input(index)
+                try:
+                    services.feed(_records(data.split(b"\n")[:-1], f"~{index}"))
+                except Crash as crash:
+                    raise self._crashed(index, source, data, crash) from crash.__cause__
+
+    def _crashed(self, index: int, source: str, data: bytes, crash: Crash) -> Crash:
+        """The crash, naming the input; the input is kept in :attr:`found`."""
+        kept = ""
+        if self.found is not None:
+            path = self.found / f"seed-{self.seed}-input-{index}.jsonl"
+            path.write_bytes(data)
+            kept = f"; kept as {path}"
+        return Crash(f"fuzz seed {self.seed} input {index} ({source}): {crash}{kept}; write it again with "
+                     f"`python -m tests.fuzzing {self.seed} {index} FILE`")
 
 
 if __name__ == "__main__":

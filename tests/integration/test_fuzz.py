@@ -13,7 +13,6 @@ The integration tier runs a thousand inputs and the found inputs; the
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import time
@@ -22,24 +21,14 @@ import pytest
 
 from consumers.runtime.store_backends import BACKENDS as REGISTRY
 from tests import postgres_fixture
-from tests.fuzzing import Fuzzer, check_log
-from tests.unit.test_fuzz import FOUND
+from tests.fuzzing import Fuzzer, check_log, found_inputs
 
 postgres_dsn = postgres_fixture.postgres_dsn
 DEPLOYED = [backend.name for backend in REGISTRY if backend.shared]
 
 
-@pytest.fixture(autouse=True)
-def _quiet_services():
-    """The services log a line per refusal and batch: thousands here."""
-    logger = logging.getLogger("dsh")
-    level, logger.level = logger.level, logging.CRITICAL
-    yield
-    logger.setLevel(level)
-
-
 def test_found_inputs_are_served_on_every_backend_without_a_crash(postgres_dsn):
-    for found in FOUND:
+    for found in found_inputs():
         check_log(found.read_bytes(), DEPLOYED, postgres_dsn)
 
 
