@@ -10,20 +10,25 @@ conformance JSON of ``inspect``, analysis included) and the records a
 shipper would publish of it, fed to an auditor, an archiver (with v4
 copies) and a projector per view-store backend asked for (each writing its
 own store; the findings and dead letters go through the outcome index into
-each store) as one batch, as the runtime does, without a broker.
+each store), as the runtime does, without a broker. Services stay open
+over a chunk of inputs, and the records of several inputs (each its own
+session) share a poll batch, as a busy partition's do: one checkpoint, one
+store transaction per batch.
 
 The only outcomes allowed: a log accepted or refused with a
 :class:`~dsh_core.errors.DshError`; records applied, held, duplicates or
 dead-lettered with a named reason (never ``internal``). Anything else is a
-:class:`Crash`, which names the seed and the input's index, so
-``python -m tests.fuzzing SEED INDEX OUT`` writes that input to a file.
+:class:`Crash`; a batch that crashes is fed again one input at a time to
+fresh services, and the crash names the seed and the input that does it,
+which is kept in the found inputs (:data:`CORPUS`, run by the test tiers
+as regression cases). ``python -m tests.fuzzing SEED INDEX OUT`` writes an
+input to a file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
 import random
@@ -31,11 +36,7 @@ import sys
 import tempfile
 import typing
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
-
-import zstandard
 
 from aiokafka import TopicPartition
 
@@ -43,180 +44,44 @@ from consumers.archiver import Archive, ArchiverConfig
 from consumers.auditor import Audit, AuditorConfig
 from consumers.projector import Projection, ProjectorConfig
 from consumers.projector.outcomes import finding_row, letter_row
-from consumers.runtime import ConsumerService
+from consumers.runtime import ConsumerService, Policy
 from consumers.runtime.store_backends import BACKENDS, backend_of
 from dsh_core.analysis import LogAnalysis
 from dsh_core.errors import Category, DshError
-from dsh_core.events import KNOWN_TYPES as V0_TYPES
 from dsh_core.inspect import error_json
-from dsh_core.json_depth import MAX_DEPTH
 from dsh_core.loader import load_session_bytes
-from dsh_core.formats.v4.vocabulary import KNOWN_TYPES as V4_TYPES
 from dsh_kafka.records import KIND_HEADER, KIND_RECORD, SessionRecord, record_from_line
-from producers.simulator import SimulatorConfig, simulate_session
-from tests.conftest import corpus_logs, expected_of
+from tests.fuzz_inputs import mutated, source_of
 from tests.policy_driver import KAFKA, NAMES, Fetched, RecordingOutputs
 from tests.store_locations import discard_location, new_location
 
-__all__ = ["Crash", "Fuzzer", "check_log", "open_services"]
+__all__ = ["CORPUS", "Crash", "Fuzzer", "check_log", "found_inputs", "open_services"]
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+#: The inputs the fuzzer found (kept as regression cases; a crash adds its input).
+CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 NAMED = frozenset(typing.get_args(Category)) - {"internal"}
 #: The view-store backends by name (a name crosses to the worker processes).
 _BACKENDS = {backend.name: backend for backend in BACKENDS}
-_TYPES = sorted(V0_TYPES | V4_TYPES)
-_ODD = [None, True, False, 0, -1, 1.5, 2**53, 2**64, -(10**400), "", "\ud800", "x" * 300, "plugin", "model",
-        [], {}, [1, [2]], {"kind": "plugin"}, {"type": {}}, {"op": "replace", "start": 0, "end": 1},
-        [{"type": "text", "text": 1}], {"kind": "user"}, "tool-call", {"turn": 1, "step": 1}]
 
 
 class Crash(AssertionError):
     """An input that made a reader or a service fail other than by name."""
 
 
-@dataclass(frozen=True)
-class Log:
-    """A seed log: where a reader would find it, and its lines (header first)."""
-
-    name: str
-    source: str
-    lines: tuple[bytes, ...]
+def found_inputs() -> list[Path]:
+    """The inputs kept in :data:`CORPUS`, by name."""
+    return sorted(CORPUS.glob("*.jsonl"))
 
 
-def _unzstd(path: Path) -> list[bytes]:
-    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes()), read_across_frames=True) as raw:
-        return raw.read().split(b"\n")[:-1]
-
-
-def _source(lines: list[bytes]) -> str:
-    """A path of dsh's layout for the log (v3/v4 readers check the folder is the id)."""
+@contextlib.contextmanager
+def _quiet() -> typing.Iterator[None]:
+    """The services log a line per refusal and batch: thousands here."""
+    logger = logging.getLogger("dsh")
+    level, logger.level = logger.level, logging.CRITICAL
     try:
-        header = json.loads(lines[0])
-        return f"/sessions/p/{header['id']}/session.v{header['version']}.jsonl" if header.get("version") else \
-            f"/sessions/{header['id']}.jsonl"
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return "/sessions/fuzzed.jsonl"
-
-
-@cache
-def seed_logs() -> tuple[Log, ...]:
-    """Every log the fuzzer mutates."""
-    found = [(log.name, log.read_bytes().split(b"\n")[:-1]) for log in corpus_logs("dsh-real")[::4]
-             if expected_of(log)["accepted"] and log.stat().st_size < 100_000]
-    found += [(f"{path.parent.name}/{path.name}", _unzstd(path))
-              for path in sorted([*FIXTURES.glob("dsh-0.1.5/*.v3.jsonl.zstd"), *FIXTURES.glob("dsh-0.2.1/*.v4.jsonl.zstd")])]
-    config = SimulatorConfig(sessions=9, seed=7, min_turns=1, max_turns=3, big_result_probability=0, formats=(0, 3, 4))
-    for index in range(config.sessions):
-        _, batches = simulate_session(config, index)
-        records = [record for batch in batches for record in batch]
-        found.append((f"simulated-{index}-v{config.formats[index % 3]}", [record.value for record in records]))
-    return tuple(Log(name, _source(lines), tuple(lines)) for name, lines in found)
-
-
-# ------------------------------------------------------------------ mutations
-
-
-def _paths(value: typing.Any, path: tuple = ()) -> list[tuple]:
-    found = [path]
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found += _paths(item, path + (key,))
-    return found
-
-
-def _put(value: typing.Any, path: tuple, new: typing.Any) -> typing.Any:
-    if not path:
-        return new
-    value[path[0]] = _put(value[path[0]], path[1:], new)
-    return value
-
-
-def _json_line(rng: random.Random, lines: list[bytes], change: typing.Callable[[typing.Any], typing.Any]) -> None:
-    """Decode a random line, change its value, put it back (a line that is no JSON stays)."""
-    index = rng.randrange(len(lines))
-    try:
-        value = json.loads(lines[index])
-    except ValueError:
-        return
-    try:
-        lines[index] = json.dumps(change(value)).encode()
-    except RecursionError:  # nested past what Python's json writes (two deep values, one in the other): not kept
-        pass
-
-
-def _odd_value(rng: random.Random, lines: list[bytes]) -> typing.Any:
-    kind = rng.randrange(4)
-    if kind == 0:  # at the limit as a line counts it, or past it
-        depth = rng.choice([MAX_DEPTH - 4, MAX_DEPTH - 1, MAX_DEPTH, 500])
-        return json.loads("[" * depth + "]" * depth)
-    if kind == 1:  # a value from elsewhere in the log: another field's shape
-        try:
-            other = json.loads(rng.choice(lines))
-        except ValueError:
-            return None
-        return _at(other, rng.choice(_paths(other)))
-    return rng.choice(_ODD)
-
-
-def _path(rng: random.Random, value: typing.Any) -> tuple:
-    paths = _paths(value)
-    shallow = [path for path in paths if len(path) <= 3]  # data.header.tools, data.message.content, ...
-    return rng.choice(shallow if rng.randrange(2) else paths)
-
-
-def _at(value: typing.Any, path: tuple) -> typing.Any:
-    for part in path:
-        value = value[part]
-    return value
-
-
-def _mutate_once(rng: random.Random, lines: list[bytes], others: tuple[Log, ...]) -> None:
-    kind = rng.randrange(11)
-    index = rng.randrange(len(lines))
-    line = lines[index]
-    if kind == 0 and line:  # a byte changed, added or lost
-        at = rng.randrange(len(line))
-        lines[index] = line[:at] + bytes([rng.randrange(256)]) * rng.randrange(2) + line[at + rng.randrange(2):]
-    elif kind in (1, 2, 3):  # a value of another type anywhere, as often in an event's own fields as below them
-        _json_line(rng, lines, lambda v: _put(v, _path(rng, v), _odd_value(rng, lines)))
-    elif kind == 4:  # a key dropped
-        def drop(value: typing.Any) -> typing.Any:
-            objects = [path for path in _paths(value) if isinstance(_at(value, path), dict) and _at(value, path)]
-            if objects:
-                target = _at(value, rng.choice(objects))
-                del target[rng.choice(list(target))]
-            return value
-        _json_line(rng, lines, drop)
-    elif kind == 5:  # another event type over this payload
-        _json_line(rng, lines, lambda v: v | {"type": rng.choice(_TYPES)} if isinstance(v, dict) else v)
-    elif kind == 6:  # another event's payload under this type
-        try:
-            data = json.loads(rng.choice(lines)).get("data")
-        except (ValueError, AttributeError):
-            return
-        _json_line(rng, lines, lambda v: v | {"data": data} if isinstance(v, dict) else v)
-    elif kind == 7 and len(lines) > 1:
-        del lines[index]
-    elif kind == 8:
-        lines.insert(index, line)
-    elif kind == 9:
-        other = rng.randrange(len(lines))
-        lines[index], lines[other] = lines[other], line
-    elif kind == 10:  # a line of another session (a second writer's), or two lines joined
-        if rng.randrange(2):
-            lines.insert(index, rng.choice(rng.choice(others).lines[1:] or (b"{}",)))
-        elif index + 1 < len(lines):
-            lines[index:index + 2] = [line + lines[index + 1]]
-
-
-def mutated(rng: random.Random) -> tuple[str, list[bytes]]:
-    """A seed log, mutated one to three times: (its source path, its lines)."""
-    logs = seed_logs()
-    log = rng.choice(logs)
-    lines = list(log.lines)
-    for _ in range(rng.randint(1, 3)):
-        _mutate_once(rng, lines, logs)
-    return log.source, lines
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 # ------------------------------------------------------------------- checks
@@ -267,8 +132,8 @@ def check_reader(data: bytes, source: str) -> None:
 
 class Services:
     """An auditor, an archiver with v4 copies (in ``root``) and a projector
-    per view store of ``stores`` (its outcome index too), fed one batch per
-    input as the runtime feeds them (records, checkpoint, commit); the
+    per view store of ``stores`` (its outcome index too), fed batches of
+    records as the runtime feeds them (records, checkpoint, commit); the
     findings and dead letters of each batch go through each projector's
     outcome index into its store, as the one index of a deployment reads
     them from the topics."""
@@ -276,9 +141,9 @@ class Services:
     def __init__(self, root: Path, stores: typing.Sequence[Path | str]) -> None:
         self.loop = asyncio.new_event_loop()
         self.projections = [Projection(ProjectorConfig(kafka=KAFKA, store=store)) for store in stores]
-        self.policies = [Audit(AuditorConfig(kafka=KAFKA)),
-                         Archive(ArchiverConfig(kafka=KAFKA, root=root / "archive", v4_copies=True)),
-                         *self.projections]
+        self.policies: list[Policy[typing.Any, typing.Any]] = [
+            Audit(AuditorConfig(kafka=KAFKA)),
+            Archive(ArchiverConfig(kafka=KAFKA, root=root / "archive", v4_copies=True)), *self.projections]
         self.names = ["auditor", "archiver", *(f"projector ({backend_of(store).name} store)" for store in stores)]
         self.outputs = [RecordingOutputs() for _ in self.policies]
         self.runtimes = [ConsumerService(p.config, p, o) for p, o in zip(self.policies, self.outputs)]
@@ -357,11 +222,11 @@ def open_services(backends: typing.Sequence[str], postgres_dsn: str | None) -> t
 
 def check_log(data: bytes, backends: typing.Sequence[str] = ("sqlite",), postgres_dsn: str | None = None) -> None:
     """Both checks over one log file's bytes (read where dsh's layout puts
-    its header's id), its records fed to fresh services."""
+    its header's id), its records fed to fresh services as one batch."""
     lines = data.split(b"\n")
     lines = lines[:-1] if not lines[-1] else lines
-    check_reader(data, _source(lines))
-    with open_services(backends, postgres_dsn) as services:
+    check_reader(data, source_of(lines))
+    with _quiet(), open_services(backends, postgres_dsn) as services:
         services.feed(_records(lines))
 
 
@@ -369,19 +234,24 @@ class Fuzzer:
     """Inputs ``0..n-1`` of one seed: input ``i`` is always the same log.
     Every input goes to the reader, every ``services_every``-th to the
     services too, which stay open over ``chunk`` inputs (each its own
-    session), with a projector on a store of each of ``backends``
-    (PostgreSQL's made on the server ``postgres_dsn`` names)."""
+    session) fed ``batch`` inputs to a poll batch, with a projector on a
+    store of each of ``backends`` (PostgreSQL's made on the server
+    ``postgres_dsn`` names). An input that crashes is written to ``found``
+    (``None``: kept nowhere)."""
 
-    def __init__(self, seed: int, services_every: int = 1, chunk: int = 500, backends: typing.Sequence[str] = ("sqlite",),
-                 postgres_dsn: str | None = None) -> None:
+    def __init__(self, seed: int, services_every: int = 1, chunk: int = 1000, batch: int = 25,
+                 backends: typing.Sequence[str] = ("sqlite",), postgres_dsn: str | None = None,
+                 found: Path | None = CORPUS) -> None:
         unknown = set(backends) - set(_BACKENDS)
         if unknown:
             raise ValueError(f"no view-store backend {sorted(unknown)}: the registry has {sorted(_BACKENDS)}")
         self.seed = seed
         self.services_every = services_every
         self.chunk = chunk
+        self.batch = batch
         self.backends = tuple(backends)
         self.postgres_dsn = postgres_dsn
+        self.found = found
 
     def input(self, index: int) -> tuple[str, bytes]:
         source, lines = mutated(random.Random(f"{self.seed}:{index}"))
@@ -391,7 +261,8 @@ class Fuzzer:
             progress: typing.Callable[[int], None] | None = None) -> None:
         """Check inputs ``start..stop-1``, in chunks spread over ``workers``
         processes; ``progress`` gets the number checked after each chunk.
-        A :class:`Crash` names an input that failed."""
+        A :class:`Crash` names an input that failed (the first chunk's to
+        fail; the chunks not started yet are not)."""
         chunks = [(first, min(first + self.chunk, stop)) for first in range(start, stop, self.chunk)]
         done = 0
         if workers <= 1:
@@ -400,29 +271,63 @@ class Fuzzer:
                 if progress:
                     progress(done)
             return
-        with ProcessPoolExecutor(workers) as pool:
+        pool = ProcessPoolExecutor(workers)
+        try:
             for checked in pool.map(self._run_chunk, chunks):
                 done += checked
                 if progress:
                     progress(done)
+        finally:
+            pool.shutdown(cancel_futures=True)
 
     def _run_chunk(self, chunk: tuple[int, int]) -> int:
         """Check inputs ``chunk[0]..chunk[1]-1`` over one set of services."""
-        logging.getLogger("dsh").setLevel(logging.CRITICAL)  # a line per refusal: millions here
-        with open_services(self.backends, self.postgres_dsn) as services:
-            for index in range(*chunk):
-                self._check(services, index)
+        with _quiet(), open_services(self.backends, self.postgres_dsn) as services:
+            for first in range(chunk[0], chunk[1], self.batch):
+                self._check_batch(services, range(first, min(first + self.batch, chunk[1])))
         return chunk[1] - chunk[0]
 
-    def _check(self, services: Services, index: int) -> None:
-        source, data = self.input(index)
-        try:
-            check_reader(data, source)
+    def _check_batch(self, services: Services, indexes: range) -> None:
+        """Read each input, then feed the records of those for the services
+        as one batch; a batch that crashes is fed again one input at a time."""
+        records: list[SessionRecord] = []
+        for index in indexes:
+            source, data = self.input(index)
+            try:
+                check_reader(data, source)
+            except Crash as crash:
+                raise self._crashed(index, source, data, crash) from crash.__cause__
             if index % self.services_every == 0:
-                services.feed(_records(data.split(b"\n")[:-1], f"~{index}"))
+                records += _records(data.split(b"\n")[:-1], f"~{index}")
+        if not records:
+            return
+        try:
+            services.feed(records)
         except Crash as crash:
-            raise Crash(f"fuzz seed {self.seed} input {index} ({source}): {crash}; write it with "
-                        f"`python -m tests.fuzzing {self.seed} {index} FILE`") from crash.__cause__
+            self._one_by_one([index for index in indexes if index % self.services_every == 0])
+            raise Crash(f"fuzz seed {self.seed} inputs {indexes.start}..{indexes.stop - 1} crash as one batch "
+                        f"but none alone: {crash}") from crash.__cause__
+
+    def _one_by_one(self, indexes: list[int]) -> None:
+        """Feed each input to fresh services as a batch of its own; raises
+        :class:`Crash` naming the first that crashes."""
+        with open_services(self.backends, self.postgres_dsn) as services:
+            for index in indexes:
+                source, data = self.input(index)
+                try:
+                    services.feed(_records(data.split(b"\n")[:-1], f"~{index}"))
+                except Crash as crash:
+                    raise self._crashed(index, source, data, crash) from crash.__cause__
+
+    def _crashed(self, index: int, source: str, data: bytes, crash: Crash) -> Crash:
+        """The crash, naming the input; the input is kept in :attr:`found`."""
+        kept = ""
+        if self.found is not None:
+            path = self.found / f"seed-{self.seed}-input-{index}.jsonl"
+            path.write_bytes(data)
+            kept = f"; kept as {path}"
+        return Crash(f"fuzz seed {self.seed} input {index} ({source}): {crash}{kept}; write it again with "
+                     f"`python -m tests.fuzzing {self.seed} {index} FILE`")
 
 
 if __name__ == "__main__":

@@ -194,13 +194,17 @@ class ViewStoreContract(ReadsContract, LayoutsContract):
 
     def test_a_batch_of_many_rows_upserts_and_a_rolled_back_one_leaves_nothing(self, store_location):
         """Hundreds of rows in one statement (PostgreSQL copies them in through
-        a staging table): conflicts update, NUL text survives, and a batch that
-        fails leaves neither its rows nor a stale staging table behind."""
+        a staging table, kept for the connection's later batches): conflicts
+        update, NUL text survives, and a batch that fails leaves neither its
+        rows nor a stale staging table behind, nor forgets the one an
+        earlier batch made."""
         store = ViewStore(store_location)
         try:
             def rows(count: int, marker: bytes) -> dict[int, tuple[int, bytes]]:
                 return {seq: (seq % 3 + 1, marker * 32) for seq in range(1, count + 1)}
 
+            with store.database.transaction() as db:
+                store_digests(db, [("first", rows(100, b"a"))])
             with pytest.raises(RuntimeError, match="the batch failed"):
                 with store.database.transaction() as db:
                     store_digests(db, [("s\x00many", rows(300, b"a"))])
@@ -212,7 +216,8 @@ class ViewStoreContract(ReadsContract, LayoutsContract):
             for session, count in (("s\x00many", 300), ("other", 100)):
                 assert {seq: store.digest(session, seq) for seq in range(1, count + 2)} == {
                     **rows(count, b"c"), count + 1: None}
-            assert store.db.execute("SELECT count(*) FROM applied").fetchone()[0] == 400
+            assert store.digest("first", 100) == rows(100, b"a")[100]
+            assert store.db.execute("SELECT count(*) FROM applied").fetchone()[0] == 500
         finally:
             store.close()
 

@@ -59,8 +59,18 @@ class _Connection:
 
     def __init__(self, connection: psycopg.Connection) -> None:
         self.connection = connection
-        #: Staging tables created on this connection, by ``(table, columns)``.
+        #: Staging tables created on this connection, by ``(table, columns)``
+        #: (temporary tables: they last as long as the connection).
         self.staging: dict[tuple[str, str], str] = {}
+        self._made: list[tuple[str, str]] = []  # those the open transaction created
+
+    def ended(self, committed: bool) -> None:
+        """A transaction ended: the staging tables it created are gone with
+        it unless it ``committed``; those of earlier transactions stay."""
+        if not committed:
+            for made in self._made:
+                del self.staging[made]
+        self._made.clear()
 
     def execute(self, statement: str, parameters: Sequence[Any] = ()) -> psycopg.Cursor:
         return self.connection.execute(postgres_sql(statement), stored_parameters(parameters))
@@ -89,6 +99,7 @@ class _Connection:
             self.connection.execute(f"CREATE TEMPORARY TABLE {staging} ON COMMIT DELETE ROWS AS "
                                     f"SELECT {columns} FROM {table} WITH NO DATA")
             self.staging[table, columns] = staging
+            self._made.append((table, columns))
         else:
             self.connection.execute(f"TRUNCATE {staging}")
         with self.connection.cursor() as cursor, cursor.copy(f"COPY {staging} ({columns}) FROM STDIN") as copy:
@@ -140,8 +151,7 @@ class PostgresDatabase:
         except psycopg.Error as error:
             raise StateStoreError(f"{self.where}: the {self.kind} refused a write: {first_line(error)}") from None
         finally:
-            if not committed:
-                self.connection.staging.clear()  # any made in it are gone with it
+            self.connection.ended(committed)
 
     def close(self) -> None:
         self.raw.close()

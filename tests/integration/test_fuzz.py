@@ -4,7 +4,9 @@ PostgreSQL database), each input through both.
 
 The integration tier runs a thousand inputs and the found inputs; the
 ``slow`` tier runs ``DSH_FUZZ_INPUTS`` (default 1,000,000) of a random seed
-(``DSH_FUZZ_SEED``), every input through the services, on
+(``DSH_FUZZ_SEED``) from input ``DSH_FUZZ_FIRST`` (default 0: a run cut
+short continues where its last progress line ends), every input through
+the services, on
 ``DSH_FUZZ_WORKERS`` processes (default: one per core), with projectors on
 ``DSH_FUZZ_BACKENDS`` (comma-separated names; default ``sqlite,postgresql``)::
 
@@ -13,7 +15,6 @@ The integration tier runs a thousand inputs and the found inputs; the
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import time
@@ -22,46 +23,37 @@ import pytest
 
 from consumers.runtime.store_backends import BACKENDS as REGISTRY
 from tests import postgres_fixture
-from tests.fuzzing import Fuzzer, check_log
-from tests.unit.test_fuzz import FOUND
+from tests.fuzzing import Fuzzer, check_log, found_inputs
 
 postgres_dsn = postgres_fixture.postgres_dsn
 DEPLOYED = [backend.name for backend in REGISTRY if backend.shared]
 
 
-@pytest.fixture(autouse=True)
-def _quiet_services():
-    """The services log a line per refusal and batch: thousands here."""
-    logger = logging.getLogger("dsh")
-    level, logger.level = logger.level, logging.CRITICAL
-    yield
-    logger.setLevel(level)
-
-
 def test_found_inputs_are_served_on_every_backend_without_a_crash(postgres_dsn):
-    for found in FOUND:
+    for found in found_inputs():
         check_log(found.read_bytes(), DEPLOYED, postgres_dsn)
 
 
 def test_fuzz_a_thousand_inputs_on_every_backend(postgres_dsn):
     seed = int(os.environ.get("DSH_FUZZ_SEED", "20261207"))
-    Fuzzer(seed, services_every=4, backends=DEPLOYED, postgres_dsn=postgres_dsn).run(0, 1000)
+    Fuzzer(seed, services_every=3, backends=DEPLOYED, postgres_dsn=postgres_dsn).run(0, 1000)
 
 
 @pytest.mark.slow
 def test_fuzz_a_million_inputs(postgres_dsn):
     seed = int(os.environ.get("DSH_FUZZ_SEED", random.randrange(2**32)))
     inputs = int(os.environ.get("DSH_FUZZ_INPUTS", "1000000"))
+    first = int(os.environ.get("DSH_FUZZ_FIRST", "0"))
     workers = int(os.environ.get("DSH_FUZZ_WORKERS", os.cpu_count() or 1))
     backends = os.environ.get("DSH_FUZZ_BACKENDS", ",".join(DEPLOYED)).split(",")
     started = time.perf_counter()
 
     def progress(done: int) -> None:
         elapsed = time.perf_counter() - started
-        print(f"fuzz seed {seed}: {done} of {inputs} inputs checked in {elapsed:.0f} s ({done / elapsed:.1f}/s)",
-              flush=True)
+        print(f"fuzz seed {seed}: {done} of {inputs} inputs from {first} checked in {elapsed:.0f} s "
+              f"({done / elapsed:.1f}/s)", flush=True)
 
-    Fuzzer(seed, backends=backends, postgres_dsn=postgres_dsn).run(0, inputs, workers, progress)
+    Fuzzer(seed, backends=backends, postgres_dsn=postgres_dsn).run(first, first + inputs, workers, progress)
     elapsed = time.perf_counter() - started
     print(f"fuzz seed {seed}: {inputs} inputs in {elapsed:.0f} s ({inputs / elapsed:.1f}/s) through projectors on "
           f"{', '.join(backends)}, no crash")

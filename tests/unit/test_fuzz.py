@@ -5,33 +5,21 @@ needs no server, and the inputs it found, kept as regression cases.
 The unit tier runs a few thousand inputs of a fixed seed (``DSH_FUZZ_SEED``
 changes it); tests/integration/test_fuzz.py runs inputs through PostgreSQL
 too, and holds the ``slow`` tier's million inputs. A failure names the
-seed and the input; ``python -m tests.fuzzing SEED INDEX FILE`` writes that
-input, to keep under ``tests/fuzz_corpus``.
+seed and the input, which the fuzzer keeps under ``tests/fuzz_corpus``.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-from pathlib import Path
 
 import pytest
 
-from tests.fuzzing import Fuzzer, check_log
+from consumers.auditor import Audit
+from tests.fuzzing import Crash, Fuzzer, check_log, found_inputs
 from tests.store_locations import SERVERLESS
 
-CORPUS = Path(__file__).resolve().parents[1] / "fuzz_corpus"
-FOUND = sorted(CORPUS.glob("*.jsonl"))
+FOUND = found_inputs()
 BACKENDS = [backend.name for backend in SERVERLESS]
-
-
-@pytest.fixture(autouse=True)
-def _quiet_services():
-    """The services log a line per refusal and batch: thousands here."""
-    logger = logging.getLogger("dsh")
-    level, logger.level = logger.level, logging.CRITICAL
-    yield
-    logger.setLevel(level)
 
 
 @pytest.mark.parametrize("found", FOUND, ids=[path.stem for path in FOUND])
@@ -55,3 +43,35 @@ def test_a_backend_the_registry_has_not_is_named():
     with pytest.raises(ValueError, match=r"no view-store backend \['mysql'\]: the registry has \['memory', "
                                          r"'postgresql', 'sqlite'\]"):
         Fuzzer(1, backends=("sqlite", "mysql"))
+
+
+def test_an_internal_dead_letter_in_a_batch_names_its_input_and_keeps_it(monkeypatch, tmp_path):
+    """Input 13's records reach a bug (an ``internal`` dead letter) in a
+    batch of ten inputs: the batch is fed again one input at a time, and
+    the crash names input 13, whose log is kept in the found inputs."""
+    handle = Audit.handle
+
+    def buggy(self, record, decoded):
+        if decoded.session_id.endswith("~13"):
+            raise TypeError("a bug input 13 reaches")
+        handle(self, record, decoded)
+
+    monkeypatch.setattr(Audit, "handle", buggy)
+    fuzzer = Fuzzer(5, batch=10, backends=["memory"], found=tmp_path)
+    with pytest.raises(Crash, match=r"^fuzz seed 5 input 13 \(.+\): auditor: internal dead letter: .*TypeError: a "
+                                    r"bug input 13 reaches; kept as .*seed-5-input-13\.jsonl"):
+        fuzzer.run(0, 30)
+    assert [path.name for path in tmp_path.iterdir()] == ["seed-5-input-13.jsonl"]
+    assert (tmp_path / "seed-5-input-13.jsonl").read_bytes() == fuzzer.input(13)[1]
+
+
+def test_a_batch_that_crashes_only_as_a_batch_names_its_inputs(monkeypatch, tmp_path):
+    def refuse_many(self, session_ids):
+        if len(session_ids) > 1:
+            raise RuntimeError("a batch of several sessions")
+
+    monkeypatch.setattr(Audit, "prepare", refuse_many)
+    with pytest.raises(Crash, match=r"^fuzz seed 5 inputs 0\.\.9 crash as one batch but none alone: auditor stops: "
+                                    r"RuntimeError: a batch of several sessions$"):
+        Fuzzer(5, batch=10, backends=["memory"], found=tmp_path).run(0, 30)
+    assert not list(tmp_path.iterdir())
