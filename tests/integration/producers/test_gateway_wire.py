@@ -130,6 +130,7 @@ def test_an_unreachable_upstream_is_answered_and_attested():
     [attested] = _attested(records)
     assert (attested["wire"], attested["status"], attested["outcome"]) == ("chat-completions", None,
                                                                           "upstream-unreachable")
+    assert "upstream" not in attested  # no upstream timings: it never answered
 
 
 def test_a_body_that_is_no_model_request_is_forwarded_and_attested_with_its_problem():
