@@ -9,15 +9,14 @@ import asyncio
 from producers.gateway import _Silence
 
 
-async def _waiting_task() -> asyncio.Task:
-    task = asyncio.create_task(asyncio.Event().wait())
-    await asyncio.sleep(0)  # started, waiting
-    return task
+def _waiting_task() -> asyncio.Task:
+    """A relaying task that waits for ever (made in the running loop)."""
+    return asyncio.create_task(asyncio.Event().wait())
 
 
 def test_an_upstream_silent_past_the_limit_cancels_the_relaying():
     async def scenario() -> tuple[bool, bool]:
-        relaying = await _waiting_task()
+        relaying = _waiting_task()
         silence = _Silence(relaying, 0.05)
         done, _ = await asyncio.wait([relaying], timeout=10)
         silence.cancel()
@@ -28,7 +27,7 @@ def test_an_upstream_silent_past_the_limit_cancels_the_relaying():
 
 def test_time_spent_sending_to_the_client_is_no_silence():
     async def scenario() -> tuple[bool, int]:
-        relaying = await _waiting_task()
+        relaying = _waiting_task()
         silence = _Silence(relaying, 30)
         silence.since = None  # a chunk is being sent
         silence._check()  # as if the timer fired: moved on, not expired
@@ -42,7 +41,7 @@ def test_time_spent_sending_to_the_client_is_no_silence():
 
 def test_a_silence_shorter_than_the_limit_moves_the_timer_on():
     async def scenario() -> tuple[bool, bool]:
-        relaying = await _waiting_task()
+        relaying = _waiting_task()
         silence = _Silence(relaying, 30)
         silence._check()  # fired early (a chunk came since it was armed): not expired
         early = silence.expired
